@@ -1,0 +1,460 @@
+//! Ethernet ports (ethdev): configuration, burst I/O through queue handles, stats.
+//!
+//! Thread-safety model: DPDK queues are not thread-safe, so I/O goes through
+//! [`RxQueue`]/[`TxQueue`] handles that exist once per queue (created by
+//! [`Port::configure`]), are `Send` but not `Sync`/`Clone`, and take `&mut self`.
+//! [`Port::stop`]/[`Port::close`]/re-configure fail with `EBUSY` while any queue handle
+//! of the port is alive.
+
+use std::ffi::CStr;
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::error::{cstring, DpdkError, Result, ToResult};
+use crate::mbuf::MbufBurst;
+use crate::mempool::Mempool;
+use crate::SocketId;
+
+/// An ethdev port id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PortId(pub u16);
+
+/// A queue index within a port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueueId(pub u16);
+
+const MAX_PORTS: usize = dpdk_sys::RTE_MAX_ETHPORTS as usize;
+
+/// Live queue handles per port.
+static LIVE_QUEUES: [AtomicU32; MAX_PORTS] = [const { AtomicU32::new(0) }; MAX_PORTS];
+
+/// How to bring a port up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PortConfig {
+    /// Number of rx queues.
+    pub nb_rxq: u16,
+    /// Number of tx queues.
+    pub nb_txq: u16,
+    /// Rx descriptors per queue (adjusted to the device's limits).
+    pub rxd: u16,
+    /// Tx descriptors per queue (adjusted to the device's limits).
+    pub txd: u16,
+    /// MTU to set, if any.
+    pub mtu: Option<u16>,
+    /// Enable promiscuous mode (errors ignored if the PMD does not support it).
+    pub promisc: bool,
+    /// Use RSS (IP/UDP hash) across rx queues when `nb_rxq > 1`.
+    pub rss: bool,
+}
+
+impl Default for PortConfig {
+    fn default() -> Self {
+        PortConfig {
+            nb_rxq: 1,
+            nb_txq: 1,
+            rxd: 1024,
+            txd: 1024,
+            mtu: None,
+            promisc: true,
+            rss: true,
+        }
+    }
+}
+
+/// Link state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// Link up.
+    pub up: bool,
+    /// Speed in Mbit/s (0 if unknown).
+    pub speed_mbps: u32,
+    /// Full duplex.
+    pub full_duplex: bool,
+}
+
+/// Basic port counters (`rte_eth_stats`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub ipackets: u64,
+    /// Packets sent.
+    pub opackets: u64,
+    /// Bytes received.
+    pub ibytes: u64,
+    /// Bytes sent.
+    pub obytes: u64,
+    /// Rx packets dropped by the hardware/PMD (queue full).
+    pub imissed: u64,
+    /// Erroneous rx packets.
+    pub ierrors: u64,
+    /// Failed tx packets.
+    pub oerrors: u64,
+    /// Rx mbuf allocation failures.
+    pub rx_nombuf: u64,
+}
+
+/// A port handle (just the id; cheap to copy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Port {
+    id: PortId,
+}
+
+/// The queue handles of a configured, started port.
+#[derive(Debug)]
+pub struct PortQueues {
+    /// Rx queues `0..nb_rxq`.
+    pub rx: Vec<RxQueue>,
+    /// Tx queues `0..nb_txq`.
+    pub tx: Vec<TxQueue>,
+    /// Rx descriptors per queue after adjustment.
+    pub rxd: u16,
+    /// Tx descriptors per queue after adjustment.
+    pub txd: u16,
+}
+
+impl Port {
+    /// Number of available ports.
+    pub fn count() -> u16 {
+        if crate::eal::ensure("rte_eth_dev_count_avail").is_err() {
+            return 0;
+        }
+        // SAFETY: EAL initialised.
+        unsafe { dpdk_sys::rte_eth_dev_count_avail() }
+    }
+
+    /// The port with a device name, e.g. `"net_memif0"`, `"net_ring0"`, `"net_tap0"`, or
+    /// a PCI address.
+    pub fn by_name(name: &str) -> Result<Port> {
+        const OP: &str = "rte_eth_dev_get_port_by_name";
+        crate::eal::ensure(OP)?;
+        let c = cstring(OP, name)?;
+        let mut id = 0u16;
+        // SAFETY: EAL initialised; valid C string and out-pointer.
+        unsafe { dpdk_sys::rte_eth_dev_get_port_by_name(c.as_ptr(), &mut id) }.neg_errno(OP)?;
+        Ok(Port { id: PortId(id) })
+    }
+
+    /// The port with id `id`, if valid.
+    pub fn from_id(id: PortId) -> Result<Port> {
+        const OP: &str = "rte_eth_dev_is_valid_port";
+        crate::eal::ensure(OP)?;
+        // SAFETY: EAL initialised; any id may be queried.
+        if unsafe { dpdk_sys::rte_eth_dev_is_valid_port(id.0) } == 0 {
+            return Err(DpdkError::new(OP, libc::ENODEV));
+        }
+        Ok(Port { id })
+    }
+
+    /// All available ports.
+    pub fn all() -> Vec<Port> {
+        (0..MAX_PORTS as u16)
+            .filter_map(|i| Port::from_id(PortId(i)).ok())
+            .collect()
+    }
+
+    /// The port id.
+    pub fn id(&self) -> PortId {
+        self.id
+    }
+
+    /// Device name (`rte_eth_dev_get_name_by_port`).
+    pub fn name(&self) -> Result<String> {
+        let mut buf = [0 as std::ffi::c_char; dpdk_sys::RTE_ETH_NAME_MAX_LEN as usize];
+        // SAFETY: valid port (checked at construction); buffer of RTE_ETH_NAME_MAX_LEN.
+        unsafe { dpdk_sys::rte_eth_dev_get_name_by_port(self.id.0, buf.as_mut_ptr()) }
+            .neg_errno("rte_eth_dev_get_name_by_port")?;
+        // SAFETY: DPDK wrote a NUL-terminated string into `buf`.
+        Ok(unsafe { CStr::from_ptr(buf.as_ptr()) }
+            .to_string_lossy()
+            .into_owned())
+    }
+
+    /// NUMA socket of the device ([`crate::SOCKET_ID_ANY`] for virtual devices).
+    pub fn socket_id(&self) -> SocketId {
+        // SAFETY: any port id may be queried.
+        unsafe { dpdk_sys::rte_eth_dev_socket_id(self.id.0) }
+    }
+
+    fn dev_info(&self) -> Result<dpdk_sys::rte_eth_dev_info> {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port id, valid out-pointer.
+        unsafe { dpdk_sys::rte_eth_dev_info_get(self.id.0, &mut info) }
+            .neg_errno("rte_eth_dev_info_get")?;
+        Ok(info)
+    }
+
+    /// Configures and starts the port, in the DPDK-examples order: dev_info →
+    /// configure → adjust descriptors → rx/tx queue setup on the port's NUMA socket →
+    /// MTU → start → promiscuous. Rx queues take buffers from `pool`.
+    ///
+    /// Returns one handle per queue. Fails with `EBUSY` if handles from an earlier
+    /// configure are still alive.
+    pub fn configure(&self, cfg: &PortConfig, pool: &Mempool) -> Result<PortQueues> {
+        let port = self.id.0;
+        if LIVE_QUEUES[port as usize].load(Ordering::Acquire) != 0 {
+            return Err(DpdkError::new("rte_eth_dev_configure", libc::EBUSY));
+        }
+        let info = self.dev_info()?;
+
+        let mut conf = dpdk_sys::rte_eth_conf::default();
+        if cfg.rss && cfg.nb_rxq > 1 {
+            let want = dpdk_sys::RTE_ETH_RSS_IP | dpdk_sys::RTE_ETH_RSS_UDP;
+            let hf = want & info.flow_type_rss_offloads;
+            if hf != 0 {
+                conf.rxmode.mq_mode = dpdk_sys::RTE_ETH_MQ_RX_RSS;
+                conf.rx_adv_conf.rss_conf.rss_hf = hf;
+            }
+        }
+        if info.tx_offload_capa & dpdk_sys::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0 {
+            conf.txmode.offloads |= dpdk_sys::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+        }
+        // SAFETY: valid port, conf fully initialised.
+        unsafe { dpdk_sys::rte_eth_dev_configure(port, cfg.nb_rxq, cfg.nb_txq, &conf) }
+            .neg_errno("rte_eth_dev_configure")?;
+
+        let (mut rxd, mut txd) = (cfg.rxd, cfg.txd);
+        // SAFETY: valid port, valid out-pointers.
+        unsafe { dpdk_sys::rte_eth_dev_adjust_nb_rx_tx_desc(port, &mut rxd, &mut txd) }
+            .neg_errno("rte_eth_dev_adjust_nb_rx_tx_desc")?;
+
+        let socket = self.socket_id();
+        let socket_u = if socket < 0 {
+            dpdk_sys::SOCKET_ID_ANY as u32
+        } else {
+            socket as u32
+        };
+        for q in 0..cfg.nb_rxq {
+            // SAFETY: configured port, q < nb_rxq; NULL rxconf = driver defaults; the
+            // pool is never freed, so the queue may keep it.
+            unsafe {
+                dpdk_sys::rte_eth_rx_queue_setup(
+                    port,
+                    q,
+                    rxd,
+                    socket_u,
+                    std::ptr::null(),
+                    pool.as_ptr(),
+                )
+            }
+            .neg_errno("rte_eth_rx_queue_setup")?;
+        }
+        let mut txconf = info.default_txconf;
+        txconf.offloads = conf.txmode.offloads;
+        for q in 0..cfg.nb_txq {
+            // SAFETY: configured port, q < nb_txq, txconf valid for the call.
+            unsafe { dpdk_sys::rte_eth_tx_queue_setup(port, q, txd, socket_u, &txconf) }
+                .neg_errno("rte_eth_tx_queue_setup")?;
+        }
+        if let Some(mtu) = cfg.mtu {
+            // SAFETY: valid port.
+            unsafe { dpdk_sys::rte_eth_dev_set_mtu(port, mtu) }.neg_errno("rte_eth_dev_set_mtu")?;
+        }
+        // SAFETY: configured port with all queues set up.
+        unsafe { dpdk_sys::rte_eth_dev_start(port) }.neg_errno("rte_eth_dev_start")?;
+        if cfg.promisc {
+            // SAFETY: valid port; unsupported promisc is not an error for us.
+            let _ignored_unsupported = unsafe { dpdk_sys::rte_eth_promiscuous_enable(port) };
+        }
+
+        let rx = (0..cfg.nb_rxq)
+            .map(|q| RxQueue::new(self.id, QueueId(q)))
+            .collect();
+        let tx = (0..cfg.nb_txq)
+            .map(|q| TxQueue::new(self.id, QueueId(q)))
+            .collect();
+        Ok(PortQueues { rx, tx, rxd, txd })
+    }
+
+    /// MAC address.
+    pub fn mac_addr(&self) -> Result<[u8; 6]> {
+        let mut a = dpdk_sys::rte_ether_addr::default();
+        // SAFETY: valid port and out-pointer.
+        unsafe { dpdk_sys::rte_eth_macaddr_get(self.id.0, &mut a) }
+            .neg_errno("rte_eth_macaddr_get")?;
+        Ok(a.addr_bytes)
+    }
+
+    /// Link state without waiting (`rte_eth_link_get_nowait`).
+    pub fn link(&self) -> Result<LinkStatus> {
+        let mut l = dpdk_sys::rte_eth_link::default();
+        // SAFETY: valid port and out-pointer.
+        unsafe { dpdk_sys::rte_eth_link_get_nowait(self.id.0, &mut l) }
+            .neg_errno("rte_eth_link_get_nowait")?;
+        Ok(LinkStatus {
+            up: l.link_status() != 0,
+            speed_mbps: l.link_speed,
+            full_duplex: l.link_duplex() != 0,
+        })
+    }
+
+    /// Basic counters.
+    pub fn stats(&self) -> Result<PortStats> {
+        let mut s = dpdk_sys::rte_eth_stats::default();
+        // SAFETY: valid port and out-pointer.
+        unsafe { dpdk_sys::rte_eth_stats_get(self.id.0, &mut s) }.neg_errno("rte_eth_stats_get")?;
+        Ok(PortStats {
+            ipackets: s.ipackets,
+            opackets: s.opackets,
+            ibytes: s.ibytes,
+            obytes: s.obytes,
+            imissed: s.imissed,
+            ierrors: s.ierrors,
+            oerrors: s.oerrors,
+            rx_nombuf: s.rx_nombuf,
+        })
+    }
+
+    /// Resets the basic counters.
+    pub fn reset_stats(&self) -> Result<()> {
+        // SAFETY: valid port.
+        unsafe { dpdk_sys::rte_eth_stats_reset(self.id.0) }.neg_errno("rte_eth_stats_reset")?;
+        Ok(())
+    }
+
+    fn check_quiesced(&self, op: &'static str) -> Result<()> {
+        if LIVE_QUEUES[self.id.0 as usize].load(Ordering::Acquire) != 0 {
+            Err(DpdkError::new(op, libc::EBUSY))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Stops the port. `EBUSY` while queue handles are alive (drop them first).
+    pub fn stop(&self) -> Result<()> {
+        self.check_quiesced("rte_eth_dev_stop")?;
+        // SAFETY: no queue handle exists, so no thread is inside a burst function.
+        unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) }.neg_errno("rte_eth_dev_stop")?;
+        Ok(())
+    }
+
+    /// Closes (releases) the port; stop it first. `EBUSY` while queue handles are alive.
+    pub fn close(self) -> Result<()> {
+        self.check_quiesced("rte_eth_dev_close")?;
+        // SAFETY: no queue handle exists, so nothing uses the queues being freed.
+        unsafe { dpdk_sys::rte_eth_dev_close(self.id.0) }.neg_errno("rte_eth_dev_close")?;
+        Ok(())
+    }
+}
+
+/// Marker making a type `Send` but `!Sync`.
+type NotSync = PhantomData<std::cell::Cell<()>>;
+
+/// Exclusive handle to one rx queue.
+#[derive(Debug)]
+pub struct RxQueue {
+    port: PortId,
+    queue: QueueId,
+    _not_sync: NotSync,
+}
+
+/// Exclusive handle to one tx queue.
+#[derive(Debug)]
+pub struct TxQueue {
+    port: PortId,
+    queue: QueueId,
+    _not_sync: NotSync,
+}
+
+impl RxQueue {
+    fn new(port: PortId, queue: QueueId) -> Self {
+        LIVE_QUEUES[port.0 as usize].fetch_add(1, Ordering::AcqRel);
+        RxQueue {
+            port,
+            queue,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Port id.
+    pub fn port(&self) -> PortId {
+        self.port
+    }
+
+    /// Queue id.
+    pub fn queue(&self) -> QueueId {
+        self.queue
+    }
+
+    /// Receives up to `burst.remaining()` packets, appending them to `burst`; returns
+    /// how many arrived.
+    #[inline]
+    pub fn rx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
+        let room = burst.remaining() as u16;
+        if room == 0 {
+            return 0;
+        }
+        // SAFETY: this handle is the only user of (port, queue) (handles are unique,
+        // !Sync, &mut self); the port is started and cannot be stopped/closed while the
+        // handle lives. DPDK writes at most `room` owned mbuf pointers into the free
+        // slots.
+        let n = unsafe {
+            dpdk_sys::dpdk_shim_rx_burst(self.port.0, self.queue.0, burst.tail_ptr(), room)
+        } as usize;
+        // SAFETY: DPDK filled exactly `n` slots with mbufs now owned by us.
+        unsafe { burst.commit(n) };
+        n
+    }
+}
+
+impl TxQueue {
+    fn new(port: PortId, queue: QueueId) -> Self {
+        LIVE_QUEUES[port.0 as usize].fetch_add(1, Ordering::AcqRel);
+        TxQueue {
+            port,
+            queue,
+            _not_sync: PhantomData,
+        }
+    }
+
+    /// Port id.
+    pub fn port(&self) -> PortId {
+        self.port
+    }
+
+    /// Queue id.
+    pub fn queue(&self) -> QueueId {
+        self.queue
+    }
+
+    /// Offers all mbufs in `burst` to the PMD; the accepted prefix is sent (ownership
+    /// passes to the driver), the rest stays in `burst` (moved to the front) for a
+    /// retry — or is freed when the burst is cleared/dropped. Returns the number sent.
+    #[inline]
+    pub fn tx_burst<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> usize {
+        let n = burst.len() as u16;
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: unique handle for (port, queue), port started (see rx_burst); the
+        // first `n` slots are valid owned mbufs. The PMD takes ownership of the first
+        // `sent` of them.
+        let sent =
+            unsafe { dpdk_sys::dpdk_shim_tx_burst(self.port.0, self.queue.0, burst.head_ptr(), n) }
+                as usize;
+        // SAFETY: the first `sent` mbufs now belong to the driver.
+        unsafe { burst.consume_front(sent) };
+        sent
+    }
+
+    /// [`TxQueue::tx_burst`], then frees whatever the PMD did not take. Returns
+    /// `(sent, dropped)`; `burst` is empty afterwards.
+    #[inline]
+    pub fn tx_burst_or_free<const N: usize>(&mut self, burst: &mut MbufBurst<N>) -> (usize, usize) {
+        let sent = self.tx_burst(burst);
+        let dropped = burst.len();
+        burst.clear();
+        (sent, dropped)
+    }
+}
+
+impl Drop for RxQueue {
+    fn drop(&mut self) {
+        LIVE_QUEUES[self.port.0 as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl Drop for TxQueue {
+    fn drop(&mut self) {
+        LIVE_QUEUES[self.port.0 as usize].fetch_sub(1, Ordering::AcqRel);
+    }
+}

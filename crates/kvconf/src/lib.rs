@@ -1,0 +1,417 @@
+//! Configuration shared by the dataplane, pktgen and ctlplane.
+//!
+//! One JSON file under `configs/` describes a whole topology: the dataplane's
+//! EAL/port settings, the pktgen's, the server identity (MAC, IP, QPN, Q_Key,
+//! request region), the admitted clients (QPN + R_Key), and the storage engine
+//! parameters. Both DPDK processes read the same file so they cannot drift apart.
+//!
+//! Parsing is strict (`deny_unknown_fields`): a typo in a config is an error with
+//! the field name, never a silently ignored setting.
+
+#![forbid(unsafe_code)]
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::net::Ipv4Addr;
+use std::path::Path;
+
+/// Where the DPDK plugin PMDs of Debian's DPDK 22.11 packages live.
+pub const DEFAULT_PMD_DIR: &str = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0";
+
+/// A whole topology: both processes, the server identity, clients and engine.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Human-readable name of the topology ("memif", "tap", "nic").
+    pub name: String,
+    /// The KV server process.
+    pub dataplane: ProcessConfig,
+    /// The traffic generator process.
+    pub pktgen: ProcessConfig,
+    /// Server identity and request-processing settings.
+    pub server: ServerConfig,
+    /// Storage engine parameters.
+    #[serde(default)]
+    pub engine: EngineSection,
+    /// Client QPs admitted at start-up.
+    pub clients: Vec<ClientConfig>,
+}
+
+/// Whether to back DPDK memory with hugepages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum HugeMode {
+    /// Use hugepages when enough are free and hugetlbfs is mounted, else `--no-huge`.
+    #[default]
+    Auto,
+    /// Require hugepages.
+    On,
+    /// Always `--no-huge`.
+    Off,
+}
+
+/// EAL and port settings of one DPDK process.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessConfig {
+    /// EAL `--file-prefix`; must differ between the two processes on one host.
+    pub file_prefix: String,
+    /// EAL `-l` lcore list, e.g. `"0"` or `"0,1"`; the first is the main lcore.
+    pub lcores: String,
+    /// EAL `--vdev` arguments, e.g. `net_memif0,role=server,socket=...`.
+    #[serde(default)]
+    pub vdevs: Vec<String>,
+    /// EAL `-a` PCI allow-list (real NICs). Empty means `--no-pci`.
+    #[serde(default)]
+    pub pci: Vec<String>,
+    /// The ethdev name of the port to use (`net_memif0`, `net_tap0`, or a PCI address).
+    pub port: String,
+    /// DPDK memory in MiB (`-m` with `--no-huge`, `--socket-mem` otherwise).
+    #[serde(default = "default_memory_mb")]
+    pub memory_mb: u32,
+    /// Hugepage policy.
+    #[serde(default)]
+    pub hugepages: HugeMode,
+    /// Extra EAL arguments appended verbatim.
+    #[serde(default)]
+    pub extra_eal: Vec<String>,
+    /// This endpoint's MAC address (`aa:bb:cc:dd:ee:ff`).
+    pub mac: String,
+    /// This endpoint's IPv4 address.
+    pub ip: Ipv4Addr,
+    /// RX descriptors per queue.
+    #[serde(default = "default_desc")]
+    pub rxd: u16,
+    /// TX descriptors per queue.
+    #[serde(default = "default_desc")]
+    pub txd: u16,
+    /// Packets per rx/tx burst.
+    #[serde(default = "default_burst")]
+    pub burst: usize,
+    /// Mbufs in the packet pool.
+    #[serde(default = "default_mbufs")]
+    pub mbufs: u32,
+}
+
+/// Server identity and request handling.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// The server's QPN, used as the DETH source QP of responses.
+    pub qpn: u32,
+    /// Q_Key carried in response DETHs.
+    pub qkey: u32,
+    /// Base virtual address of the request region clients RDMA-WRITE into.
+    pub request_region_va: u64,
+    /// Size of the request region in bytes.
+    pub request_region_len: u64,
+    /// TX drain period in microseconds (a half-full tx batch never waits longer).
+    #[serde(default = "default_drain_us")]
+    pub tx_drain_us: u64,
+    /// Statistics print interval in seconds (0 = only at exit).
+    #[serde(default)]
+    pub stats_interval_s: u64,
+}
+
+/// One admitted client QP.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ClientConfig {
+    /// The client's QPN (BTH destination QP of its requests names the server; the
+    /// client's own QPN is the DETH-addressed destination of responses).
+    pub qpn: u32,
+    /// The R_Key the client must present in every RETH.
+    pub rkey: u32,
+}
+
+/// Storage engine parameters (see docs/ENGINE.md).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EngineSection {
+    /// Store region size in MiB (hash index + slab memory).
+    #[serde(default = "default_engine_mb")]
+    pub mem_mb: usize,
+    /// Fraction of the store region used for hash buckets.
+    #[serde(default = "default_ratio")]
+    pub hash_index_ratio: f64,
+    /// KVs with key+value size below this are stored inline in buckets.
+    #[serde(default = "default_inline")]
+    pub inline_threshold: usize,
+}
+
+impl Default for EngineSection {
+    fn default() -> Self {
+        EngineSection {
+            mem_mb: default_engine_mb(),
+            hash_index_ratio: default_ratio(),
+            inline_threshold: default_inline(),
+        }
+    }
+}
+
+fn default_memory_mb() -> u32 {
+    512
+}
+fn default_desc() -> u16 {
+    1024
+}
+fn default_burst() -> usize {
+    32
+}
+fn default_mbufs() -> u32 {
+    8191
+}
+fn default_drain_us() -> u64 {
+    100
+}
+fn default_engine_mb() -> usize {
+    256
+}
+fn default_ratio() -> f64 {
+    0.5
+}
+fn default_inline() -> usize {
+    16
+}
+
+/// A configuration error with enough context to fix the file.
+#[derive(Debug)]
+pub struct ConfigError(pub String);
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        let cfg =
+            Config::parse(&text).map_err(|e| ConfigError(format!("{}: {e}", path.display())))?;
+        Ok(cfg)
+    }
+
+    /// Parses and validates config text.
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let cfg: Config = serde_json::from_str(text).map_err(|e| ConfigError(e.to_string()))?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// Checks cross-field rules that serde cannot express.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (who, p) in [("dataplane", &self.dataplane), ("pktgen", &self.pktgen)] {
+            parse_mac(&p.mac).map_err(|e| ConfigError(format!("{who}.mac: {e}")))?;
+            if p.burst == 0 || p.burst > 64 {
+                return Err(ConfigError(format!("{who}.burst must be 1..=64")));
+            }
+            if p.file_prefix.is_empty() {
+                return Err(ConfigError(format!("{who}.file_prefix must not be empty")));
+            }
+        }
+        if self.dataplane.file_prefix == self.pktgen.file_prefix {
+            return Err(ConfigError(
+                "dataplane and pktgen need distinct file_prefix values".into(),
+            ));
+        }
+        if self.server.qpn >= 1 << 24 {
+            return Err(ConfigError("server.qpn must fit in 24 bits".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for c in &self.clients {
+            if c.qpn >= 1 << 24 {
+                return Err(ConfigError(format!(
+                    "client qpn {} must fit in 24 bits",
+                    c.qpn
+                )));
+            }
+            if !seen.insert(c.qpn) {
+                return Err(ConfigError(format!("client qpn {} listed twice", c.qpn)));
+            }
+        }
+        let e = &self.engine;
+        if !(e.hash_index_ratio > 0.0 && e.hash_index_ratio < 1.0) {
+            return Err(ConfigError(
+                "engine.hash_index_ratio must be in (0, 1)".into(),
+            ));
+        }
+        if e.mem_mb == 0 {
+            return Err(ConfigError("engine.mem_mb must be > 0".into()));
+        }
+        Ok(())
+    }
+}
+
+impl ProcessConfig {
+    /// The EAL argument vector (with a program name first) for this process.
+    ///
+    /// `hugepages` is the resolved hugepage decision (see [`resolve_hugepages`]).
+    pub fn eal_args(&self, prog: &str, hugepages: bool) -> Vec<String> {
+        let mut a = vec![
+            prog.to_string(),
+            "-l".into(),
+            self.lcores.clone(),
+            format!("--file-prefix={}", self.file_prefix),
+            "--log-level=lib.eal:notice".into(),
+        ];
+        if Path::new(DEFAULT_PMD_DIR).is_dir() && !self.extra_eal.iter().any(|x| x == "-d") {
+            a.push("-d".into());
+            a.push(DEFAULT_PMD_DIR.into());
+        }
+        for v in &self.vdevs {
+            a.push(format!("--vdev={v}"));
+        }
+        if self.pci.is_empty() {
+            a.push("--no-pci".into());
+        } else {
+            for p in &self.pci {
+                a.push("-a".into());
+                a.push(p.clone());
+            }
+        }
+        if hugepages {
+            a.push(format!("--socket-mem={}", self.memory_mb));
+        } else {
+            a.push("--no-huge".into());
+            a.push("--iova-mode=va".into());
+            a.push("-m".into());
+            a.push(self.memory_mb.to_string());
+        }
+        a.extend(self.extra_eal.iter().cloned());
+        a
+    }
+
+    /// This endpoint's MAC as bytes (validated at load time).
+    pub fn mac_bytes(&self) -> [u8; 6] {
+        parse_mac(&self.mac).unwrap_or([0; 6])
+    }
+}
+
+/// Decides whether hugepages back DPDK memory for `mode` and `memory_mb`.
+pub fn resolve_hugepages(mode: HugeMode, memory_mb: u32) -> Result<bool, ConfigError> {
+    match mode {
+        HugeMode::Off => Ok(false),
+        HugeMode::On => {
+            if hugepages_available(memory_mb) {
+                Ok(true)
+            } else {
+                Err(ConfigError(format!(
+                    "hugepages = \"on\" but {memory_mb} MiB of free hugepages on a mounted hugetlbfs are not available"
+                )))
+            }
+        }
+        HugeMode::Auto => Ok(hugepages_available(memory_mb)),
+    }
+}
+
+/// True when hugetlbfs is mounted and at least `memory_mb` MiB of hugepages are free.
+pub fn hugepages_available(memory_mb: u32) -> bool {
+    let mounted = std::fs::read_to_string("/proc/mounts")
+        .map(|m| {
+            m.lines()
+                .any(|l| l.split_whitespace().nth(2) == Some("hugetlbfs"))
+        })
+        .unwrap_or(false);
+    if !mounted {
+        return false;
+    }
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let field = |name: &str| -> u64 {
+        info.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    };
+    let free_kib = field("HugePages_Free:") * field("Hugepagesize:");
+    free_kib >= u64::from(memory_mb) * 1024
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff`.
+pub fn parse_mac(s: &str) -> Result<[u8; 6], ConfigError> {
+    let mut out = [0u8; 6];
+    let mut n = 0;
+    for part in s.split(':') {
+        if n == 6 || part.len() != 2 {
+            return Err(ConfigError(format!("bad MAC address {s:?}")));
+        }
+        out[n] = u8::from_str_radix(part, 16)
+            .map_err(|_| ConfigError(format!("bad MAC address {s:?}")))?;
+        n += 1;
+    }
+    if n != 6 {
+        return Err(ConfigError(format!("bad MAC address {s:?}")));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memif() -> Config {
+        let text = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/memif.json"
+        ))
+        .expect("configs/memif.json");
+        Config::parse(&text).expect("valid default config")
+    }
+
+    #[test]
+    fn default_config_parses() {
+        let c = memif();
+        assert_eq!(c.dataplane.port, "net_memif0");
+        assert!(!c.clients.is_empty());
+    }
+
+    #[test]
+    fn every_shipped_config_parses() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../configs");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let p = entry.unwrap().path();
+            if p.extension().is_some_and(|e| e == "json") {
+                Config::load(&p).unwrap_or_else(|e| panic!("{e}"));
+                n += 1;
+            }
+        }
+        assert!(n >= 3, "expected memif, tap and nic configs");
+    }
+
+    #[test]
+    fn eal_args_fallback_without_hugepages() {
+        let c = memif();
+        let a = c.dataplane.eal_args("dataplane", false);
+        assert!(a.contains(&"--no-huge".to_string()));
+        assert!(a.iter().any(|x| x.starts_with("--vdev=net_memif0")));
+        let a = c.dataplane.eal_args("dataplane", true);
+        assert!(!a.contains(&"--no-huge".to_string()));
+    }
+
+    #[test]
+    fn rejects_typos_and_bad_values() {
+        let good = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../configs/memif.json"
+        ))
+        .unwrap();
+        let typo = good.replacen("\"lcores\"", "\"lcore\"", 1);
+        assert!(Config::parse(&typo).is_err());
+        let bad_mac = good.replacen("02:00:00:00:00:01", "02:00:00:00:01", 1);
+        assert!(Config::parse(&bad_mac).is_err());
+    }
+
+    #[test]
+    fn mac_parsing() {
+        assert_eq!(parse_mac("02:00:00:00:00:0a").unwrap(), [2, 0, 0, 0, 0, 10]);
+        assert!(parse_mac("02:00:00:00:00").is_err());
+        assert!(parse_mac("02:00:00:00:00:00:00").is_err());
+        assert!(parse_mac("zz:00:00:00:00:00").is_err());
+    }
+}

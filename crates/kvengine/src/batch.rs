@@ -1,0 +1,192 @@
+//! Batched execution with prefetching.
+//!
+//! [`Engine::execute_batch`] is a software pipeline over the batch:
+//!
+//! ```text
+//!  op index:   i                 i + SECOND_AHEAD              i + BUCKET_AHEAD
+//!              execute in order  peek bucket (cached by now);  hash key,
+//!              (re-walk cached   prefetch chained bucket and   prefetch primary
+//!              lines)            matching slab records         bucket
+//! ```
+//!
+//! so about `BUCKET_AHEAD` bucket misses and `SECOND_AHEAD` second-stage
+//! misses are in flight at any time, continuously. The alternative group
+//! prefetching ([`Engine::execute_batch_grouped`]: per group of [`GROUP`],
+//! hash + prefetch all, peek + prefetch next stage, execute) exposes one full
+//! memory latency per group because stage 2 waits for the group's first
+//! bucket; it measured slower (docs/ENGINE.md).
+//!
+//! Prefetches are hints only: execution runs exactly the sequential code, so
+//! results equal in-order execution even when a batch repeats a key or an
+//! earlier PUT changes a bucket that a later op prefetched.
+
+use crate::bucket::{read_slot, Meta, PTR_BITS};
+use crate::engine::bucket_ref;
+use crate::hash::{key_hash, secondary};
+use crate::slab::UNIT_SHIFT;
+use crate::{accounting::OpClass, BatchOp, Engine, OpKind, ResultSink, Status};
+
+/// Operations per prefetch group (grouped variant).
+pub const GROUP: usize = 16;
+/// Pipelined variant: how many ops ahead the primary bucket is prefetched.
+pub const BUCKET_AHEAD: usize = 16;
+/// Pipelined variant: how many ops ahead the bucket is peeked and the
+/// chained bucket / slab record prefetched.
+pub const SECOND_AHEAD: usize = 8;
+/// Ring of precomputed hashes (power of two > BUCKET_AHEAD).
+const RING: usize = 32;
+const _: () = assert!(RING.is_power_of_two() && RING > BUCKET_AHEAD && BUCKET_AHEAD > SECOND_AHEAD);
+
+/// Issues a prefetch of the cache line holding `mem[off]` (no-op off x86-64).
+#[inline(always)]
+pub(crate) fn prefetch(mem: &[u8], off: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        let p = mem.as_ptr().wrapping_add(off) as *const i8;
+        // SAFETY: PREFETCHT0 is a hint: it never faults and has no
+        // architectural effect, whatever the address (wrapping_add keeps the
+        // pointer arithmetic itself defined).
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = (mem, off);
+    }
+}
+
+/// Public prefetch hint (for benchmarks and callers that stage their own
+/// lookups): a no-op off x86-64, never faults.
+#[inline(always)]
+pub fn prefetch_hint(mem: &[u8], off: usize) {
+    prefetch(mem, off)
+}
+
+impl Engine {
+    /// Stage 2: peek at the primary bucket, prefetch candidate records and
+    /// the next chained bucket.
+    #[inline(always)]
+    fn prefetch_second(&self, h: u64) {
+        let mem = self.mem();
+        let off = self.bucket_off(h);
+        let b = bucket_ref(mem, off);
+        let m = Meta::load(b);
+        let sec = secondary(h);
+        // Pointer entries whose secondary hash matches: their records.
+        let mut ptr = m.ptr_slots();
+        while ptr != 0 {
+            let s = ptr.trailing_zeros();
+            ptr &= ptr - 1;
+            let word = read_slot(b, s);
+            if (word >> PTR_BITS) as u16 == sec {
+                prefetch(mem, ((word & ((1 << PTR_BITS) - 1)) as usize) << UNIT_SHIFT);
+            }
+        }
+        let c = m.chain();
+        if c != 0 {
+            prefetch(mem, (c as usize) << UNIT_SHIFT);
+        }
+    }
+
+    /// Executes `ops` with software-pipelined prefetching. Results equal
+    /// in-order sequential execution; `sink.result(i, status, value)` is
+    /// called exactly once per op, in op order `i = 0, 1, ..`; `value` is
+    /// empty except for a successful GET, where it borrows the stored bytes.
+    /// Statuses are those of [`Engine::get`], [`Engine::put`] and
+    /// [`Engine::delete`] (a batch GET never answers `BufferTooSmall`).
+    ///
+    /// While op `i` executes, op `i + BUCKET_AHEAD` is hashed and its bucket
+    /// prefetched, and op `i + SECOND_AHEAD` has its bucket peeked so its
+    /// chained bucket / slab record can be prefetched. Larger batches amortize
+    /// the pipeline fill (the first `BUCKET_AHEAD` ops).
+    pub fn execute_batch<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
+        let n = ops.len();
+        let mut hs = [0u64; RING];
+        for (j, op) in ops.iter().enumerate().take(BUCKET_AHEAD) {
+            let h = key_hash(op.key);
+            hs[j] = h;
+            prefetch(self.mem(), self.bucket_off(h));
+        }
+        for &h in hs.iter().take(SECOND_AHEAD.min(n)) {
+            self.prefetch_second(h);
+        }
+        for (i, op) in ops.iter().enumerate() {
+            if let Some(a) = ops.get(i + BUCKET_AHEAD) {
+                let h = key_hash(a.key);
+                hs[(i + BUCKET_AHEAD) % RING] = h;
+                prefetch(self.mem(), self.bucket_off(h));
+            }
+            if i + SECOND_AHEAD < n {
+                self.prefetch_second(hs[(i + SECOND_AHEAD) % RING]);
+            }
+            self.execute_one(i, op, hs[i % RING], sink);
+        }
+    }
+
+    /// Executes `ops` with group prefetching (groups of [`GROUP`]: hash and
+    /// prefetch all buckets, peek and prefetch the next stage, execute in
+    /// order). Same results as [`Engine::execute_batch`]; kept for comparison.
+    pub fn execute_batch_grouped<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
+        let mut base = 0;
+        for group in ops.chunks(GROUP) {
+            let mut hs = [0u64; GROUP];
+            for (j, op) in group.iter().enumerate() {
+                let h = key_hash(op.key);
+                hs[j] = h;
+                prefetch(self.mem(), self.bucket_off(h));
+            }
+            for &h in &hs[..group.len()] {
+                self.prefetch_second(h);
+            }
+            for (j, op) in group.iter().enumerate() {
+                self.execute_one(base + j, op, hs[j], sink);
+            }
+            base += group.len();
+        }
+    }
+
+    /// Executes `ops` one by one without prefetching (the baseline the
+    /// batched path is measured against). Same results as `execute_batch`.
+    pub fn execute_sequential<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
+        for (i, op) in ops.iter().enumerate() {
+            self.execute_one(i, op, key_hash(op.key), sink);
+        }
+    }
+
+    #[inline(always)]
+    fn execute_one<S: ResultSink>(&mut self, i: usize, op: &BatchOp<'_>, h: u64, sink: &mut S) {
+        match op.kind {
+            OpKind::Get => {
+                if let Err(s) = self.check_key(op.key) {
+                    self.ops.gets += 1;
+                    self.ops.refused += 1;
+                    return sink.result(i, s, &[]);
+                }
+                match self.get_hashed(op.key, h) {
+                    Some((off, len)) => sink.result(i, Status::Ok, &self.mem()[off..off + len]),
+                    None => sink.result(i, Status::NotFound, &[]),
+                }
+            }
+            OpKind::Put => {
+                if let Err(s) = self.check_put(op.key, op.value) {
+                    self.ops.puts += 1;
+                    self.ops.refused += 1;
+                    return sink.result(i, s, &[]);
+                }
+                let st = self.put_hashed(op.key, op.value, h);
+                self.acct.finish(OpClass::Put);
+                sink.result(i, st, &[]);
+            }
+            OpKind::Delete => {
+                if let Err(s) = self.check_key(op.key) {
+                    self.ops.deletes += 1;
+                    self.ops.refused += 1;
+                    return sink.result(i, s, &[]);
+                }
+                let st = self.delete_hashed(op.key, h);
+                self.acct.finish(OpClass::Delete);
+                sink.result(i, st, &[]);
+            }
+        }
+    }
+}

@@ -1,0 +1,596 @@
+//! Element functions and vector operations (KV-Direct §3.3.3, Table 2).
+//!
+//! A value is seen either as one scalar or as an array of fixed-width elements. Elements
+//! are little-endian, 1, 2, 4 or 8 bytes wide ([`Width`]). All arithmetic wraps at the
+//! element width (two's complement); `signed` only changes the functions that compare:
+//! `min`, `max` and the ordering predicates of [`filter`].
+//!
+//! Parameters are passed as `u64` and truncated to the element width (the low `width`
+//! bytes), so a client sends them at any width it likes.
+//!
+//! # Panic and allocation contract
+//!
+//! No function here panics, whatever the lengths of its inputs, and none allocates. Every
+//! function checks all its inputs before it writes anything: on error the value is left
+//! unchanged.
+
+use core::cmp::Ordering;
+
+/// Identifier of an element function, as carried on the wire (one byte).
+///
+/// IDs 1–9 are the built-in functions ([`Builtin`]); IDs `>= 128` are user functions
+/// registered in a [`FunctionRegistry`](crate::FunctionRegistry); everything else is
+/// reserved and unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct FuncId(pub u8);
+
+impl FuncId {
+    /// `old + param` (wrapping); returns the original value.
+    pub const FETCH_ADD: FuncId = FuncId(1);
+    /// `old - param` (wrapping); returns the original value.
+    pub const FETCH_SUB: FuncId = FuncId(2);
+    /// `param`; returns the original value.
+    pub const SWAP: FuncId = FuncId(3);
+    /// `if old == param { param2 } else { old }`; returns the original value.
+    pub const CAS: FuncId = FuncId(4);
+    /// `min(old, param)`, signed or unsigned.
+    pub const MIN: FuncId = FuncId(5);
+    /// `max(old, param)`, signed or unsigned.
+    pub const MAX: FuncId = FuncId(6);
+    /// `old & param`.
+    pub const AND: FuncId = FuncId(7);
+    /// `old | param`.
+    pub const OR: FuncId = FuncId(8);
+    /// `old ^ param`.
+    pub const XOR: FuncId = FuncId(9);
+    /// The first ID of the user range (`128..=255`).
+    pub const USER_FIRST: u8 = 128;
+
+    /// Whether this ID lies in the user range (`>= 128`).
+    pub const fn is_user(self) -> bool {
+        self.0 >= Self::USER_FIRST
+    }
+}
+
+/// Why an operation was refused. The value is unchanged whenever one is returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OpError {
+    /// The value length is not a multiple of the width, a scalar value is not exactly one
+    /// element, or a Δ-vector's length differs from the value's.
+    BadLength,
+    /// The function or predicate ID is not built in and not registered.
+    UnknownFunction,
+    /// The element width is not 1, 2, 4 or 8.
+    BadWidth,
+    /// A caller-provided output buffer is shorter than the value (a caller bug, never a
+    /// client error: the reservation station sizes its buffers so this cannot happen).
+    BufferTooSmall,
+}
+
+impl core::fmt::Display for OpError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let s = match self {
+            OpError::BadLength => "value or delta length does not fit the element width",
+            OpError::UnknownFunction => "unknown function or predicate id",
+            OpError::BadWidth => "element width is not 1, 2, 4 or 8",
+            OpError::BufferTooSmall => "output buffer shorter than the value",
+        };
+        f.write_str(s)
+    }
+}
+
+impl std::error::Error for OpError {}
+
+/// Element width in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Width {
+    /// 1 byte (`u8`/`i8`).
+    W1 = 1,
+    /// 2 bytes (`u16`/`i16`).
+    W2 = 2,
+    /// 4 bytes (`u32`/`i32`).
+    W4 = 4,
+    /// 8 bytes (`u64`/`i64`).
+    W8 = 8,
+}
+
+impl Width {
+    /// Every width, narrowest first.
+    pub const ALL: [Width; 4] = [Width::W1, Width::W2, Width::W4, Width::W8];
+
+    /// Parses a wire width (a byte count); anything but 1, 2, 4, 8 is [`OpError::BadWidth`].
+    pub const fn from_bytes(n: u8) -> Result<Width, OpError> {
+        match n {
+            1 => Ok(Width::W1),
+            2 => Ok(Width::W2),
+            4 => Ok(Width::W4),
+            8 => Ok(Width::W8),
+            _ => Err(OpError::BadWidth),
+        }
+    }
+
+    /// The width in bytes.
+    pub const fn bytes(self) -> usize {
+        self as usize
+    }
+
+    /// A mask of the low `8 * bytes` bits.
+    pub const fn mask(self) -> u64 {
+        match self {
+            Width::W8 => u64::MAX,
+            w => (1u64 << (8 * w as u32)) - 1,
+        }
+    }
+
+    /// Sign-extends the low `8 * bytes` bits of `v`.
+    pub const fn sign_extend(self, v: u64) -> i64 {
+        let shift = 64 - 8 * self as u32;
+        ((v << shift) as i64) >> shift
+    }
+}
+
+/// Reads a little-endian element of up to 8 bytes (longer inputs: the first 8 bytes).
+pub fn load_le(elem: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    for (d, s) in b.iter_mut().zip(elem) {
+        *d = *s;
+    }
+    u64::from_le_bytes(b)
+}
+
+/// Writes the low `elem.len()` bytes of `v` little-endian (at most 8).
+pub fn store_le(elem: &mut [u8], v: u64) {
+    for (d, s) in elem.iter_mut().zip(v.to_le_bytes()) {
+        *d = s;
+    }
+}
+
+/// Compares two width-masked elements, signed or unsigned.
+fn compare(width: Width, signed: bool, a: u64, b: u64) -> Ordering {
+    if signed {
+        width.sign_extend(a).cmp(&width.sign_extend(b))
+    } else {
+        (a & width.mask()).cmp(&(b & width.mask()))
+    }
+}
+
+/// The built-in element functions (IDs 1–9).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// ID 1.
+    FetchAdd,
+    /// ID 2.
+    FetchSub,
+    /// ID 3.
+    Swap,
+    /// ID 4: `param` is the expected value, `param2` the new one.
+    CompareSwap,
+    /// ID 5.
+    Min,
+    /// ID 6.
+    Max,
+    /// ID 7.
+    And,
+    /// ID 8.
+    Or,
+    /// ID 9.
+    Xor,
+}
+
+impl Builtin {
+    /// Every built-in function, in ID order.
+    pub const ALL: [Builtin; 9] = [
+        Builtin::FetchAdd,
+        Builtin::FetchSub,
+        Builtin::Swap,
+        Builtin::CompareSwap,
+        Builtin::Min,
+        Builtin::Max,
+        Builtin::And,
+        Builtin::Or,
+        Builtin::Xor,
+    ];
+
+    /// The built-in function with this ID, if any.
+    pub const fn from_id(id: FuncId) -> Option<Builtin> {
+        match id.0 {
+            1 => Some(Builtin::FetchAdd),
+            2 => Some(Builtin::FetchSub),
+            3 => Some(Builtin::Swap),
+            4 => Some(Builtin::CompareSwap),
+            5 => Some(Builtin::Min),
+            6 => Some(Builtin::Max),
+            7 => Some(Builtin::And),
+            8 => Some(Builtin::Or),
+            9 => Some(Builtin::Xor),
+            _ => None,
+        }
+    }
+
+    /// This function's wire ID.
+    pub const fn id(self) -> FuncId {
+        FuncId(self as u8 + 1)
+    }
+
+    /// A short lower-case name (`fetch_add`, `cas`, …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            Builtin::FetchAdd => "fetch_add",
+            Builtin::FetchSub => "fetch_sub",
+            Builtin::Swap => "swap",
+            Builtin::CompareSwap => "cas",
+            Builtin::Min => "min",
+            Builtin::Max => "max",
+            Builtin::And => "and",
+            Builtin::Or => "or",
+            Builtin::Xor => "xor",
+        }
+    }
+
+    /// The new element value from the old one; the result is masked to the width.
+    pub fn compute(self, width: Width, signed: bool, old: u64, param: u64, param2: u64) -> u64 {
+        let m = width.mask();
+        let (old, param, param2) = (old & m, param & m, param2 & m);
+        let new = match self {
+            Builtin::FetchAdd => old.wrapping_add(param),
+            Builtin::FetchSub => old.wrapping_sub(param),
+            Builtin::Swap => param,
+            Builtin::CompareSwap if old == param => param2,
+            Builtin::CompareSwap => old,
+            Builtin::Min if compare(width, signed, param, old).is_lt() => param,
+            Builtin::Max if compare(width, signed, param, old).is_gt() => param,
+            Builtin::Min | Builtin::Max => old,
+            Builtin::And => old & param,
+            Builtin::Or => old | param,
+            Builtin::Xor => old ^ param,
+        };
+        new & m
+    }
+}
+
+/// A user function: updates one element in place. `elem` is exactly one element (its
+/// length is the width: 1, 2, 4 or 8), little-endian; `param`/`param2` are the operation's
+/// parameters, untruncated. It must not panic; it cannot fail.
+pub type UserFn = fn(elem: &mut [u8], param: u64, param2: u64);
+
+/// A resolved element function: built in or user-defined.
+#[derive(Clone, Copy, Debug)]
+pub enum ElemFn {
+    /// One of the built-ins.
+    Builtin(Builtin),
+    /// A registered user function.
+    User(UserFn),
+}
+
+impl From<Builtin> for ElemFn {
+    fn from(b: Builtin) -> Self {
+        ElemFn::Builtin(b)
+    }
+}
+
+impl ElemFn {
+    /// Applies the function to one element; returns the original element value.
+    ///
+    /// `elem.len()` must equal `width`, else [`OpError::BadLength`] and no change.
+    pub fn apply(
+        self,
+        width: Width,
+        signed: bool,
+        elem: &mut [u8],
+        param: u64,
+        param2: u64,
+    ) -> Result<u64, OpError> {
+        if elem.len() != width.bytes() {
+            return Err(OpError::BadLength);
+        }
+        let old = load_le(elem);
+        match self {
+            ElemFn::Builtin(b) => store_le(elem, b.compute(width, signed, old, param, param2)),
+            ElemFn::User(f) => f(elem, param, param2),
+        }
+        Ok(old)
+    }
+}
+
+/// `update_scalar2scalar` with a built-in function: applies `func` to the scalar `elem`
+/// and returns its original value.
+///
+/// Errors: [`OpError::UnknownFunction`] unless `func` is built in (resolve user IDs with
+/// [`FunctionRegistry::resolve`](crate::FunctionRegistry::resolve) and call
+/// [`ElemFn::apply`]); [`OpError::BadLength`] unless `elem.len() == width`.
+pub fn apply_scalar(
+    func: FuncId,
+    width: Width,
+    signed: bool,
+    elem: &mut [u8],
+    param: u64,
+    param2: u64,
+) -> Result<u64, OpError> {
+    let b = Builtin::from_id(func).ok_or(OpError::UnknownFunction)?;
+    ElemFn::Builtin(b).apply(width, signed, elem, param, param2)
+}
+
+fn check_vector(width: Width, value: &[u8], out: &[u8]) -> Result<(), OpError> {
+    if value.len() % width.bytes() != 0 {
+        return Err(OpError::BadLength);
+    }
+    if out.len() < value.len() {
+        return Err(OpError::BufferTooSmall);
+    }
+    Ok(())
+}
+
+/// `update_scalar2vector`: applies `f(elem, param, param2)` to every element of `value`.
+///
+/// The original vector is copied into `original[..value.len()]`; returns `value.len()`.
+/// Errors: [`OpError::BadLength`] if `value.len()` is not a multiple of `width`;
+/// [`OpError::BufferTooSmall`] if `original` is shorter than `value`.
+pub fn update_s2v(
+    f: ElemFn,
+    width: Width,
+    signed: bool,
+    value: &mut [u8],
+    param: u64,
+    param2: u64,
+    original: &mut [u8],
+) -> Result<usize, OpError> {
+    check_vector(width, value, original)?;
+    let n = value.len();
+    original
+        .iter_mut()
+        .zip(value.iter())
+        .for_each(|(d, s)| *d = *s);
+    for elem in value.chunks_exact_mut(width.bytes()) {
+        f.apply(width, signed, elem, param, param2)?;
+    }
+    Ok(n)
+}
+
+/// `update_vector2vector`: applies `f(value[i], delta[i], param2)` element-wise.
+///
+/// The original vector is copied into `original[..value.len()]`; returns `value.len()`.
+/// Errors: [`OpError::BadLength`] if `value.len()` is not a multiple of `width` or
+/// `delta.len() != value.len()`; [`OpError::BufferTooSmall`] if `original` is short.
+pub fn update_v2v(
+    f: ElemFn,
+    width: Width,
+    signed: bool,
+    value: &mut [u8],
+    delta: &[u8],
+    param2: u64,
+    original: &mut [u8],
+) -> Result<usize, OpError> {
+    check_vector(width, value, original)?;
+    if delta.len() != value.len() {
+        return Err(OpError::BadLength);
+    }
+    let n = value.len();
+    original
+        .iter_mut()
+        .zip(value.iter())
+        .for_each(|(d, s)| *d = *s);
+    let w = width.bytes();
+    for (elem, d) in value.chunks_exact_mut(w).zip(delta.chunks_exact(w)) {
+        f.apply(width, signed, elem, load_le(d), param2)?;
+    }
+    Ok(n)
+}
+
+/// `reduce`: folds the elements into Σ, starting from `init`: for each element `e` in
+/// order, `Σ = f(Σ, e, param2)`. Returns Σ masked to the width (zero-extended).
+///
+/// So fetch-add gives the sum, min/max the extremum (`init` should be the neutral
+/// element, e.g. the maximum for min), and/or/xor the bitwise reductions; user functions
+/// work the same way. Errors: [`OpError::BadLength`] if `value.len()` is not a multiple
+/// of `width`.
+pub fn reduce(
+    f: ElemFn,
+    width: Width,
+    signed: bool,
+    value: &[u8],
+    init: u64,
+    param2: u64,
+) -> Result<u64, OpError> {
+    if value.len() % width.bytes() != 0 {
+        return Err(OpError::BadLength);
+    }
+    let mut acc_buf = [0u8; 8];
+    let acc = acc_buf.get_mut(..width.bytes()).ok_or(OpError::BadWidth)?;
+    store_le(acc, init);
+    for e in value.chunks_exact(width.bytes()) {
+        f.apply(width, signed, acc, load_le(e), param2)?;
+    }
+    Ok(load_le(acc))
+}
+
+/// A filter predicate: an element `e` passes if `e <op> param` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Predicate {
+    /// ID 1: `e != 0` (ignores `param`).
+    Nonzero = 1,
+    /// ID 2: `e < param`.
+    Lt = 2,
+    /// ID 3: `e > param`.
+    Gt = 3,
+    /// ID 4: `e == param`.
+    Eq = 4,
+    /// ID 5: `e != param`.
+    Ne = 5,
+    /// ID 6: `e <= param`.
+    Le = 6,
+    /// ID 7: `e >= param`.
+    Ge = 7,
+}
+
+impl Predicate {
+    /// Every predicate, in ID order.
+    pub const ALL: [Predicate; 7] = [
+        Predicate::Nonzero,
+        Predicate::Lt,
+        Predicate::Gt,
+        Predicate::Eq,
+        Predicate::Ne,
+        Predicate::Le,
+        Predicate::Ge,
+    ];
+
+    /// The predicate with this wire ID; [`OpError::UnknownFunction`] otherwise.
+    pub const fn from_id(id: u8) -> Result<Predicate, OpError> {
+        match id {
+            1 => Ok(Predicate::Nonzero),
+            2 => Ok(Predicate::Lt),
+            3 => Ok(Predicate::Gt),
+            4 => Ok(Predicate::Eq),
+            5 => Ok(Predicate::Ne),
+            6 => Ok(Predicate::Le),
+            7 => Ok(Predicate::Ge),
+            _ => Err(OpError::UnknownFunction),
+        }
+    }
+
+    /// Whether element `e` passes against `param`, both width-masked.
+    pub fn test(self, width: Width, signed: bool, e: u64, param: u64) -> bool {
+        let ord = compare(width, signed, e, param);
+        match self {
+            Predicate::Nonzero => e & width.mask() != 0,
+            Predicate::Lt => ord.is_lt(),
+            Predicate::Gt => ord.is_gt(),
+            Predicate::Eq => ord.is_eq(),
+            Predicate::Ne => ord.is_ne(),
+            Predicate::Le => ord.is_le(),
+            Predicate::Ge => ord.is_ge(),
+        }
+    }
+}
+
+/// `filter`: copies the elements of `value` that pass `pred` (in order) into `out`.
+///
+/// Returns the number of bytes written (a multiple of the width; divide by it for the
+/// element count). `out` must be at least `value.len()` long (the worst case), else
+/// [`OpError::BufferTooSmall`]; [`OpError::BadLength`] if `value.len()` is not a multiple
+/// of `width`.
+pub fn filter(
+    pred: Predicate,
+    width: Width,
+    signed: bool,
+    param: u64,
+    value: &[u8],
+    out: &mut [u8],
+) -> Result<usize, OpError> {
+    check_vector(width, value, out)?;
+    let w = width.bytes();
+    let mut n = 0;
+    for e in value.chunks_exact(w) {
+        if pred.test(width, signed, load_le(e), param) {
+            if let Some(dst) = out.get_mut(n..n + w) {
+                dst.copy_from_slice(e);
+            }
+            n += w;
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip() {
+        for b in Builtin::ALL {
+            assert_eq!(Builtin::from_id(b.id()), Some(b));
+        }
+        assert_eq!(Builtin::from_id(FuncId(0)), None);
+        assert_eq!(Builtin::from_id(FuncId(10)), None);
+        for p in Predicate::ALL {
+            assert_eq!(Predicate::from_id(p as u8), Ok(p));
+        }
+        assert_eq!(Predicate::from_id(0), Err(OpError::UnknownFunction));
+        assert_eq!(Predicate::from_id(8), Err(OpError::UnknownFunction));
+    }
+
+    #[test]
+    fn widths() {
+        for n in 0..=255u8 {
+            let ok = matches!(n, 1 | 2 | 4 | 8);
+            assert_eq!(Width::from_bytes(n).is_ok(), ok, "{n}");
+        }
+        assert_eq!(Width::W2.mask(), 0xffff);
+        assert_eq!(Width::W1.sign_extend(0x80), -128);
+        assert_eq!(Width::W8.sign_extend(u64::MAX), -1);
+    }
+
+    #[test]
+    fn wraps_at_width() {
+        let mut e = [0xff];
+        assert_eq!(
+            apply_scalar(FuncId::FETCH_ADD, Width::W1, false, &mut e, 1, 0),
+            Ok(255)
+        );
+        assert_eq!(e, [0]);
+        let mut e = [0, 0];
+        apply_scalar(FuncId::FETCH_SUB, Width::W2, true, &mut e, 1, 0).unwrap();
+        assert_eq!(e, [0xff, 0xff]);
+        let mut e = 5u32.to_le_bytes();
+        apply_scalar(FuncId::MIN, Width::W4, true, &mut e, u64::MAX, 0).unwrap();
+        assert_eq!(i32::from_le_bytes(e), -1);
+        let mut e = 5u32.to_le_bytes();
+        apply_scalar(FuncId::MIN, Width::W4, false, &mut e, u64::MAX, 0).unwrap();
+        assert_eq!(u32::from_le_bytes(e), 5);
+    }
+
+    #[test]
+    fn errors_change_nothing() {
+        let mut v = [1u8, 2, 3];
+        let mut o = [0u8; 8];
+        let f = ElemFn::Builtin(Builtin::FetchAdd);
+        assert_eq!(
+            update_s2v(f, Width::W2, false, &mut v, 1, 0, &mut o),
+            Err(OpError::BadLength)
+        );
+        let mut v4 = [1u8, 2, 3, 4];
+        assert_eq!(
+            update_v2v(f, Width::W2, false, &mut v4, &[1, 2], 0, &mut o),
+            Err(OpError::BadLength)
+        );
+        assert_eq!(
+            update_s2v(f, Width::W1, false, &mut v4, 1, 0, &mut o[..3]),
+            Err(OpError::BufferTooSmall)
+        );
+        assert_eq!(v, [1, 2, 3]);
+        assert_eq!(v4, [1, 2, 3, 4]);
+        assert_eq!(
+            apply_scalar(FuncId(10), Width::W1, false, &mut v[..1], 1, 0),
+            Err(OpError::UnknownFunction)
+        );
+        assert_eq!(
+            apply_scalar(FuncId::SWAP, Width::W2, false, &mut v, 1, 0),
+            Err(OpError::BadLength)
+        );
+        assert_eq!(v, [1, 2, 3]);
+        assert_eq!(
+            filter(Predicate::Nonzero, Width::W2, false, 0, &v, &mut o),
+            Err(OpError::BadLength)
+        );
+        assert_eq!(
+            reduce(f, Width::W4, false, &v, 0, 0),
+            Err(OpError::BadLength)
+        );
+    }
+
+    #[test]
+    fn empty_vectors_are_fine() {
+        let f = ElemFn::Builtin(Builtin::FetchAdd);
+        assert_eq!(
+            update_s2v(f, Width::W8, false, &mut [], 1, 0, &mut []),
+            Ok(0)
+        );
+        assert_eq!(reduce(f, Width::W8, false, &[], 7, 0), Ok(7));
+        assert_eq!(
+            filter(Predicate::Ge, Width::W8, false, 0, &[], &mut []),
+            Ok(0)
+        );
+    }
+}

@@ -1,0 +1,91 @@
+//! Reference implementations written with native integer types (`u8`…`i64`), independent
+//! of the crate's mask-and-sign-extend arithmetic.
+
+#![allow(dead_code)]
+
+macro_rules! reference {
+    ($apply:ident, $pred:ident, $u:ty, $i:ty) => {
+        fn $apply(f: u8, signed: bool, old: u64, p: u64, p2: u64) -> u64 {
+            let (o, a, b) = (old as $u, p as $u, p2 as $u);
+            let r: $u = match f {
+                1 => o.wrapping_add(a),
+                2 => o.wrapping_sub(a),
+                3 => a,
+                4 => {
+                    if o == a {
+                        b
+                    } else {
+                        o
+                    }
+                }
+                5 if signed => (o as $i).min(a as $i) as $u,
+                5 => o.min(a),
+                6 if signed => (o as $i).max(a as $i) as $u,
+                6 => o.max(a),
+                7 => o & a,
+                8 => o | a,
+                9 => o ^ a,
+                _ => panic!("not a builtin"),
+            };
+            r as u64
+        }
+
+        fn $pred(pred: u8, signed: bool, e: u64, p: u64) -> bool {
+            let (eu, pu) = (e as $u, p as $u);
+            let ord = if signed {
+                (eu as $i).cmp(&(pu as $i))
+            } else {
+                eu.cmp(&pu)
+            };
+            match pred {
+                1 => eu != 0,
+                2 => ord.is_lt(),
+                3 => ord.is_gt(),
+                4 => eu == pu,
+                5 => eu != pu,
+                6 => ord.is_le(),
+                7 => ord.is_ge(),
+                _ => panic!("not a predicate"),
+            }
+        }
+    };
+}
+
+reference!(apply8, pred8, u8, i8);
+reference!(apply16, pred16, u16, i16);
+reference!(apply32, pred32, u32, i32);
+reference!(apply64, pred64, u64, i64);
+
+/// Reference built-in function `f` at `width` bytes; result zero-extended.
+pub fn ref_apply(f: u8, width: usize, signed: bool, old: u64, p: u64, p2: u64) -> u64 {
+    match width {
+        1 => apply8(f, signed, old, p, p2),
+        2 => apply16(f, signed, old, p, p2),
+        4 => apply32(f, signed, old, p, p2),
+        8 => apply64(f, signed, old, p, p2),
+        _ => panic!("bad width"),
+    }
+}
+
+/// Reference predicate `pred` at `width` bytes.
+pub fn ref_pred(pred: u8, width: usize, signed: bool, e: u64, p: u64) -> bool {
+    match width {
+        1 => pred8(pred, signed, e, p),
+        2 => pred16(pred, signed, e, p),
+        4 => pred32(pred, signed, e, p),
+        8 => pred64(pred, signed, e, p),
+        _ => panic!("bad width"),
+    }
+}
+
+/// Little-endian element at `width` bytes.
+pub fn get(e: &[u8]) -> u64 {
+    let mut b = [0u8; 8];
+    b[..e.len()].copy_from_slice(e);
+    u64::from_le_bytes(b)
+}
+
+/// The low `width` bytes of `v`, little-endian.
+pub fn bytes(v: u64, width: usize) -> Vec<u8> {
+    v.to_le_bytes()[..width].to_vec()
+}

@@ -1,0 +1,49 @@
+//! KV-Direct wire codec: RoCEv2 framing and the KV batch payload.
+//!
+//! * Header views in the smoltcp style — [`ethernet`], [`ipv4`], [`udp`],
+//!   [`ib`] (BTH, RETH, DETH) — plus the [`icrc`] of RoCEv2.
+//! * The KV batch payload — [`payload`]: [`BatchReader`] / [`BatchWriter`]
+//!   for requests, [`ResponseWriter`] / [`ResponseReader`] for responses.
+//! * Frame helpers — [`frame`]: [`parse_request`], [`parse_response`],
+//!   [`emit_request_headers`], [`emit_response_headers`], [`finalize`],
+//!   and the [`DropReason`] enum for every drop counter.
+//! * [`psn`]: 24-bit PSN arithmetic and a per-QP tracker.
+//!
+//! # Panic contract
+//!
+//! Header views panic only when used unchecked: after `new_checked` (or a
+//! successful `check_len`) no accessor panics. Setters index within the
+//! fixed header length, so they need a buffer at least `MIN_LEN` long.
+//! Everything that takes untrusted input — the frame parsers, the payload
+//! readers, and the fuzz entry points in [`fuzzing`] — never panics on any
+//! input, and nothing in the parse or emit paths allocates.
+//!
+//! The protocol is specified in `docs/PROTOCOL.md`.
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod ethernet;
+pub mod frame;
+pub mod fuzzing;
+pub mod ib;
+pub mod icrc;
+pub mod ipv4;
+pub mod payload;
+pub mod psn;
+pub mod udp;
+mod view;
+
+pub use ethernet::MacAddr;
+pub use frame::{
+    emit_request_headers, emit_response_headers, finalize, pad_len, parse_request,
+    parse_request_unverified, parse_response, request_frame_len, request_payload_capacity,
+    response_frame_len, response_payload_capacity, DropReason, EmitError, FrameParams, Request,
+    Response, DEFAULT_MTU, MAX_MTU, REQUEST_HEADER_LEN, RESPONSE_HEADER_LEN,
+};
+pub use icrc::ICRC_LEN;
+pub use payload::{
+    func, op, pred, Atomic, BatchReader, BatchWriter, KvOp, KvResult, PayloadError, ResponseReader,
+    ResponseWriter, Status, Width, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN,
+};
+pub use psn::{PsnClass, PsnTracker};
+pub use view::Error as HeaderError;

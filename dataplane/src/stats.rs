@@ -1,0 +1,125 @@
+//! Per-worker counters.
+//!
+//! Each worker owns one cache-aligned [`WorkerStats`]; it is the only writer, so a
+//! counter bump is a relaxed load + store (no locked instruction). Readers (the main
+//! lcore's printer, later the control plane) load with relaxed ordering and may see a
+//! slightly stale but never torn value.
+
+use kvwire::DropReason;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A single-writer monotonically increasing counter.
+#[derive(Default, Debug)]
+pub struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n` (single writer: not a read-modify-write instruction).
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.0.store(
+            self.0.load(Ordering::Relaxed).wrapping_add(n),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Adds one.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// The current value.
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Counters of one worker lcore, padded to whole cache lines so two workers never
+/// share a line.
+#[repr(align(128))]
+#[derive(Default, Debug)]
+pub struct WorkerStats {
+    /// Frames received.
+    pub rx_packets: Counter,
+    /// Frames sent.
+    pub tx_packets: Counter,
+    /// Request packets accepted (all checks passed).
+    pub requests: Counter,
+    /// Response packets built.
+    pub responses: Counter,
+    /// GET operations executed.
+    pub gets: Counter,
+    /// GETs that found their key.
+    pub get_hits: Counter,
+    /// PUT operations executed.
+    pub puts: Counter,
+    /// DELETE operations executed.
+    pub deletes: Counter,
+    /// Operations answered with a status other than OK/NOT_FOUND.
+    pub op_errors: Counter,
+    /// Engine batches executed.
+    pub batches: Counter,
+    /// Frames bounced in echo mode.
+    pub echoed: Counter,
+    /// Drops by reason, indexed by [`DropReason::index`].
+    pub drops: [Counter; DropReason::COUNT],
+}
+
+impl WorkerStats {
+    /// Counts one drop.
+    #[inline]
+    pub fn drop(&self, why: DropReason) {
+        self.drops[why.index()].inc();
+    }
+
+    /// Total operations executed.
+    pub fn ops(&self) -> u64 {
+        self.gets.get() + self.puts.get() + self.deletes.get()
+    }
+
+    /// A plain snapshot as (name, value) pairs, drops last, non-zero drops only.
+    pub fn snapshot(&self) -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = [
+            ("rx_packets", &self.rx_packets),
+            ("tx_packets", &self.tx_packets),
+            ("requests", &self.requests),
+            ("responses", &self.responses),
+            ("gets", &self.gets),
+            ("get_hits", &self.get_hits),
+            ("puts", &self.puts),
+            ("deletes", &self.deletes),
+            ("op_errors", &self.op_errors),
+            ("batches", &self.batches),
+            ("echoed", &self.echoed),
+        ]
+        .iter()
+        .map(|(n, c)| (n.to_string(), c.get()))
+        .collect();
+        for r in DropReason::ALL {
+            let n = self.drops[r.index()].get();
+            if n > 0 {
+                v.push((format!("drop_{}", r.name()), n));
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counters_count() {
+        let s = WorkerStats::default();
+        s.gets.add(3);
+        s.drop(DropReason::BadIcrc);
+        s.drop(DropReason::BadIcrc);
+        assert_eq!(s.ops(), 3);
+        let snap = s.snapshot();
+        assert!(snap.contains(&("drop_bad_icrc".to_string(), 2)));
+        assert!(!snap.iter().any(|(n, _)| n == "drop_bad_rkey"));
+        assert_eq!(std::mem::align_of::<WorkerStats>(), 128);
+    }
+}

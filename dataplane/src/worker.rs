@@ -1,0 +1,186 @@
+//! The run-to-completion worker loop (DPDK's l2fwd shape):
+//! rx burst → [`Server::handle_burst`] → tx burst, with a TSC-timed tx drain so a
+//! half-full tx batch never waits longer than `drain_us`.
+
+use dataplane::server::{Server, TxFrame};
+use dataplane::stats::WorkerStats;
+use dpdk::{tsc, DpdkRegion, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
+use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// Largest burst the loop handles (the config's `burst` is at most this).
+const MAX_BURST: usize = 64;
+/// How many tx frames may wait for the NIC before new ones are dropped.
+const TX_QUEUE: usize = 256;
+
+/// The server and the memory its engine lives in. Field order matters: the server
+/// (and its engine, which points into `_mem`) is dropped before `_mem` is freed.
+pub struct Store {
+    /// Request processing state.
+    pub server: Server,
+    /// DPDK hugepage memory backing the engine (None: the engine owns heap memory).
+    pub _mem: Option<DpdkRegion>,
+}
+
+/// Loop settings.
+pub struct WorkerConfig {
+    /// Packets per rx burst.
+    pub burst: usize,
+    /// TX drain period in microseconds.
+    pub drain_us: u64,
+    /// Bounce frames without parsing them.
+    pub echo: bool,
+    /// Print stats this often (zero: never).
+    pub stats_interval: Duration,
+    /// Stop at this time, if set.
+    pub deadline: Option<Instant>,
+}
+
+/// An mbuf being filled with a response frame.
+struct TxMbuf(Mbuf);
+
+impl TxFrame for TxMbuf {
+    #[inline]
+    fn room(&mut self) -> &mut [u8] {
+        self.0.data_mut()
+    }
+    #[inline]
+    fn set_len(&mut self, len: usize) {
+        let ok = self.0.set_len(len);
+        debug_assert!(ok, "frame length within the room");
+    }
+}
+
+/// Frames waiting for the NIC: a ring of `TX_QUEUE` mbufs drained in bursts.
+struct TxPending {
+    burst: MbufBurst<TX_QUEUE>,
+}
+
+impl TxPending {
+    /// Queues a frame; when the queue is full, tries the NIC once, then drops.
+    #[inline]
+    fn push(&mut self, txq: &mut TxQueue, stats: &WorkerStats, m: Mbuf) {
+        if let Err(m) = self.burst.push(m) {
+            self.flush(txq, stats);
+            if let Err(m) = self.burst.push(m) {
+                stats.drop(DropReason::TxFull);
+                drop(m);
+            }
+        }
+    }
+
+    /// Hands what the NIC takes to it; the rest stays queued for the next flush.
+    #[inline]
+    fn flush(&mut self, txq: &mut TxQueue, stats: &WorkerStats) {
+        if !self.burst.is_empty() {
+            let sent = txq.tx_burst(&mut self.burst);
+            stats.tx_packets.add(sent as u64);
+        }
+    }
+}
+
+/// Runs the loop until `quit` is set or the deadline passes; returns the store.
+pub fn run(
+    mut store: Store,
+    mut rxq: RxQueue,
+    mut txq: TxQueue,
+    pool: &Mempool,
+    stats: &WorkerStats,
+    cfg: &WorkerConfig,
+    quit: &AtomicBool,
+) -> Store {
+    let burst = cfg.burst.clamp(1, MAX_BURST);
+    let hz = tsc::hz();
+    let drain_ticks = hz / 1_000_000 * cfg.drain_us.max(1);
+    let check_ticks = hz / 100; // look at the clock/quit flag every 10 ms
+    let frame_cap = response_frame_len(response_payload_capacity(DEFAULT_MTU));
+    let mut rx = MbufBurst::<MAX_BURST>::new();
+    let mut tx = TxPending {
+        burst: MbufBurst::new(),
+    };
+    let mut last_drain = tsc::now();
+    let mut last_check = last_drain;
+    let mut last_print = Instant::now();
+
+    loop {
+        let n = rxq.rx_burst(&mut rx);
+        if n > 0 {
+            if cfg.echo {
+                stats.rx_packets.add(n as u64);
+                for mut m in rx.drain() {
+                    let d = m.data_mut();
+                    if d.len() >= 12 {
+                        let (dst, src) = d.split_at_mut(6);
+                        dst.swap_with_slice(&mut src[..6]);
+                    }
+                    stats.echoed.inc();
+                    tx.push(&mut txq, stats, m);
+                }
+            } else {
+                // Borrowed views of this burst's frames (dropped before rx is freed).
+                let mut frames: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+                for (slot, m) in frames.iter_mut().zip(rx.iter()) {
+                    *slot = m.data();
+                }
+                let Store { server, .. } = &mut store;
+                server.handle_burst(
+                    &frames[..n],
+                    stats,
+                    || {
+                        let mut m = Mbuf::alloc(pool)?;
+                        let cap = frame_cap.min(m.tailroom());
+                        m.set_len(cap).then_some(TxMbuf(m))
+                    },
+                    |f: TxMbuf| tx.push(&mut txq, stats, f.0),
+                );
+                rx.clear();
+            }
+        }
+        let now = tsc::now();
+        if tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
+            tx.flush(&mut txq, stats);
+            last_drain = now;
+        }
+        if now.wrapping_sub(last_check) >= check_ticks {
+            last_check = now;
+            if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            if !cfg.stats_interval.is_zero() && last_print.elapsed() >= cfg.stats_interval {
+                last_print = Instant::now();
+                print_line(stats);
+            }
+        }
+    }
+    // Give queued responses a last chance, then free what the NIC will not take.
+    for _ in 0..1000 {
+        if tx.burst.is_empty() {
+            break;
+        }
+        tx.flush(&mut txq, stats);
+    }
+    let (sent, dropped) = txq.tx_burst_or_free(&mut tx.burst);
+    stats.tx_packets.add(sent as u64);
+    for _ in 0..dropped {
+        stats.drop(DropReason::TxFull);
+    }
+    store
+}
+
+fn print_line(s: &WorkerStats) {
+    let drops: u64 = s.drops.iter().map(|c| c.get()).sum();
+    println!(
+        "stats: rx {} tx {} requests {} ops {} (get {} hit {} put {} del {}) errors {} drops {}",
+        s.rx_packets.get(),
+        s.tx_packets.get(),
+        s.requests.get(),
+        s.ops(),
+        s.gets.get(),
+        s.get_hits.get(),
+        s.puts.get(),
+        s.deletes.get(),
+        s.op_errors.get(),
+        drops
+    );
+}

@@ -1,0 +1,898 @@
+//! `pktgen`: the KV-Direct load generator (the paper's FPGA client, in software).
+//!
+//! Phases: loop-back calibration (empty batches, one at a time; the minimum round
+//! trip is the transport floor subtracted from reported latency) → optional load
+//! phase (PUT every key, progress on stderr) → warm-up → measurement. Closed loop
+//! keeps `--window` packets outstanding; open loop (`--rate`) sends on a schedule and
+//! measures latency from each packet's *intended* send time, so a stalled server is
+//! charged for the queueing it causes (no coordinated omission).
+
+mod model;
+mod report;
+mod workload;
+
+use clap::{Parser, ValueEnum};
+use dpdk::{tsc, Eal, Mbuf, MbufBurst, Mempool, Port, PortConfig, RxQueue, TxQueue};
+use hdrhistogram::Histogram;
+use kvconf::Config;
+use kvwire::frame::FrameParams;
+use kvwire::{
+    emit_request_headers, finalize, parse_request_unverified, parse_response, request_frame_len,
+    request_payload_capacity, BatchReader, BatchWriter, KvOp, ResponseReader, Status, DEFAULT_MTU,
+    REQUEST_HEADER_LEN,
+};
+use model::{Expect, Model};
+use report::Percentiles;
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+use workload::{Distribution, KeyChooser, Mix, OpType, Rng, SizeDist};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum Dist {
+    Uniform,
+    Zipf,
+}
+
+/// Workload and measurement flags; addresses and QPs come from the config file.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    version,
+    about = "KV-Direct traffic generator: batched RoCEv2 KV load, latency percentiles"
+)]
+struct Args {
+    /// Topology/config file (JSON) shared with the dataplane.
+    #[arg(long, default_value = "configs/memif.json")]
+    config: PathBuf,
+    /// Override the first vdev of the config's pktgen section.
+    #[arg(long)]
+    vdev: Option<String>,
+    /// Override the EAL file prefix.
+    #[arg(long)]
+    file_prefix: Option<String>,
+    /// Override the EAL lcore list.
+    #[arg(long)]
+    lcores: Option<String>,
+    /// Force --no-huge.
+    #[arg(long)]
+    no_huge: bool,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    keys: u64,
+    /// Key size in bytes (>= 1; below 8 the key count must fit).
+    #[arg(long, default_value_t = 8)]
+    key_size: usize,
+    /// Value size in bytes: `N` or `MIN-MAX` (uniform per key and version).
+    #[arg(long, default_value = "2")]
+    value_size: String,
+    /// Share of GETs.
+    #[arg(long, default_value_t = 0.95)]
+    get: f64,
+    /// Share of PUTs (the rest are DELETEs).
+    #[arg(long, default_value_t = 0.05)]
+    put: f64,
+    /// Key popularity.
+    #[arg(long, value_enum, default_value_t = Dist::Uniform)]
+    dist: Dist,
+    /// Zipf skew.
+    #[arg(long, default_value_t = 0.99)]
+    theta: f64,
+    /// KV operations per packet (client-side batching).
+    #[arg(long, default_value_t = 8)]
+    ops_per_packet: usize,
+    /// Client QPs to spread packets over (from the config's clients list).
+    #[arg(long, default_value_t = 1)]
+    qps: usize,
+    /// Load phase: PUT every key before the run.
+    #[arg(long)]
+    load: bool,
+    /// Load phase to a target memory utilization of the server's store (sets --keys
+    /// from engine.mem_mb and the KV size; implies --load).
+    #[arg(long)]
+    load_util: Option<f64>,
+    /// Closed loop: packets outstanding.
+    #[arg(long, default_value_t = 32)]
+    window: usize,
+    /// Open loop: target rate in Mops (overrides the closed loop).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Warm-up seconds (not recorded).
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Measurement seconds.
+    #[arg(long, default_value_t = 5.0)]
+    duration: f64,
+    /// Check every response against the expected value; exit 1 on any mismatch.
+    #[arg(long)]
+    verify: bool,
+    /// A response not back after this many ms is a timeout.
+    #[arg(long, default_value_t = 200)]
+    timeout_ms: u64,
+    /// Empty batches sent one at a time to calibrate the transport floor (0: off).
+    #[arg(long, default_value_t = 2000)]
+    calibrate: u32,
+    /// The dataplane runs in echo mode: count echoed requests as completions.
+    #[arg(long)]
+    echo: bool,
+    /// PRNG seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Write results as JSON here (a latency plot goes beside it as .png).
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// A label for the summary and JSON.
+    #[arg(long)]
+    label: Option<String>,
+}
+
+static QUIT: AtomicBool = AtomicBool::new(false);
+
+const BURST: usize = 32;
+/// Largest number of packets in flight (batch ids carry a 16-bit slot index).
+const MAX_SLOTS: usize = 8192;
+const MAX_OPS: usize = kvwire::MAX_OPS_PER_BATCH;
+/// Ops per packet of the load phase (at most; fewer when values are large).
+const LOAD_OPS: usize = 64;
+
+fn main() {
+    let args = Args::parse();
+    match run(args) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("pktgen: error: {e}");
+            std::process::exit(2);
+        }
+    }
+}
+
+/// One operation's expectation, kept until its response arrives.
+#[derive(Clone, Copy, Debug)]
+struct ExpOp {
+    key: u64,
+    op: OpType,
+    expect: Expect,
+}
+
+/// A packet in flight.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    busy: bool,
+    gen: u16,
+    /// Send time (intended send time in open loop), TSC.
+    sent: u64,
+    nops: u16,
+    /// Results received so far.
+    got: u16,
+    /// Count this packet in the measurement.
+    record: bool,
+}
+
+/// Counters of a run phase.
+#[derive(Debug, Default, Clone, Copy)]
+struct Counts {
+    sent_pkts: u64,
+    done_pkts: u64,
+    done_ops: u64,
+    timeouts_pkts: u64,
+    timeouts_ops: u64,
+    mismatches: u64,
+    errors: u64,
+    stale: u64,
+    rx_drops: u64,
+    status_not_ok: u64,
+    oom: u64,
+}
+
+/// What the generator sends in a phase.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Empty batches (calibration).
+    Ping,
+    /// PUTs of keys `next..keys` in order (load).
+    Load,
+    /// The workload mix.
+    Run,
+}
+
+struct Gen<'a> {
+    args: &'a Args,
+    pool: Mempool,
+    rxq: RxQueue,
+    txq: TxQueue,
+    qps: Vec<(u32, u32)>,
+    params: FrameParams,
+    region_va: u64,
+    region_len: u64,
+    psn: Vec<u32>,
+    next_qp: usize,
+    slots: Vec<Slot>,
+    exp: Vec<ExpOp>,
+    /// Expectations per slot (the largest ops per packet of any phase).
+    exp_stride: usize,
+    free: Vec<u16>,
+    model: Model,
+    rng: Rng,
+    chooser: KeyChooser,
+    mix: Mix,
+    sizes: SizeDist,
+    ops_per_packet: usize,
+    payload_cap: usize,
+    hist: Histogram<u64>,
+    counts: Counts,
+    load_next: u64,
+    load_stop: bool,
+    verbose_left: u32,
+    hz: u64,
+}
+
+fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
+    let mut cfg = Config::load(&args.config)?;
+    if let Some(v) = &args.vdev {
+        if cfg.pktgen.vdevs.is_empty() {
+            cfg.pktgen.vdevs.push(v.clone());
+        } else {
+            cfg.pktgen.vdevs[0] = v.clone();
+        }
+    }
+    if let Some(p) = &args.file_prefix {
+        cfg.pktgen.file_prefix = p.clone();
+    }
+    if let Some(l) = &args.lcores {
+        cfg.pktgen.lcores = l.clone();
+    }
+    let sizes = SizeDist::parse(&args.value_size)?;
+    let mix = Mix::new(args.get, args.put)?;
+    if let Some(u) = args.load_util {
+        if !(0.0..1.0).contains(&u) {
+            return Err("--load-util must be in [0, 1)".into());
+        }
+        let kv = args.key_size as f64 + (sizes.min + sizes.max) as f64 / 2.0;
+        args.keys = ((cfg.engine.mem_mb << 20) as f64 * u / kv) as u64;
+        args.load = true;
+    }
+    if args.key_size == 0 || args.key_size > kvwire::MAX_KEY_LEN {
+        return Err(format!("--key-size must be 1..={}", kvwire::MAX_KEY_LEN).into());
+    }
+    if args.key_size < 8 && args.keys > 1u64 << (8 * args.key_size) {
+        return Err(format!(
+            "{} keys do not fit in {}-byte keys",
+            args.keys, args.key_size
+        )
+        .into());
+    }
+    if args.keys == 0 {
+        return Err("--keys must be > 0".into());
+    }
+    if args.ops_per_packet == 0 || args.ops_per_packet > MAX_OPS {
+        return Err(format!("--ops-per-packet must be 1..={MAX_OPS}").into());
+    }
+    if args.qps == 0 || args.qps > cfg.clients.len() {
+        return Err(format!(
+            "--qps must be 1..={} (clients in the config)",
+            cfg.clients.len()
+        )
+        .into());
+    }
+    let window = args.window.clamp(1, MAX_SLOTS);
+    let p = &cfg.pktgen;
+    let huge = !args.no_huge && kvconf::resolve_hugepages(p.hugepages, p.memory_mb)?;
+    let eal_args = p.eal_args("pktgen", huge);
+    eprintln!("pktgen: EAL {}", eal_args[1..].join(" "));
+    let eal = Eal::init(&eal_args[1..])?;
+    ctrlc::set_handler(|| QUIT.store(true, Ordering::Relaxed))?;
+
+    let pool =
+        Mempool::create_pktmbuf("pktgen_pool", p.mbufs, 256, 2048 + 128, dpdk::SOCKET_ID_ANY)?;
+    let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
+    let pcfg = PortConfig {
+        nb_rxq: 1,
+        nb_txq: 1,
+        rxd: p.rxd,
+        txd: p.txd,
+        ..PortConfig::default()
+    };
+    let mut q = port.configure(&pcfg, &pool)?;
+    let (rxq, txq) = (q.rx.remove(0), q.tx.remove(0));
+    let t0 = Instant::now();
+    while !port.link()?.up {
+        if t0.elapsed() > Duration::from_secs(30) || QUIT.load(Ordering::Relaxed) {
+            return Err("link did not come up in 30 s (is the dataplane running?)".into());
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+
+    let params = FrameParams::new(
+        p.mac_bytes(),
+        cfg.dataplane.mac_bytes(),
+        p.ip,
+        cfg.dataplane.ip,
+        0xC000,
+    );
+    let qps: Vec<(u32, u32)> = cfg
+        .clients
+        .iter()
+        .take(args.qps)
+        .map(|c| (c.qpn, c.rkey))
+        .collect();
+    let dist = match args.dist {
+        Dist::Uniform => Distribution::Uniform,
+        Dist::Zipf => Distribution::Zipf(args.theta),
+    };
+    let slots_n = window.max(if args.rate.is_some() {
+        MAX_SLOTS
+    } else {
+        window
+    });
+    let seed = args.seed;
+    let mut g = Gen {
+        args: &args,
+        pool,
+        rxq,
+        txq,
+        psn: (0..qps.len())
+            .map(|i| (splitmix(seed ^ i as u64 ^ now_nanos()) & 0xff_ffff) as u32)
+            .collect(),
+        qps,
+        params,
+        region_va: cfg.server.request_region_va,
+        region_len: cfg.server.request_region_len,
+        next_qp: 0,
+        slots: vec![Slot::default(); slots_n],
+        exp: vec![
+            ExpOp {
+                key: 0,
+                op: OpType::Get,
+                expect: Expect::Any
+            };
+            slots_n * args.ops_per_packet.max(LOAD_OPS)
+        ],
+        exp_stride: args.ops_per_packet.max(LOAD_OPS),
+        free: (0..slots_n as u16).rev().collect(),
+        model: Model::new(args.keys),
+        rng: Rng::new(seed),
+        chooser: KeyChooser::new(args.keys, dist),
+        mix,
+        sizes,
+        ops_per_packet: args.ops_per_packet,
+        payload_cap: request_payload_capacity(DEFAULT_MTU),
+        hist: report::new_histogram(),
+        counts: Counts::default(),
+        load_next: 0,
+        load_stop: false,
+        verbose_left: 10,
+        hz: tsc::hz(),
+    };
+
+    // 1. Loop-back calibration: empty batches one at a time.
+    let mut calib_ns = 0.0;
+    if args.calibrate > 0 {
+        let (c, h) = g.phase(Phase::Ping, 1, None, 0.0, 10.0, Some(args.calibrate as u64))?;
+        if c.done_pkts == 0 {
+            return Err("calibration: no response to empty batches (is the dataplane running, same config?)".into());
+        }
+        calib_ns = h.min() as f64;
+        eprintln!(
+            "pktgen: calibration: {} round trips, min {:.2} us, p50 {:.2} us (min subtracted below)",
+            h.len(),
+            h.min() as f64 / 1e3,
+            h.value_at_quantile(0.5) as f64 / 1e3
+        );
+    }
+
+    // 2. Load phase.
+    let mut load_summary = json!(null);
+    if args.load {
+        let t = Instant::now();
+        let opp = g.ops_per_packet;
+        g.ops_per_packet = (g.payload_cap / (args.key_size + sizes.max + 4)).clamp(1, LOAD_OPS);
+        let (c, _) = g.phase(
+            Phase::Load,
+            window.max(32).min(slots_n),
+            None,
+            0.0,
+            3600.0,
+            None,
+        )?;
+        g.ops_per_packet = opp;
+        let secs = t.elapsed().as_secs_f64();
+        eprintln!(
+            "pktgen: load: {} keys in {:.1} s ({:.2} Mops){}",
+            g.load_next,
+            secs,
+            c.done_ops as f64 / secs / 1e6,
+            if c.oom > 0 {
+                ", stopped at the first OUT_OF_MEMORY"
+            } else {
+                ""
+            }
+        );
+        load_summary = json!({"keys_loaded": g.load_next, "seconds": secs, "oom": c.oom,
+            "timeouts": c.timeouts_ops, "mismatches": c.mismatches});
+        if c.mismatches > 0 || c.timeouts_ops > 0 {
+            eprintln!(
+                "pktgen: load phase had {} mismatches, {} timeouts",
+                c.mismatches, c.timeouts_ops
+            );
+        }
+    }
+
+    // 3. Warm-up + measurement.
+    let (c, hist) = g.phase(
+        Phase::Run,
+        window,
+        args.rate,
+        args.warmup,
+        args.duration,
+        None,
+    )?;
+    let mops = c.done_ops as f64 / args.duration / 1e6;
+    let lat = Percentiles::from_hist(&hist, calib_ns);
+    let raw = Percentiles::from_hist(&hist, 0.0);
+    let label = args.label.clone().unwrap_or_else(|| {
+        format!(
+            "{} {:.0}% GET {:.0}% PUT {}, {} B keys, {} B values, {} ops/packet, {}",
+            if args.echo { "echo" } else { "kv" },
+            args.get * 100.0,
+            args.put * 100.0,
+            match args.dist {
+                Dist::Uniform => "uniform".to_string(),
+                Dist::Zipf => format!("zipf {}", args.theta),
+            },
+            args.key_size,
+            args.value_size,
+            args.ops_per_packet,
+            match args.rate {
+                Some(r) => format!("open loop {r} Mops"),
+                None => format!("closed loop window {window}"),
+            }
+        )
+    });
+    report::print_table(&label, mops, c.done_ops, &lat, &raw, calib_ns / 1e3);
+    println!(
+        "  timeouts {} ops, mismatches {}, errors {}, stale {}, rx drops {}",
+        c.timeouts_ops, c.mismatches, c.errors, c.stale, c.rx_drops
+    );
+
+    if let Some(path) = &args.json {
+        let out = json!({
+            "label": label,
+            "command": std::env::args().collect::<Vec<_>>().join(" "),
+            "config_file": args.config.display().to_string(),
+            "throughput_mops": mops,
+            "ops": c.done_ops,
+            "packets": c.done_pkts,
+            "mismatches": c.mismatches,
+            "timeouts": c.timeouts_ops,
+            "errors": c.errors,
+            "stale_responses": c.stale,
+            "rx_drops": c.rx_drops,
+            "latency_us": lat.to_json(),
+            "latency_raw_us": raw.to_json(),
+            "calibration_us": calib_ns / 1e3,
+            "hugepages": huge,
+            "load": load_summary,
+            "workload": {
+                "keys": args.keys, "key_size": args.key_size, "value_size": args.value_size,
+                "get": args.get, "put": args.put, "delete": 1.0 - args.get - args.put,
+                "dist": format!("{:?}", args.dist).to_lowercase(), "theta": args.theta,
+                "ops_per_packet": args.ops_per_packet, "qps": args.qps,
+                "window": window, "rate_mops": args.rate,
+                "warmup_s": args.warmup, "duration_s": args.duration, "verify": args.verify,
+                "echo": args.echo, "seed": args.seed,
+            },
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
+        let png = path.with_extension("png");
+        if let Err(e) = report::plot_latency(&png, &label, &hist, calib_ns) {
+            eprintln!("pktgen: plot: {e}");
+        }
+    }
+    drop(g);
+    let _ = port.stop();
+    drop(eal);
+    Ok(if args.verify && (c.mismatches > 0 || c.errors > 0) {
+        1
+    } else {
+        0
+    })
+}
+
+fn splitmix(x: u64) -> u64 {
+    workload::splitmix64(x)
+}
+
+fn now_nanos() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+impl Gen<'_> {
+    /// Runs one phase and returns its counts and latency histogram (ns).
+    ///
+    /// `warmup` seconds are run but not recorded; then `duration` seconds (or until
+    /// `max_pkts` packets completed, or the load finished) are recorded. Outstanding
+    /// packets are drained (or timed out) at the end.
+    fn phase(
+        &mut self,
+        phase: Phase,
+        window: usize,
+        rate_mops: Option<f64>,
+        warmup: f64,
+        duration: f64,
+        max_pkts: Option<u64>,
+    ) -> Result<(Counts, Histogram<u64>), Box<dyn std::error::Error>> {
+        self.counts = Counts::default();
+        self.hist.reset();
+        let hz = self.hz as f64;
+        let start = tsc::now();
+        let rec_start = start + (warmup * hz) as u64;
+        let end = rec_start + (duration * hz) as u64;
+        let timeout = self.hz / 1000 * self.args.timeout_ms;
+        let interval =
+            rate_mops.map(|r| ((self.ops_per_packet as f64 / (r * 1e6)) * hz).max(1.0) as u64);
+        let mut next_send = start;
+        let mut last_scan = start;
+        let mut last_progress = Instant::now();
+        let mut tx = MbufBurst::<BURST>::new();
+        let mut rx = MbufBurst::<BURST>::new();
+        let mut in_flight = 0usize;
+        let mut sending = true;
+        loop {
+            let now = tsc::now();
+            if QUIT.load(Ordering::Relaxed) {
+                break;
+            }
+            let done_by_count =
+                max_pkts.is_some_and(|m| self.counts.done_pkts + self.counts.timeouts_pkts >= m);
+            let done_by_load =
+                phase == Phase::Load && (self.load_next >= self.args.keys || self.load_stop);
+            if now >= end || done_by_count || done_by_load {
+                sending = false;
+            }
+            if !sending && in_flight == 0 {
+                break;
+            }
+            // Send.
+            if sending {
+                while tx.remaining() > 0 && in_flight < window && !self.free.is_empty() {
+                    let intended = match interval {
+                        Some(_) if now < next_send => break,
+                        Some(_) => next_send,
+                        None => now,
+                    };
+                    if phase == Phase::Load && self.load_next >= self.args.keys {
+                        break;
+                    }
+                    let record = intended >= rec_start && intended < end;
+                    match self.build(phase, intended, record) {
+                        Some(m) => {
+                            if let Some(iv) = interval {
+                                next_send += iv;
+                            }
+                            // Cannot fail: remaining() > 0 was checked.
+                            let _ = tx.push(m);
+                            in_flight += 1;
+                        }
+                        None => break,
+                    }
+                    if max_pkts.is_some() {
+                        break; // calibration: one at a time
+                    }
+                }
+                if !tx.is_empty() {
+                    let sent = self.txq.tx_burst(&mut tx);
+                    self.counts.sent_pkts += sent as u64;
+                }
+            }
+            // Receive.
+            let n = self.rxq.rx_burst(&mut rx);
+            if n > 0 {
+                let now = tsc::now();
+                for m in rx.drain() {
+                    in_flight -= self.complete(m.data(), now, phase, rec_start, end);
+                }
+            }
+            // Timeouts, every ~1 ms.
+            if now.wrapping_sub(last_scan) > self.hz / 1000 {
+                last_scan = now;
+                in_flight -= self.expire(now, timeout);
+                if phase == Phase::Load && last_progress.elapsed() > Duration::from_secs(1) {
+                    last_progress = Instant::now();
+                    eprintln!(
+                        "pktgen: load {:5.1}% ({}/{} keys)",
+                        self.load_next as f64 * 100.0 / self.args.keys as f64,
+                        self.load_next,
+                        self.args.keys
+                    );
+                }
+            }
+        }
+        // Anything the NIC did not take is freed with `tx`; count those slots lost.
+        for m in tx.drain() {
+            drop(m);
+        }
+        let mut h = report::new_histogram();
+        std::mem::swap(&mut h, &mut self.hist);
+        Ok((self.counts, h))
+    }
+
+    /// Builds one request packet; `None` when no mbuf or slot is available.
+    fn build(&mut self, phase: Phase, intended: u64, record: bool) -> Option<Mbuf> {
+        let mut m = Mbuf::alloc(&self.pool)?;
+        let slot_idx = self.free.pop()?;
+        let s = &mut self.slots[slot_idx as usize];
+        s.gen = s.gen.wrapping_add(1);
+        let batch_id = (u32::from(s.gen) << 16) | u32::from(slot_idx);
+        let frame_cap = request_frame_len(self.payload_cap).min(m.tailroom());
+        if !m.set_len(frame_cap) {
+            self.free.push(slot_idx);
+            return None;
+        }
+        let buf = m.data_mut();
+        let payload_end = (REQUEST_HEADER_LEN + self.payload_cap).min(buf.len());
+        let exp_base = slot_idx as usize * self.exp_stride;
+        let mut nops = 0usize;
+        let plen = {
+            let Ok(mut w) = BatchWriter::new(&mut buf[REQUEST_HEADER_LEN..payload_end], batch_id)
+            else {
+                self.free.push(slot_idx);
+                return None;
+            };
+            let mut key = [0u8; kvwire::MAX_KEY_LEN];
+            let key = &mut key[..self.args.key_size];
+            let mut val = [0u8; 2048];
+            let target = if phase == Phase::Ping {
+                0
+            } else {
+                self.ops_per_packet
+            };
+            while nops < target {
+                let (op, k) = match phase {
+                    Phase::Load => {
+                        if self.load_next >= self.args.keys {
+                            break;
+                        }
+                        (OpType::Put, self.load_next)
+                    }
+                    _ => (
+                        self.mix.next(&mut self.rng),
+                        self.chooser.next(&mut self.rng),
+                    ),
+                };
+                workload::write_key(k, key);
+                let pushed = match op {
+                    OpType::Get => w.push(&KvOp::Get { key }),
+                    OpType::Delete => w.push(&KvOp::Delete { key }),
+                    OpType::Put => {
+                        let v = self.model.peek_version();
+                        let len = self.sizes.len_of(k, v).min(val.len());
+                        workload::write_value(k, v, &mut val[..len]);
+                        w.push(&KvOp::Put {
+                            key,
+                            value: &val[..len],
+                        })
+                    }
+                };
+                if pushed.is_err() {
+                    break; // packet full
+                }
+                let (_, expect) = self.model.on_send(op, k);
+                self.exp[exp_base + nops] = ExpOp { key: k, op, expect };
+                nops += 1;
+                if phase == Phase::Load {
+                    self.load_next += 1;
+                }
+            }
+            w.finish()
+        };
+        if nops == 0 && phase != Phase::Ping {
+            self.free.push(slot_idx);
+            return None;
+        }
+        let qi = self.next_qp;
+        self.next_qp = (self.next_qp + 1) % self.qps.len();
+        let (qpn, rkey) = self.qps[qi];
+        let psn = self.psn[qi];
+        self.psn[qi] = (psn + 1) & 0xff_ffff;
+        let va = self.region_va + (qi as u64 * 4096) % self.region_len.max(4096);
+        let va = if va + plen as u64 > self.region_va + self.region_len {
+            self.region_va
+        } else {
+            va
+        };
+        if emit_request_headers(buf, &self.params, qpn, psn, va, rkey, plen).is_err() {
+            self.free.push(slot_idx);
+            return None;
+        }
+        let len = finalize(buf).ok()?;
+        m.set_len(len);
+        let s = &mut self.slots[slot_idx as usize];
+        *s = Slot {
+            busy: true,
+            gen: s.gen,
+            sent: intended,
+            nops: nops as u16,
+            got: 0,
+            record,
+        };
+        Some(m)
+    }
+
+    /// Handles one received frame; returns 1 if it completed a packet in flight.
+    fn complete(
+        &mut self,
+        frame: &[u8],
+        now: u64,
+        phase: Phase,
+        rec_start: u64,
+        end: u64,
+    ) -> usize {
+        let (batch_id, first, count, more, payload) = if self.args.echo {
+            match parse_request_unverified(frame)
+                .ok()
+                .and_then(|r| BatchReader::new(r.payload).ok())
+            {
+                Some(b) => (b.batch_id(), 0u16, b.op_count(), false, None),
+                None => {
+                    self.counts.rx_drops += 1;
+                    return 0;
+                }
+            }
+        } else {
+            let resp = match parse_response(frame) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.counts.rx_drops += 1;
+                    return 0;
+                }
+            };
+            match ResponseReader::new(resp.payload) {
+                Ok(r) => (
+                    r.batch_id(),
+                    r.first_index(),
+                    r.result_count(),
+                    r.more(),
+                    Some(resp.payload),
+                ),
+                Err(_) => {
+                    self.counts.rx_drops += 1;
+                    return 0;
+                }
+            }
+        };
+        let slot_idx = (batch_id & 0xffff) as usize;
+        let gen = (batch_id >> 16) as u16;
+        let Some(s) = self.slots.get(slot_idx).copied() else {
+            self.counts.stale += 1;
+            return 0;
+        };
+        if !s.busy || s.gen != gen {
+            self.counts.stale += 1;
+            return 0;
+        }
+        if let Some(payload) = payload {
+            let reader = ResponseReader::new(payload).expect("parsed above");
+            let base = slot_idx * self.exp_stride;
+            for (k, r) in reader.enumerate() {
+                let idx = first as usize + k;
+                let Ok(r) = r else {
+                    self.counts.errors += 1;
+                    break;
+                };
+                if idx >= s.nops as usize {
+                    self.counts.errors += 1;
+                    continue;
+                }
+                let e = self.exp[base + idx];
+                self.check(phase, &e, r.status, r.value);
+            }
+        }
+        let got = s.got.saturating_add(count);
+        let finished = got >= s.nops && !more;
+        if !finished {
+            self.slots[slot_idx].got = got;
+            return 0;
+        }
+        self.slots[slot_idx].busy = false;
+        self.free.push(slot_idx as u16);
+        self.counts.done_pkts += 1;
+        if s.record || phase == Phase::Ping {
+            let ops = u64::from(s.nops).max(1);
+            let done_in_window = now < end || phase == Phase::Ping;
+            if done_in_window && (s.sent >= rec_start || phase == Phase::Ping) {
+                self.counts.done_ops += u64::from(s.nops);
+                let ns = tsc_to_ns(now.saturating_sub(s.sent), self.hz);
+                let _ = self
+                    .hist
+                    .record_n(ns.max(1), if phase == Phase::Ping { 1 } else { ops });
+            }
+        } else if phase == Phase::Load {
+            self.counts.done_ops += u64::from(s.nops);
+        }
+        1
+    }
+
+    /// Checks one result against its expectation.
+    fn check(&mut self, phase: Phase, e: &ExpOp, status: Status, value: &[u8]) {
+        if status == Status::OutOfMemory && e.op == OpType::Put {
+            self.counts.oom += 1;
+            if phase == Phase::Load {
+                self.load_stop = true;
+            }
+            // The key was not written: the model must not expect the new version.
+            self.model.on_lost_write(e.key);
+            return;
+        }
+        if !matches!(status, Status::Ok | Status::NotFound) {
+            self.counts.status_not_ok += 1;
+            self.counts.errors += 1;
+            if self.verbose_left > 0 {
+                self.verbose_left -= 1;
+                eprintln!(
+                    "pktgen: key {} {:?}: error status {:?}",
+                    e.key, e.op, status
+                );
+            }
+            return;
+        }
+        if !self.args.verify {
+            return;
+        }
+        let ok = match e.expect {
+            Expect::Any => true,
+            Expect::Absent | Expect::DeleteAbsent => status == Status::NotFound && value.is_empty(),
+            Expect::Done => status == Status::Ok && value.is_empty(),
+            Expect::Value(v) => {
+                status == Status::Ok && {
+                    let len = self.sizes.len_of(e.key, v);
+                    workload::value_matches(e.key, v, len, value)
+                }
+            }
+        };
+        if !ok {
+            self.counts.mismatches += 1;
+            if self.verbose_left > 0 {
+                self.verbose_left -= 1;
+                eprintln!(
+                    "pktgen: MISMATCH key {} {:?}: expected {:?}, got {:?} with {} value bytes",
+                    e.key,
+                    e.op,
+                    e.expect,
+                    status,
+                    value.len()
+                );
+            }
+        }
+    }
+
+    /// Times out packets in flight longer than `timeout` ticks; returns how many.
+    fn expire(&mut self, now: u64, timeout: u64) -> usize {
+        let mut n = 0;
+        for i in 0..self.slots.len() {
+            let s = self.slots[i];
+            if s.busy && now.saturating_sub(s.sent) > timeout {
+                self.slots[i].busy = false;
+                self.free.push(i as u16);
+                self.counts.timeouts_pkts += 1;
+                self.counts.timeouts_ops += u64::from(s.nops);
+                let base = i * self.exp_stride;
+                for k in 0..s.nops as usize {
+                    let e = self.exp[base + k];
+                    if matches!(e.op, OpType::Put | OpType::Delete) {
+                        self.model.on_lost_write(e.key);
+                    }
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+#[inline]
+fn tsc_to_ns(ticks: u64, hz: u64) -> u64 {
+    (ticks as u128 * 1_000_000_000 / hz as u128) as u64
+}

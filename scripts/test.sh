@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# All tests: formatting and lints, unit/property/model tests, DPDK integration tests
+# (EAL on --no-huge virtual devices), and the end-to-end tests of dataplane + pktgen.
+# Usage: scripts/test.sh [--quick]   (--quick skips lints and the end-to-end tests)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export CARGO_TERM_COLOR=never
+
+quick=0
+[ "${1:-}" = "--quick" ] && quick=1
+
+if [ "$quick" -eq 0 ]; then
+  echo "== cargo fmt --check"
+  cargo fmt --all -- --check
+  echo "== cargo clippy"
+  cargo clippy --workspace --all-targets --release -q -- -D warnings
+fi
+
+echo "== cargo test (release: the property tests run more cases in the same time)"
+cargo test --workspace --release
+echo "== cargo test -p kvengine --features accounting"
+cargo test -p kvengine --release --features accounting
+
+if [ "$quick" -eq 0 ]; then
+  echo "== end-to-end"
+  scripts/e2e/run.sh
+fi
