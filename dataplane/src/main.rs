@@ -173,7 +173,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let stats = Arc::new(WorkerStats::default());
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
-    println!("dataplane ready");
+    println!("dataplane ready (mbufs in use {})", pool.in_use_count());
     let wcfg = worker::WorkerConfig {
         burst: p.burst,
         drain_us: cfg.server.tx_drain_us,

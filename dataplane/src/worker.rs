@@ -13,6 +13,9 @@ use std::time::{Duration, Instant};
 const MAX_BURST: usize = 64;
 /// How many tx frames may wait for the NIC before new ones are dropped.
 const TX_QUEUE: usize = 256;
+/// Queued tx frames are freed when the NIC took none of them for this long (a peer
+/// that went away must not pin mbufs forever).
+const TX_STALL_MS: u64 = 50;
 
 /// The server and the memory its engine lives in. Field order matters: the server
 /// (and its engine, which points into `_mem`) is dropped before `_mem` is freed.
@@ -52,9 +55,11 @@ impl TxFrame for TxMbuf {
     }
 }
 
-/// Frames waiting for the NIC: a ring of `TX_QUEUE` mbufs drained in bursts.
+/// Frames waiting for the NIC: up to `TX_QUEUE` mbufs drained in bursts.
 struct TxPending {
     burst: MbufBurst<TX_QUEUE>,
+    /// TSC of the last flush that moved a frame (or found nothing to move).
+    last_progress: u64,
 }
 
 impl TxPending {
@@ -76,7 +81,17 @@ impl TxPending {
         if !self.burst.is_empty() {
             let sent = txq.tx_burst(&mut self.burst);
             stats.tx_packets.add(sent as u64);
+            if sent > 0 {
+                self.last_progress = tsc::now();
+            }
         }
+    }
+
+    /// Frees everything queued (the peer stopped taking frames), counting `TxFull`.
+    fn discard(&mut self, stats: &WorkerStats) {
+        let n = self.burst.len();
+        self.burst.clear();
+        stats.drops[DropReason::TxFull.index()].add(n as u64);
     }
 }
 
@@ -98,7 +113,9 @@ pub fn run(
     let mut rx = MbufBurst::<MAX_BURST>::new();
     let mut tx = TxPending {
         burst: MbufBurst::new(),
+        last_progress: tsc::now(),
     };
+    let stall_ticks = hz / 1000 * TX_STALL_MS;
     let mut last_drain = tsc::now();
     let mut last_check = last_drain;
     let mut last_print = Instant::now();
@@ -141,6 +158,12 @@ pub fn run(
         if tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
             tx.flush(&mut txq, stats);
             last_drain = now;
+            if tx.burst.is_empty() {
+                tx.last_progress = now;
+            } else if now.wrapping_sub(tx.last_progress) > stall_ticks {
+                tx.discard(stats);
+                tx.last_progress = now;
+            }
         }
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
@@ -149,7 +172,7 @@ pub fn run(
             }
             if !cfg.stats_interval.is_zero() && last_print.elapsed() >= cfg.stats_interval {
                 last_print = Instant::now();
-                print_line(stats);
+                print_line(stats, pool);
             }
         }
     }
@@ -168,10 +191,10 @@ pub fn run(
     store
 }
 
-fn print_line(s: &WorkerStats) {
+fn print_line(s: &WorkerStats, pool: &Mempool) {
     let drops: u64 = s.drops.iter().map(|c| c.get()).sum();
     println!(
-        "stats: rx {} tx {} requests {} ops {} (get {} hit {} put {} del {}) errors {} drops {}",
+        "stats: rx {} tx {} requests {} ops {} (get {} hit {} put {} del {}) errors {} drops {} mbufs_in_use {}",
         s.rx_packets.get(),
         s.tx_packets.get(),
         s.requests.get(),
@@ -181,6 +204,7 @@ fn print_line(s: &WorkerStats) {
         s.puts.get(),
         s.deletes.get(),
         s.op_errors.get(),
-        drops
+        drops,
+        pool.in_use_count()
     );
 }

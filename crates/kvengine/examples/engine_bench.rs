@@ -161,7 +161,7 @@ fn lines_sweep(mem: usize, kv: usize, ratio: f64, inline: usize) -> (Vec<(f64, f
         if util >= next_cp && put_window.is_none() {
             // GET lines at this utilization: random existing keys.
             e.reset_accounting();
-            for _ in 0..20_000 {
+            for _ in 0..50_000 {
                 let k = key_of(rng.below(n));
                 let _ = e.get(&k, &mut out);
             }
@@ -250,10 +250,10 @@ fn slab_churn() -> Value {
 }
 
 fn lines_mode(args: &[String]) {
-    assert!(
-        cfg!(feature = "accounting"),
-        "lines mode needs --features accounting"
-    );
+    if !cfg!(feature = "accounting") {
+        eprintln!("lines mode needs --features accounting");
+        std::process::exit(2);
+    }
     let out = arg(args, "--out").unwrap_or_else(|| "results/engine_lines.json".into());
     let mem: usize = 32 << 20;
     let mut series = Vec::new();
@@ -268,6 +268,7 @@ fn lines_mode(args: &[String]) {
         (10, 0.3, 20),
         (10, 0.2, 20),
         (10, 0.1, 20),
+        (10, 0.05, 20),
         (254, 0.02, 20),
         (254, 0.05, 20),
         (254, 0.1, 20),
@@ -486,6 +487,7 @@ fn throughput_mode(args: &[String]) {
         .expect("invariants after throughput runs");
     let st = e.stats();
 
+    let memref = memlat();
     let lines: Value = std::fs::read_to_string(&lines_path)
         .ok()
         .and_then(|s| serde_json::from_str(&s).ok())
@@ -541,6 +543,7 @@ fn throughput_mode(args: &[String]) {
         "slab_transfers_per_alloc": lines["slab"]["transfers_per_alloc"],
         "merge_ns_per_free_slot": lines["slab"]["merge_ns_per_free_slot"],
         "throughput": Value::Object(res),
+        "memory_reference": memref,
         "lines": lines,
         "config": {
             "kvs": n, "kv_bytes": 10, "key_bytes": 8, "value_bytes": 2, "ops_per_run": nops, "reps": reps,
@@ -782,6 +785,28 @@ fn main() {
     match args.get(1).map(String::as_str) {
         Some("lines") => lines_mode(&args),
         Some("throughput") => throughput_mode(&args),
+        Some("getloop") => {
+            // Profiling aid: load, then only batched GETs.
+            let n: u64 = arg(&args, "--n")
+                .map(|s| s.parse().unwrap())
+                .unwrap_or(10_000_000);
+            let mem = ((n as f64 * 20.0) as usize).next_multiple_of(2 << 20);
+            let cfg = EngineConfig {
+                mem_bytes: mem,
+                hash_index_ratio: 0.8,
+                inline_threshold: 20,
+                max_slab_class: 4096,
+            };
+            let mut e = Engine::new(region(mem), &cfg).unwrap();
+            let all: Vec<u32> = (0..n as u32).collect();
+            engine_batched(&mut e, &all, Some(1));
+            let mut rng = Rng(5);
+            let seq: Vec<u32> = (0..10_000_000).map(|_| rng.below(n) as u32).collect();
+            for _ in 0..5 {
+                let (a, _) = engine_batched(&mut e, &seq, None);
+                eprintln!("get {a:.2} Mops");
+            }
+        }
         Some("memlat") => {
             memlat();
         }

@@ -64,6 +64,11 @@ mod imp {
     }
 
     impl Accounting {
+        /// Empty counters.
+        pub fn new() -> Self {
+            Self::default()
+        }
+
         #[inline]
         fn add(&mut self, line: usize, slab: bool) {
             if self.lines[..self.n].contains(&line) {
@@ -131,6 +136,11 @@ mod imp {
     pub struct Accounting;
 
     impl Accounting {
+        /// The zero-sized stand-in.
+        pub fn new() -> Self {
+            Accounting
+        }
+
         /// No-op.
         #[inline(always)]
         pub fn index(&mut self, _off: usize) {}

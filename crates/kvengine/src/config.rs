@@ -93,7 +93,7 @@ impl EngineConfig {
             return Err(ConfigError::BadInlineThreshold);
         }
         let m = self.max_slab_class;
-        if !m.is_power_of_two() || m < 2 * MIN_CLASS || m > MIN_CLASS << (MAX_CLASSES - 1) {
+        if !m.is_power_of_two() || !(2 * MIN_CLASS..=MIN_CLASS << (MAX_CLASSES - 1)).contains(&m) {
             return Err(ConfigError::BadMaxSlabClass);
         }
         Ok(())

@@ -118,8 +118,9 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Walks the chain from `primary` looking for `key`; when `need > 0` also
-/// remembers the first run of `need` free slots. Stops early once the key is
-/// found and (if asked) a free run is known.
+/// remembers the first run of `need` free slots seen. Stops as soon as the
+/// key is found (so `free` may then be `None` although a later bucket has
+/// room: see [`Engine::find_free`]).
 #[inline(always)]
 pub(crate) fn walk(
     mem: &[u8],
@@ -184,7 +185,8 @@ pub(crate) fn walk(
             }
         }
         w.last = off;
-        if w.found.is_some() && (need == 0 || w.free.is_some()) {
+        if w.found.is_some() {
+            // Replacing callers look further for space only if they must.
             return w;
         }
         let c = m.chain();
@@ -266,7 +268,7 @@ impl Engine {
             stored_kvs: 0,
             stored_bytes: 0,
             chained: 0,
-            acct: Accounting::default(),
+            acct: Accounting::new(),
         })
     }
 
@@ -453,6 +455,24 @@ impl Engine {
             .free(&mut self.pool, self.region.as_mut_slice(), c, unit)
     }
 
+    /// First run of `need` free slots in the chain from bucket `from` on.
+    fn find_free(&mut self, from: usize, need: u32) -> Option<(usize, u32)> {
+        let mem = self.region.as_slice();
+        let mut off = from;
+        loop {
+            self.acct.index(off);
+            let m = Meta::load(bucket_ref(mem, off));
+            if let Some(s) = Meta::find_run(m.occupied(), need) {
+                return Some((off, s));
+            }
+            let c = m.chain();
+            if c == 0 {
+                return None;
+            }
+            off = (c as usize) << UNIT_SHIFT;
+        }
+    }
+
     /// Appends a zeroed chained bucket at the tail of the chain through `from`.
     fn new_chained(&mut self, from: usize) -> Option<usize> {
         let unit = self.alloc(CHAIN_CLASS)?;
@@ -616,7 +636,7 @@ impl Engine {
             & !Meta::run_mask(s_old, n_old);
         let (b, s) = if let Some(s) = Meta::find_run(occ, need) {
             (loc.bucket, s)
-        } else if let Some(p) = w.free {
+        } else if let Some(p) = w.free.or_else(|| self.find_free(loc.bucket, need)) {
             p
         } else {
             match self.new_chained(w.last) {

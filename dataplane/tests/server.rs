@@ -1,0 +1,471 @@
+//! Request processing without DPDK: frames built with kvwire go through
+//! `Server::handle_burst`, responses are parsed back, and everything is checked
+//! against a `HashMap` model and the drop counters.
+
+use dataplane::server::{Identity, Server, TxFrame};
+use dataplane::stats::WorkerStats;
+use kvengine::{Engine, EngineConfig, Region};
+use kvwire::frame::FrameParams;
+use kvwire::{
+    emit_request_headers, finalize, parse_response, request_frame_len, BatchWriter, DropReason,
+    KvOp, ResponseReader, Status, REQUEST_HEADER_LEN,
+};
+use proptest::prelude::*;
+use std::collections::HashMap;
+use std::net::Ipv4Addr;
+
+const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+const SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+const QPN: u32 = 17;
+const RKEY: u32 = 0x1234_5678;
+const VA: u64 = 1 << 32;
+
+struct VecFrame {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl TxFrame for VecFrame {
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+    fn set_len(&mut self, len: usize) {
+        self.len = len;
+    }
+}
+
+fn server(mem: usize) -> Server {
+    let cfg = EngineConfig {
+        mem_bytes: mem,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::new(Region::owned(mem), &cfg).expect("engine");
+    let id = Identity {
+        mac: SERVER_MAC,
+        ip: SERVER_IP,
+        qpn: 1,
+        qkey: 0x8001_0000,
+        region_va: VA,
+        region_len: 1 << 20,
+        mtu: 1500,
+    };
+    Server::new(id, &[(QPN, RKEY), (18, 99)], engine)
+}
+
+/// A request frame with `ops`, to QP `qpn` with `rkey` at `va`, PSN `psn`.
+fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, rkey: u32, va: u64, psn: u32) -> Vec<u8> {
+    let mut payload = vec![0u8; 1440];
+    let mut w = BatchWriter::new(&mut payload, batch_id).unwrap();
+    for op in ops {
+        w.push(op).unwrap();
+    }
+    let len = w.finish();
+    let mut buf = vec![0u8; request_frame_len(len)];
+    let params = FrameParams::new(CLIENT_MAC, SERVER_MAC, CLIENT_IP, SERVER_IP, 0xC000);
+    emit_request_headers(&mut buf, &params, qpn, psn, va, rkey, len).unwrap();
+    buf[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len].copy_from_slice(&payload[..len]);
+    let n = finalize(&mut buf).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+/// Runs frames through the server; returns the response frames.
+fn run(s: &mut Server, stats: &WorkerStats, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+    let mut out = Vec::new();
+    s.handle_burst(
+        &views,
+        stats,
+        || {
+            Some(VecFrame {
+                buf: vec![0xa5; 2048],
+                len: 0,
+            })
+        },
+        |f: VecFrame| out.push(f.buf[..f.len].to_vec()),
+    );
+    out
+}
+
+/// (batch id, first index, more, results) of a response frame.
+type Decoded = (u32, u16, bool, Vec<(Status, Vec<u8>)>);
+
+fn decode(frame: &[u8]) -> Decoded {
+    let r = parse_response(frame).expect("valid response frame (ICRC included)");
+    assert_eq!(r.dest_qp, QPN);
+    assert_eq!(r.src_qp, 1);
+    let rr = ResponseReader::new(r.payload).unwrap();
+    let (id, first, more) = (rr.batch_id(), rr.first_index(), rr.more());
+    let results = rr
+        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    (id, first, more, results)
+}
+
+#[test]
+fn put_then_get_in_one_packet_and_across_packets() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let f1 = request(
+        &[
+            KvOp::Put {
+                key: b"k1",
+                value: b"v1",
+            },
+            KvOp::Get { key: b"k1" },
+            KvOp::Get { key: b"nope" },
+        ],
+        7,
+        QPN,
+        RKEY,
+        VA,
+        0,
+    );
+    let f2 = request(
+        &[KvOp::Delete { key: b"k1" }, KvOp::Get { key: b"k1" }],
+        8,
+        QPN,
+        RKEY,
+        VA,
+        1,
+    );
+    let out = run(&mut s, &st, &[f1, f2]);
+    assert_eq!(out.len(), 2);
+    let (id, first, more, r) = decode(&out[0]);
+    assert_eq!((id, first, more), (7, 0, false));
+    assert_eq!(
+        r,
+        vec![
+            (Status::Ok, vec![]),
+            (Status::Ok, b"v1".to_vec()),
+            (Status::NotFound, vec![])
+        ]
+    );
+    let (id, _, _, r) = decode(&out[1]);
+    assert_eq!(id, 8);
+    assert_eq!(r, vec![(Status::Ok, vec![]), (Status::NotFound, vec![])]);
+    assert_eq!(st.requests.get(), 2);
+    assert_eq!(st.gets.get(), 3);
+    assert_eq!(st.get_hits.get(), 1);
+}
+
+#[test]
+fn access_checks_drop_and_count() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let get = [KvOp::Get { key: b"a" }];
+    let mut wrong_mac = request(&get, 1, QPN, RKEY, VA, 0);
+    wrong_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
+    let frames = vec![
+        request(&get, 1, 999, RKEY, VA, 0),             // unknown QP
+        request(&get, 1, QPN, RKEY ^ 1, VA, 0),         // wrong R_Key
+        request(&get, 1, QPN, RKEY, VA - 8, 0),         // below the region
+        request(&get, 1, QPN, RKEY, VA + (1 << 20), 0), // past the region
+        wrong_mac,
+    ];
+    let out = run(&mut s, &st, &frames);
+    assert!(out.is_empty());
+    assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);
+    assert_eq!(st.drops[DropReason::BadRKey.index()].get(), 1);
+    assert_eq!(st.drops[DropReason::BadVa.index()].get(), 2);
+    assert_eq!(st.drops[DropReason::WrongDestination.index()].get(), 1);
+    assert_eq!(st.ops(), 0, "nothing reached the engine");
+    // A valid request afterwards is still served.
+    let out = run(&mut s, &st, &[request(&get, 2, QPN, RKEY, VA, 0)]);
+    assert_eq!(decode(&out[0]).3, vec![(Status::NotFound, vec![])]);
+}
+
+#[test]
+fn psn_duplicates_dropped_gaps_served() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let put = [KvOp::Put {
+        key: b"x",
+        value: b"1",
+    }];
+    let out = run(
+        &mut s,
+        &st,
+        &[
+            request(&put, 1, QPN, RKEY, VA, 100),
+            request(&put, 2, QPN, RKEY, VA, 100),
+        ],
+    );
+    assert_eq!(out.len(), 1);
+    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
+    let out = run(&mut s, &st, &[request(&put, 3, QPN, RKEY, VA, 105)]);
+    assert_eq!(out.len(), 1, "a gap is counted but served");
+    assert_eq!(st.drops[DropReason::PsnGap.index()].get(), 1);
+    // Far behind (a client that restarted its sequence): served.
+    let out = run(
+        &mut s,
+        &st,
+        &[request(&put, 4, QPN, RKEY, VA, 105 + (1 << 23) + 10)],
+    );
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn response_psns_increase_per_client() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let get = [KvOp::Get { key: b"a" }];
+    let out = run(
+        &mut s,
+        &st,
+        &[
+            request(&get, 1, QPN, RKEY, VA, 0),
+            request(&get, 2, QPN, RKEY, VA, 1),
+        ],
+    );
+    let p0 = parse_response(&out[0]).unwrap().psn;
+    let p1 = parse_response(&out[1]).unwrap().psn;
+    assert_eq!(p1, (p0 + 1) & 0xff_ffff);
+}
+
+#[test]
+fn bad_op_answered_with_status_later_ops_not_run() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let mut f = request(
+        &[
+            KvOp::Put {
+                key: b"a",
+                value: b"1",
+            },
+            KvOp::Put {
+                key: b"b",
+                value: b"2",
+            },
+            KvOp::Put {
+                key: b"c",
+                value: b"3",
+            },
+        ],
+        5,
+        QPN,
+        RKEY,
+        VA,
+        0,
+    );
+    // Second op's opcode byte → unknown opcode 0x1f. Ops: header 8 B; op1 = 1+1+2+1+1 = 6 B.
+    let op2 = REQUEST_HEADER_LEN + 8 + 6;
+    f[op2] = (f[op2] & 0xe0) | 0x1f;
+    finalize(&mut f).unwrap();
+    let out = run(&mut s, &st, &[f]);
+    let (_, _, _, r) = decode(&out[0]);
+    assert_eq!(
+        r,
+        vec![(Status::Ok, vec![]), (Status::UnknownOpcode, vec![])]
+    );
+    assert_eq!(st.op_errors.get(), 1);
+    let out = run(
+        &mut s,
+        &st,
+        &[request(
+            &[KvOp::Get { key: b"a" }, KvOp::Get { key: b"c" }],
+            6,
+            QPN,
+            RKEY,
+            VA,
+            1,
+        )],
+    );
+    assert_eq!(
+        decode(&out[0]).3,
+        vec![(Status::Ok, b"1".to_vec()), (Status::NotFound, vec![])]
+    );
+}
+
+#[test]
+fn op_count_larger_than_payload_is_malformed() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let mut f = request(
+        &[KvOp::Put {
+            key: b"a",
+            value: b"1",
+        }],
+        5,
+        QPN,
+        RKEY,
+        VA,
+        0,
+    );
+    // Batch header op count (bytes 2..4 of the payload) → 3.
+    f[REQUEST_HEADER_LEN + 2..REQUEST_HEADER_LEN + 4].copy_from_slice(&3u16.to_be_bytes());
+    finalize(&mut f).unwrap();
+    let out = run(&mut s, &st, &[f]);
+    let (_, _, _, r) = decode(&out[0]);
+    assert_eq!(r, vec![(Status::Ok, vec![]), (Status::Malformed, vec![])]);
+}
+
+#[test]
+fn large_results_split_over_frames() {
+    let mut s = server(4 << 20);
+    let st = WorkerStats::default();
+    let big = vec![0x5a; 900];
+    let mut frames = Vec::new();
+    for (i, k) in [b"k0", b"k1", b"k2"].iter().enumerate() {
+        frames.push(request(
+            &[KvOp::Put {
+                key: *k,
+                value: &big,
+            }],
+            i as u32,
+            QPN,
+            RKEY,
+            VA,
+            i as u32,
+        ));
+    }
+    let gets = [
+        KvOp::Get { key: b"k0" },
+        KvOp::Get { key: b"k1" },
+        KvOp::Get { key: b"k2" },
+    ];
+    frames.push(request(&gets, 77, QPN, RKEY, VA, 3));
+    let out = run(&mut s, &st, &frames);
+    let parts: Vec<Decoded> = out[3..].iter().map(|f| decode(f)).collect();
+    assert_eq!(
+        parts.len(),
+        3,
+        "900 B values: one per 1448 B response payload"
+    );
+    for (i, (id, first, more, r)) in parts.iter().enumerate() {
+        assert_eq!(*id, 77);
+        assert_eq!(*first as usize, i);
+        assert_eq!(*more, i < 2);
+        assert_eq!(r, &vec![(Status::Ok, big.clone())]);
+    }
+}
+
+#[test]
+fn no_mbuf_is_counted_not_fatal() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let f = request(
+        &[KvOp::Put {
+            key: b"a",
+            value: b"1",
+        }],
+        1,
+        QPN,
+        RKEY,
+        VA,
+        0,
+    );
+    s.handle_burst(
+        &[&f],
+        &st,
+        || None::<VecFrame>,
+        |_f: VecFrame| panic!("nothing to send"),
+    );
+    assert_eq!(st.drops[DropReason::NoMbuf.index()].get(), 1);
+    assert_eq!(st.puts.get(), 1, "the op ran; only its answer was lost");
+}
+
+#[test]
+fn empty_batch_gets_empty_response() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let out = run(&mut s, &st, &[request(&[], 42, QPN, RKEY, VA, 0)]);
+    let (id, _, more, r) = decode(&out[0]);
+    assert_eq!((id, more, r.len()), (42, false, 0));
+}
+
+#[derive(Clone, Debug)]
+enum MOp {
+    Get(u8),
+    Put(u8, usize),
+    Del(u8),
+}
+
+fn mop() -> impl Strategy<Value = MOp> {
+    prop_oneof![
+        (0u8..12).prop_map(MOp::Get),
+        ((0u8..12), 0usize..80).prop_map(|(k, n)| MOp::Put(k, n)),
+        (0u8..12).prop_map(MOp::Del),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random bursts of random batches against a HashMap model.
+    #[test]
+    fn matches_hashmap_model(bursts in prop::collection::vec(prop::collection::vec(prop::collection::vec(mop(), 0..12), 1..6), 1..6)) {
+        let mut s = server(1 << 20);
+        let st = WorkerStats::default();
+        let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+        let mut psn = 0;
+        for burst in bursts {
+            let mut frames = Vec::new();
+            let mut expected = Vec::new();
+            for (bi, batch) in burst.iter().enumerate() {
+                let keys: Vec<Vec<u8>> = batch.iter().map(|o| match o { MOp::Get(k) | MOp::Put(k, _) | MOp::Del(k) => vec![b'k', *k] }).collect();
+                let vals: Vec<Vec<u8>> = batch.iter().enumerate().map(|(i, o)| match o { MOp::Put(_, n) => vec![(i as u8) ^ (psn as u8); *n], _ => vec![] }).collect();
+                let mut ops = Vec::new();
+                let mut exp = Vec::new();
+                for (i, o) in batch.iter().enumerate() {
+                    let k = &keys[i];
+                    match o {
+                        MOp::Get(_) => {
+                            ops.push(KvOp::Get { key: k });
+                            exp.push(match model.get(k) { Some(v) => (Status::Ok, v.clone()), None => (Status::NotFound, vec![]) });
+                        }
+                        MOp::Put(_, _) => {
+                            ops.push(KvOp::Put { key: k, value: &vals[i] });
+                            model.insert(k.clone(), vals[i].clone());
+                            exp.push((Status::Ok, vec![]));
+                        }
+                        MOp::Del(_) => {
+                            ops.push(KvOp::Delete { key: k });
+                            exp.push(if model.remove(k).is_some() { (Status::Ok, vec![]) } else { (Status::NotFound, vec![]) });
+                        }
+                    }
+                }
+                frames.push(request(&ops, bi as u32, QPN, RKEY, VA, psn));
+                psn += 1;
+                expected.push(exp);
+            }
+            let out = run(&mut s, &st, &frames);
+            prop_assert_eq!(out.len(), frames.len());
+            for (bi, f) in out.iter().enumerate() {
+                let (id, _, _, r) = decode(f);
+                prop_assert_eq!(id as usize, bi);
+                prop_assert_eq!(&r, &expected[bi]);
+            }
+        }
+    }
+
+    /// Arbitrary bytes never panic and never produce a response.
+    #[test]
+    fn garbage_never_panics(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..200), 1..8)) {
+        let mut s = server(1 << 20);
+        let st = WorkerStats::default();
+        let out = run(&mut s, &st, &frames);
+        prop_assert!(out.is_empty());
+        let drops: u64 = st.drops.iter().map(|c| c.get()).sum();
+        prop_assert_eq!(drops, frames.len() as u64);
+    }
+
+    /// Any single-byte corruption or truncation of a valid frame is handled: dropped
+    /// and counted, or (for bytes the ICRC does not cover) served.
+    #[test]
+    fn corrupted_frames_never_panic(pos in 0usize..120, byte in any::<u8>(), cut in 0usize..130) {
+        let mut s = server(1 << 20);
+        let st = WorkerStats::default();
+        let mut f = request(&[KvOp::Put { key: b"key", value: b"value" }, KvOp::Get { key: b"key" }], 1, QPN, RKEY, VA, 0);
+        let p = pos % f.len();
+        f[p] ^= byte | 1;
+        let mut g = request(&[KvOp::Get { key: b"key" }], 2, QPN, RKEY, VA, 1);
+        g.truncate(cut.min(g.len()));
+        let out = run(&mut s, &st, &[f, g]);
+        let drops: u64 = st.drops.iter().map(|c| c.get()).sum();
+        prop_assert!(out.len() as u64 + drops >= 1);
+    }
+}

@@ -1,0 +1,56 @@
+# Shared helpers of the end-to-end tests (sourced).
+# Each test runs its own dataplane/pktgen pair with private memif sockets and EAL
+# file prefixes, so tests never collide with each other or with scripts/run.sh.
+
+E2E_TMP=$(mktemp -d /tmp/kvd-e2e.XXXXXX)
+E2E_PIDS=()
+DP=target/release/dataplane
+PG=target/release/pktgen
+
+e2e_cleanup() {
+  for p in "${E2E_PIDS[@]:-}"; do
+    [ -n "$p" ] && kill -KILL "$p" 2>/dev/null || true
+  done
+  rm -rf "$E2E_TMP" /dev/hugepages/kvd-e2e-* 2>/dev/null || true
+}
+trap e2e_cleanup EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+pass() { echo "PASS: $*"; }
+
+# json_field FILE EXPR: a value from a JSON file (python expression on `d`).
+json_field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
+
+# start_dataplane NAME [extra flags...]: memif server on a private socket; sets DP_PID, DP_LOG, SOCK.
+start_dataplane() {
+  local name=$1; shift
+  SOCK="$E2E_TMP/$name.sock"
+  DP_LOG="$E2E_TMP/$name-dataplane.log"
+  "$DP" --config configs/memif.json \
+    --vdev "net_memif0,role=server,id=0,socket=$SOCK,socket-abstract=no,rsize=11" \
+    --file-prefix "kvd-e2e-$name-dp" "$@" >"$DP_LOG" 2>&1 &
+  DP_PID=$!
+  E2E_PIDS+=("$DP_PID")
+  for _ in $(seq 1 300); do
+    grep -q "dataplane ready" "$DP_LOG" && return 0
+    kill -0 "$DP_PID" 2>/dev/null || { cat "$DP_LOG"; fail "$name: dataplane exited early"; }
+    sleep 0.1
+  done
+  cat "$DP_LOG"; fail "$name: dataplane not ready in 30 s"
+}
+
+# run_pktgen NAME [flags...]: pktgen as memif client of the running dataplane.
+run_pktgen() {
+  local name=$1; shift
+  timeout 120 "$PG" --config configs/memif.json \
+    --vdev "net_memif0,role=client,id=0,socket=$SOCK,socket-abstract=no,rsize=11" \
+    --file-prefix "kvd-e2e-$name-pg" "$@"
+}
+
+# stop_dataplane: SIGINT, wait for the final stats.
+stop_dataplane() {
+  kill -INT "$DP_PID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$DP_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$DP_PID" 2>/dev/null && { kill -KILL "$DP_PID"; fail "dataplane did not stop on SIGINT"; }
+  wait "$DP_PID" 2>/dev/null || true
+}

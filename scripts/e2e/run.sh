@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every end-to-end test and prints "e2e: N passed, M failed".
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+cargo build --release -q -p dataplane -p pktgen || exit 1
+tests=(memif_verify backpressure tap_capture malformed)
+passed=0; failed=0
+for t in "${tests[@]}"; do
+  [ -x "scripts/e2e/$t.sh" ] || { echo "missing scripts/e2e/$t.sh"; failed=$((failed+1)); continue; }
+  echo "-- e2e $t"
+  start=$(date +%s)
+  if "scripts/e2e/$t.sh"; then passed=$((passed+1)); else failed=$((failed+1)); echo "-- e2e $t FAILED"; fi
+  echo "-- e2e $t took $(( $(date +%s) - start )) s"
+done
+echo "e2e: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
