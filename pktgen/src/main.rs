@@ -39,6 +39,7 @@ enum Dist {
 #[derive(Parser, Debug, Clone)]
 #[command(
     version,
+    args_override_self = true,
     about = "KV-Direct traffic generator: batched RoCEv2 KV load, latency percentiles"
 )]
 struct Args {

@@ -802,9 +802,35 @@ fn main() {
             engine_batched(&mut e, &all, Some(1));
             let mut rng = Rng(5);
             let seq: Vec<u32> = (0..10_000_000).map(|_| rng.below(n) as u32).collect();
-            for _ in 0..5 {
-                let (a, _) = engine_batched(&mut e, &seq, None);
-                eprintln!("get {a:.2} Mops");
+            macro_rules! variant {
+                ($name:expr, $a:expr, $b:expr) => {{
+                    let mut keys = [[0u8; 8]; BATCH];
+                    let mut sink = Sink::default();
+                    let t = Instant::now();
+                    for chunk in seq.chunks(BATCH) {
+                        for (j, &i) in chunk.iter().enumerate() {
+                            keys[j] = key_of(u64::from(i));
+                        }
+                        let ops: [BatchOp<'_>; BATCH] =
+                            std::array::from_fn(|j| BatchOp::get(&keys[j]));
+                        e.execute_pipelined::<$a, $b, _>(&ops[..chunk.len()], &mut sink);
+                    }
+                    eprint!(
+                        "{} {:.2}  ",
+                        $name,
+                        seq.len() as f64 / t.elapsed().as_secs_f64() / 1e6
+                    );
+                }};
+            }
+            for _ in 0..3 {
+                variant!("8/4", 8, 4);
+                variant!("12/6", 12, 6);
+                variant!("16/8", 16, 8);
+                variant!("24/12", 24, 12);
+                variant!("16/4", 16, 4);
+                variant!("24/8", 24, 8);
+                let (g, _) = engine_batched_with(&mut e, &seq, None, BATCH, true);
+                eprintln!("grouped {g:.2}");
             }
         }
         Some("memlat") => {

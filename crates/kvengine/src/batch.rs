@@ -100,24 +100,37 @@ impl Engine {
     /// chained bucket / slab record can be prefetched. Larger batches amortize
     /// the pipeline fill (the first `BUCKET_AHEAD` ops).
     pub fn execute_batch<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
+        self.execute_pipelined::<BUCKET_AHEAD, SECOND_AHEAD, S>(ops, sink)
+    }
+
+    /// [`Engine::execute_batch`] with explicit prefetch distances (`A`: bucket,
+    /// `B`: second stage; `B < A < 32`), for tuning experiments.
+    #[doc(hidden)]
+    #[inline(always)]
+    pub fn execute_pipelined<const A: usize, const B: usize, S: ResultSink>(
+        &mut self,
+        ops: &[BatchOp<'_>],
+        sink: &mut S,
+    ) {
+        const { assert!(B < A && A < RING) };
         let n = ops.len();
         let mut hs = [0u64; RING];
-        for (j, op) in ops.iter().enumerate().take(BUCKET_AHEAD) {
+        for (j, op) in ops.iter().enumerate().take(A) {
             let h = key_hash(op.key);
             hs[j] = h;
             prefetch(self.mem(), self.bucket_off(h));
         }
-        for &h in hs.iter().take(SECOND_AHEAD.min(n)) {
+        for &h in hs.iter().take(B.min(n)) {
             self.prefetch_second(h);
         }
         for (i, op) in ops.iter().enumerate() {
-            if let Some(a) = ops.get(i + BUCKET_AHEAD) {
+            if let Some(a) = ops.get(i + A) {
                 let h = key_hash(a.key);
-                hs[(i + BUCKET_AHEAD) % RING] = h;
+                hs[(i + A) % RING] = h;
                 prefetch(self.mem(), self.bucket_off(h));
             }
-            if i + SECOND_AHEAD < n {
-                self.prefetch_second(hs[(i + SECOND_AHEAD) % RING]);
+            if i + B < n {
+                self.prefetch_second(hs[(i + B) % RING]);
             }
             self.execute_one(i, op, hs[i % RING], sink);
         }

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""End-to-end benchmark (called by scripts/bench.sh e2e): dataplane + pktgen over memif.
+
+Dataplane: 1 worker lcore (its main lcore, core 1). pktgen: 1 lcore (core 0).
+10 B KVs (8 B key + 2 B value), 1 M keys loaded first. Closed loop over ops per
+packet 1..32 for 95%/50% GET x uniform/Zipf 0.99, then the same sweep against the
+dataplane in echo mode (the I/O limit), then an open-loop run at 50% of the best
+95%-GET-uniform rate for the tail latency. Each point is the median of --reps runs.
+Writes results/e2e.json and results/e2e.png (via the e2e_plot binary).
+"""
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DP = os.path.join(ROOT, "target/release/dataplane")
+PG = os.path.join(ROOT, "target/release/pktgen")
+CFG = os.path.join(ROOT, "configs/memif.json")
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+class Dataplane:
+    def __init__(self, tmp, name, extra):
+        self.sock = os.path.join(tmp, f"{name}.sock")
+        self.log = os.path.join(tmp, f"{name}.log")
+        vdev = f"net_memif0,role=server,id=0,socket={self.sock},socket-abstract=no,rsize=11"
+        cmd = [DP, "--config", CFG, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        for _ in range(300):
+            if "dataplane ready" in open(self.log).read():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("dataplane did not start:\n" + open(self.log).read())
+
+    def stop(self):
+        self.proc.send_signal(2)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def pktgen(dp, tmp, args):
+    out = os.path.join(tmp, "pg.json")
+    vdev = f"net_memif0,role=client,id=0,socket={dp.sock},socket-abstract=no,rsize=11"
+    cmd = [PG, "--config", CFG, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"pktgen failed: {' '.join(cmd)}\n{r.stdout}")
+    return json.load(open(out))
+
+
+def point(runs):
+    """Median throughput and latency percentiles over repeated runs."""
+    med = lambda xs: statistics.median(xs)
+    return {
+        "throughput_mops": med([r["throughput_mops"] for r in runs]),
+        "throughput_runs": [r["throughput_mops"] for r in runs],
+        "p50_us": med([r["latency_us"]["p50"] for r in runs]),
+        "p99_us": med([r["latency_us"]["p99"] for r in runs]),
+        "p999_us": med([r["latency_us"]["p999"] for r in runs]),
+        "p50_raw_us": med([r["latency_raw_us"]["p50"] for r in runs]),
+        "p99_raw_us": med([r["latency_raw_us"]["p99"] for r in runs]),
+        "calibration_us": med([r["calibration_us"] for r in runs]),
+        "timeouts": sum(r["timeouts"] for r in runs),
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--keys", type=int, default=1_000_000)
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--batches", default="1,2,4,8,16,32")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results/e2e.json"))
+    a = ap.parse_args()
+    batches = [int(b) for b in a.batches.split(",")]
+    common = ["--keys", str(a.keys), "--key-size", "8", "--value-size", "2",
+              "--warmup", "0.5", "--duration", str(a.duration), "--calibrate", "300",
+              "--window", str(a.window)]
+    workloads = [("get95_uniform", 0.95, "uniform"), ("get95_zipf", 0.95, "zipf"),
+                 ("get50_uniform", 0.50, "uniform"), ("get50_zipf", 0.50, "zipf")]
+    series = {w[0]: {} for w in workloads}
+    tmp = tempfile.mkdtemp(prefix="kvd-bench-")
+
+    dp = Dataplane(tmp, "kv", [])
+    try:
+        log(f"bench e2e: loading {a.keys} keys of 10 B")
+        load = pktgen(dp, tmp, common + ["--load", "--get", "1", "--put", "0", "--duration", "0.5",
+                                         "--ops-per-packet", "32"])
+        log(f"  loaded {load['load']['keys_loaded']} keys")
+        for rep in range(a.reps):
+            for name, get, dist in workloads:
+                for b in batches:
+                    r = pktgen(dp, tmp, common + ["--get", str(get), "--put", str(round(1 - get, 3)),
+                                                  "--dist", dist, "--ops-per-packet", str(b),
+                                                  "--seed", str(rep + 1)])
+                    series[name].setdefault(b, []).append(r)
+                    log(f"  rep {rep} {name} b={b}: {r['throughput_mops']:.2f} Mops "
+                        f"p50 {r['latency_raw_us']['p50']:.1f} us p99 {r['latency_raw_us']['p99']:.1f} us (raw)")
+        kv = {name: {b: point(rs) for b, rs in s.items()} for name, s in series.items()}
+        best_b = max(batches, key=lambda b: kv["get95_uniform"][b]["throughput_mops"])
+        peak = kv["get95_uniform"][best_b]["throughput_mops"]
+        half = []
+        for rep in range(a.reps):
+            r = pktgen(dp, tmp, common + ["--get", "0.95", "--put", "0.05", "--ops-per-packet", str(best_b),
+                                          "--rate", f"{peak / 2:.4f}", "--seed", str(rep + 11)])
+            half.append(r)
+            log(f"  rep {rep} half load {peak / 2:.2f} Mops b={best_b}: got {r['throughput_mops']:.2f} Mops "
+                f"p99 {r['latency_us']['p99']:.2f} us calibrated, {r['latency_raw_us']['p99']:.2f} us raw")
+    finally:
+        dp.stop()
+
+    dp = Dataplane(tmp, "echo", ["--echo"])
+    echo = {}
+    try:
+        for rep in range(a.reps):
+            for b in batches:
+                r = pktgen(dp, tmp, common + ["--echo", "--get", "0.95", "--put", "0.05",
+                                              "--ops-per-packet", str(b), "--seed", str(rep + 1)])
+                echo.setdefault(b, []).append(r)
+                log(f"  rep {rep} echo b={b}: {r['throughput_mops']:.2f} Mops")
+    finally:
+        dp.stop()
+    echo = {b: point(rs) for b, rs in echo.items()}
+    hp = point(half)
+    cpu = ""
+    try:
+        cpu = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except StopIteration:
+        pass
+    out = {
+        "command": "scripts/bench.sh e2e " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"nproc": os.cpu_count(), "cpu": cpu, "kernel": platform.release()},
+        "config": {"topology": "memif pair, one host", "config_file": "configs/memif.json",
+                   "dataplane_lcores": 1, "pktgen_lcores": 1, "kv_bytes": 10, "key_size": 8,
+                   "value_size": 2, "keys": a.keys, "window_packets": a.window, "reps": a.reps,
+                   "duration_s": a.duration, "batches": batches,
+                   "latency_note": "latency_us: raw minus the loop-back calibration (min RTT of empty batches); *_raw_us: as measured"},
+        "kv_mops": peak,
+        "kv_best_batch": best_b,
+        "echo_mops": echo[best_b]["throughput_mops"],
+        "echo_best_mops": max(p["throughput_mops"] for p in echo.values()),
+        "kv_to_echo_ratio": peak / echo[best_b]["throughput_mops"] if echo[best_b]["throughput_mops"] else None,
+        "half_load_target_mops": peak / 2,
+        "half_load_achieved_mops": hp["throughput_mops"],
+        "p99_us_at_half_load": hp["p99_us"],
+        "p99_raw_us_at_half_load": hp["p99_raw_us"],
+        "p50_us_at_half_load": hp["p50_us"],
+        "kv": {name: {str(b): p for b, p in s.items()} for name, s in kv.items()},
+        "echo": {str(b): p for b, p in echo.items()},
+        "half_load": hp,
+    }
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=2)
+    log(f"bench e2e: kv {peak:.2f} Mops (b={best_b}), echo {out['echo_mops']:.2f} Mops, "
+        f"ratio {out['kv_to_echo_ratio']:.2f}, p99 at half load {hp['p99_us']:.2f} us "
+        f"({hp['p99_raw_us']:.2f} us raw) -> {a.out}")
+    plot = os.path.join(ROOT, "target/release/e2e_plot")
+    subprocess.run([plot, a.out, a.out.replace(".json", ".png")], check=False)
+
+
+if __name__ == "__main__":
+    main()
