@@ -170,6 +170,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         if args.echo { "echo" } else { "kv" }
     );
 
+    println!(
+        "dataplane: server qpn {} qkey {:#x} request region va {:#x} len {}",
+        cfg.server.qpn,
+        cfg.server.qkey,
+        cfg.server.request_region_va,
+        cfg.server.request_region_len
+    );
+    for c in &cfg.clients {
+        println!("dataplane: client qpn {} rkey {:#x}", c.qpn, c.rkey);
+    }
     let stats = Arc::new(WorkerStats::default());
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));

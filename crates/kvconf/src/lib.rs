@@ -117,8 +117,8 @@ pub struct ServerConfig {
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
-    /// The client's QPN (BTH destination QP of its requests names the server; the
-    /// client's own QPN is the DETH-addressed destination of responses).
+    /// The client's QPN: the BTH destination QP of its requests (it identifies the
+    /// client and selects its R_Key) and of the server's responses to it.
     pub qpn: u32,
     /// The R_Key the client must present in every RETH.
     pub rkey: u32,

@@ -308,81 +308,77 @@ fn lines_mode(args: &[String]) {
 
 const BATCH: usize = 256;
 
-fn engine_batched(e: &mut Engine, idx: &[u32], put: Option<u8>) -> (f64, Sink) {
-    engine_batched_with(e, idx, put, BATCH, false)
+fn engine_batched(e: &mut Engine, keys: &[[u8; 8]], put: Option<u8>) -> (f64, Sink) {
+    engine_batched_with(e, keys, put, BATCH, false)
 }
 
 /// Batched engine run: `batch` ops per call (<= BATCH), pipelined or grouped.
 fn engine_batched_with(
     e: &mut Engine,
-    idx: &[u32],
+    keys: &[[u8; 8]],
     put: Option<u8>,
     batch: usize,
     grouped: bool,
 ) -> (f64, Sink) {
     let mut sink = Sink::default();
-    let mut keys = [[0u8; 8]; BATCH];
+    let vals: [[u8; 2]; BATCH] = std::array::from_fn(|j| [put.unwrap_or(0), j as u8]);
+    let mut ops: Vec<BatchOp<'_>> = Vec::with_capacity(BATCH);
     let t = Instant::now();
-    for chunk in idx.chunks(batch) {
-        for (j, &i) in chunk.iter().enumerate() {
-            keys[j] = key_of(u64::from(i));
+    for chunk in keys.chunks(batch) {
+        ops.clear();
+        match put {
+            None => ops.extend(chunk.iter().map(|k| BatchOp::get(k))),
+            Some(_) => ops.extend(chunk.iter().zip(&vals).map(|(k, v)| BatchOp::put(k, v))),
         }
-        let vals: [[u8; 2]; BATCH] = std::array::from_fn(|j| [put.unwrap_or(0), j as u8]);
-        let ops: [BatchOp<'_>; BATCH] = std::array::from_fn(|j| match put {
-            None => BatchOp::get(&keys[j]),
-            Some(_) => BatchOp::put(&keys[j], &vals[j]),
-        });
         if grouped {
-            e.execute_batch_grouped(&ops[..chunk.len()], &mut sink);
+            e.execute_batch_grouped(&ops, &mut sink);
         } else {
-            e.execute_batch(&ops[..chunk.len()], &mut sink);
+            e.execute_batch(&ops, &mut sink);
         }
     }
-    (idx.len() as f64 / t.elapsed().as_secs_f64() / 1e6, sink)
+    (keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6, sink)
 }
 
-fn engine_single(e: &mut Engine, idx: &[u32], put: Option<u8>) -> (f64, u64) {
+fn engine_single(e: &mut Engine, keys: &[[u8; 8]], put: Option<u8>) -> (f64, u64) {
     let mut out = [0u8; 64];
     let mut hits = 0u64;
     let t = Instant::now();
-    for &i in idx {
-        let k = key_of(u64::from(i));
+    for (i, k) in keys.iter().enumerate() {
         match put {
             None => {
-                if let Ok(n) = e.get(&k, &mut out) {
+                if let Ok(n) = e.get(k, &mut out) {
                     hits += 1;
                     std::hint::black_box(&out[..n]);
                 }
             }
             Some(v) => {
-                if e.put(&k, &[v, i as u8]) == Status::Ok {
+                if e.put(k, &[v, i as u8]) == Status::Ok {
                     hits += 1;
                 }
             }
         }
     }
-    (idx.len() as f64 / t.elapsed().as_secs_f64() / 1e6, hits)
+    (keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6, hits)
 }
 
-fn hb_run(m: &mut HashMap<[u8; 8], [u8; 2]>, idx: &[u32], put: Option<u8>) -> (f64, u64) {
+fn hb_run(m: &mut HashMap<[u8; 8], [u8; 2]>, keys: &[[u8; 8]], put: Option<u8>) -> (f64, u64) {
     let mut hits = 0u64;
     let t = Instant::now();
-    for &i in idx {
-        let k = key_of(u64::from(i));
+    for (i, k) in keys.iter().enumerate() {
         match put {
             None => {
-                if let Some(v) = m.get(&k) {
+                if let Some(v) = m.get(k) {
                     hits += 1;
                     std::hint::black_box(v);
                 }
             }
             Some(v) => {
-                m.insert(k, [v, i as u8]);
+                m.insert(*k, [v, i as u8]);
                 hits += 1;
             }
         }
     }
-    (idx.len() as f64 / t.elapsed().as_secs_f64() / 1e6, hits)
+    (keys.len() as f64 / t.elapsed().as_secs_f64() / 1e6, hits)
 }
 
 fn throughput_mode(args: &[String]) {
@@ -415,7 +411,7 @@ fn throughput_mode(args: &[String]) {
         mem >> 20
     );
     let mut e = Engine::new(region(mem), &cfg).unwrap();
-    let all: Vec<u32> = (0..n as u32).collect();
+    let all: Vec<[u8; 8]> = (0..n).map(key_of).collect();
     let (insert_mops, s) = engine_batched(&mut e, &all, Some(1));
     assert_eq!(s.hits, n, "load hit out-of-memory");
     let st = e.stats();
@@ -434,16 +430,17 @@ fn throughput_mode(args: &[String]) {
     eprintln!("  {thp}");
     let mut hb: HashMap<[u8; 8], [u8; 2]> = HashMap::with_capacity(n as usize);
     let t = Instant::now();
-    for i in 0..n {
-        hb.insert(key_of(i), [1, i as u8]);
+    for (i, k) in all.iter().enumerate() {
+        hb.insert(*k, [1, i as u8]);
     }
+    drop(all);
     let hb_insert_mops = n as f64 / t.elapsed().as_secs_f64() / 1e6;
 
     let mut rng = Rng(2024);
-    let uniform: Vec<u32> = (0..nops).map(|_| rng.below(n) as u32).collect();
+    let uniform: Vec<[u8; 8]> = (0..nops).map(|_| key_of(rng.below(n))).collect();
     let t = Instant::now();
     let z = Zipf::new(n, 0.99);
-    let zipf: Vec<u32> = (0..nops).map(|_| z.next(&mut rng) as u32).collect();
+    let zipf: Vec<[u8; 8]> = (0..nops).map(|_| key_of(z.next(&mut rng))).collect();
     eprintln!(
         "  zipf generator ready in {:.1}s",
         t.elapsed().as_secs_f64()
@@ -477,6 +474,21 @@ fn throughput_mode(args: &[String]) {
             eprintln!("  {dname} rep {r}: get engine {a:.2} (batch32 {a32:.2}, grouped {ag:.2}) nobatch {b:.2} hashbrown {c:.2} | put engine {d:.2} nobatch {f:.2} hashbrown {g:.2} Mops");
         }
         let mut o = serde_json::Map::new();
+        let rel = |a: &str, b: &str| -> f64 {
+            median(m[a].iter().zip(&m[b]).map(|(x, y)| x / y).collect())
+        };
+        o.insert(
+            "get_speedup_vs_hashbrown".into(),
+            json!(rel("engine_get", "hashbrown_get")),
+        );
+        o.insert(
+            "get_speedup_vs_nobatch".into(),
+            json!(rel("engine_get", "nobatch_get")),
+        );
+        o.insert(
+            "put_speedup_vs_hashbrown".into(),
+            json!(rel("engine_put", "hashbrown_put")),
+        );
         for (k, v) in m {
             o.insert(format!("{k}_mops"), json!(median(v.clone())));
             o.insert(format!("{k}_runs"), json!(v));
@@ -534,6 +546,9 @@ fn throughput_mode(args: &[String]) {
         "engine_put_zipf_mops": res["zipf099"]["engine_put_mops"],
         "hashbrown_get_zipf_mops": res["zipf099"]["hashbrown_get_mops"],
         "nobatch_get_zipf_mops": res["zipf099"]["nobatch_get_mops"],
+        "get_speedup_vs_hashbrown": u["get_speedup_vs_hashbrown"],
+        "get_speedup_vs_nobatch": u["get_speedup_vs_nobatch"],
+        "put_speedup_vs_hashbrown": u["put_speedup_vs_hashbrown"],
         "engine_insert_mops": insert_mops,
         "hashbrown_insert_mops": hb_insert_mops,
         "lines_per_get": lpg,
@@ -798,22 +813,22 @@ fn main() {
                 max_slab_class: 4096,
             };
             let mut e = Engine::new(region(mem), &cfg).unwrap();
-            let all: Vec<u32> = (0..n as u32).collect();
+            let all: Vec<[u8; 8]> = (0..n).map(key_of).collect();
             engine_batched(&mut e, &all, Some(1));
             let mut rng = Rng(5);
-            let seq: Vec<u32> = (0..10_000_000).map(|_| rng.below(n) as u32).collect();
+            let nops: usize = arg(&args, "--ops")
+                .map(|s| s.parse().unwrap())
+                .unwrap_or(10_000_000);
+            let seq: Vec<[u8; 8]> = (0..nops).map(|_| key_of(rng.below(n))).collect();
             macro_rules! variant {
                 ($name:expr, $a:expr, $b:expr) => {{
-                    let mut keys = [[0u8; 8]; BATCH];
                     let mut sink = Sink::default();
+                    let mut ops: Vec<BatchOp<'_>> = Vec::with_capacity(BATCH);
                     let t = Instant::now();
                     for chunk in seq.chunks(BATCH) {
-                        for (j, &i) in chunk.iter().enumerate() {
-                            keys[j] = key_of(u64::from(i));
-                        }
-                        let ops: [BatchOp<'_>; BATCH] =
-                            std::array::from_fn(|j| BatchOp::get(&keys[j]));
-                        e.execute_pipelined::<$a, $b, _>(&ops[..chunk.len()], &mut sink);
+                        ops.clear();
+                        ops.extend(chunk.iter().map(|k| BatchOp::get(k)));
+                        e.execute_pipelined::<$a, $b, _>(&ops, &mut sink);
                     }
                     eprint!(
                         "{} {:.2}  ",
@@ -821,6 +836,24 @@ fn main() {
                         seq.len() as f64 / t.elapsed().as_secs_f64() / 1e6
                     );
                 }};
+            }
+            if std::env::var("AB").is_ok() {
+                // A/B aid: default pipeline GET and batched PUT, 3 runs each.
+                let mut g = Vec::new();
+                let mut p = Vec::new();
+                for r in 0..3 {
+                    g.push(engine_batched(&mut e, &seq, None).0);
+                    p.push(engine_batched(&mut e, &seq, Some(r as u8)).0);
+                }
+                println!("get {:.2} put {:.2}", median(g), median(p));
+                return;
+            }
+            if std::env::var("PUTLOOP").is_ok() {
+                for _ in 0..5 {
+                    let (p, _) = engine_batched(&mut e, &seq, Some(3));
+                    eprintln!("put {p:.2}");
+                }
+                return;
             }
             for _ in 0..3 {
                 variant!("8/4", 8, 4);
@@ -837,7 +870,7 @@ fn main() {
             memlat();
         }
         _ => {
-            eprintln!("usage: engine_bench {{lines|throughput}} [--out FILE] [--lines FILE] [--n KVS] [--ops N] [--reps R] [--ratio F] [--inline B] [--cmd TEXT]");
+            eprintln!("usage: engine_bench {{lines|throughput|memlat|getloop}} [--out FILE] [--lines FILE] [--n KVS] [--ops N] [--reps R] [--ratio F] [--inline B] [--cmd TEXT]");
             std::process::exit(2);
         }
     }

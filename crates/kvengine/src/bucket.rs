@@ -407,7 +407,8 @@ pub fn write_inline(b: &mut [u8; BUCKET_BYTES], s: u32, key: &[u8], value: &[u8]
     m.store(b);
 }
 
-/// Overwrites the value of an inline entry in place (same slot count).
+/// Overwrites the value of an inline entry in place (same key, same slot
+/// count): only the value bytes and the padding field change.
 #[inline(always)]
 pub fn rewrite_inline(
     b: &mut [u8; BUCKET_BYTES],
@@ -417,10 +418,18 @@ pub fn rewrite_inline(
     value: &[u8],
     tag: u8,
 ) {
+    let total = key.len() + value.len();
+    debug_assert_eq!(inline_slots(total), n);
+    let at = s as usize * SLOT_BYTES + key.len();
+    b[at..at + value.len()].copy_from_slice(value);
     let mut m = Meta::load(b);
-    m.clear_entry(s, n);
+    let pad = 5 * n - total as u32;
+    if n == 1 {
+        m.set_field(s, INLINE1_BASE + key.len() as u32 * 6 + pad);
+    } else {
+        m.set_field(s + 1, pad | (u32::from(tag & 7) << 3));
+    }
     m.store(b);
-    write_inline(b, s, key, value, tag);
 }
 
 /// Byte offset inside the bucket of the inline entry starting at `s`.

@@ -121,7 +121,7 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
 /// remembers the first run of `need` free slots seen. Stops as soon as the
 /// key is found (so `free` may then be `None` although a later bucket has
 /// room: see [`Engine::find_free`]).
-#[inline(always)]
+#[inline]
 pub(crate) fn walk(
     mem: &[u8],
     acct: &mut Accounting,
@@ -371,26 +371,6 @@ impl Engine {
         }
     }
 
-    /// Generic-walk version of [`Engine::find_value`] (used by `lookup_mut`).
-    #[allow(dead_code)]
-    fn find_value_walk(&mut self, key: &[u8], h: u64) -> Option<(usize, usize)> {
-        let primary = self.bucket_off(h);
-        let w = walk(self.region.as_slice(), &mut self.acct, primary, key, h, 0);
-        let loc = w.found?;
-        Some(match loc.entry.kind {
-            EntryKind::Inline { klen, vlen, .. } => (
-                loc.bucket + bucket::inline_offset(u32::from(loc.entry.slot)) + klen as usize,
-                vlen as usize,
-            ),
-            EntryKind::Ptr { unit, .. } => {
-                let r = (unit as usize) << UNIT_SHIFT;
-                let (hl, klen, vlen) = rec_header(self.region.as_slice(), r);
-                self.acct.slab(r, hl + klen + vlen);
-                (r + hl + klen, vlen)
-            }
-        })
-    }
-
     /// GET core: counts and returns the value's location.
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], h: u64) -> Option<(usize, usize)> {
@@ -515,8 +495,9 @@ impl Engine {
         mem[hl + key.len()..].copy_from_slice(value);
     }
 
-    /// PUT core; sizes already checked.
-    #[inline(always)]
+    /// PUT core; sizes already checked. Kept out of line so the batch loop
+    /// (which inlines the GET path) stays small in the instruction cache.
+    #[inline(never)]
     pub(crate) fn put_hashed(&mut self, key: &[u8], value: &[u8], h: u64) -> Status {
         self.ops.puts += 1;
         let total = key.len() + value.len();
@@ -699,8 +680,8 @@ impl Engine {
         st
     }
 
-    /// DELETE core.
-    #[inline(always)]
+    /// DELETE core (out of line, like `put_hashed`).
+    #[inline(never)]
     pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64) -> Status {
         self.ops.deletes += 1;
         let primary = self.bucket_off(h);

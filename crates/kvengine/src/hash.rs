@@ -35,7 +35,7 @@ fn r8(k: &[u8], at: usize) -> u64 {
 ///
 /// Stable across runs and processes: clients may steer partitions by it.
 /// Never panics; the empty key is hashed like any other.
-#[inline]
+#[inline(always)]
 pub fn key_hash(key: &[u8]) -> u64 {
     let len = key.len();
     let mut seed = SEED ^ mum(SEED ^ P0, P1);

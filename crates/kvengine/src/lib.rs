@@ -9,7 +9,11 @@
 //! * [`engine`]: get / put / delete / `lookup_mut` over the index;
 //! * [`batch`]: group-prefetching batched execution;
 //! * [`accounting`]: distinct-cache-line counting (feature `accounting`);
-//! * [`hash`]: [`key_hash`], shared with clients for partition steering.
+//! * [`hash`]: [`key_hash`], shared with clients for partition steering;
+//! * [`config`], [`region`], [`stats`]: parameters, memory, counters.
+//!
+//! Layout, limits, the prefetch pipeline and measured figures are in
+//! `docs/ENGINE.md`.
 //!
 //! ```
 //! use kvengine::{Engine, EngineConfig, Region, Status};

@@ -337,3 +337,10 @@ fn transfers_are_batched() {
     assert!(rep.scanned >= 10_000);
     e.check_invariants().unwrap();
 }
+
+#[test]
+fn engine_and_region_are_send() {
+    fn send<T: Send>() {}
+    send::<Engine>();
+    send::<Region>();
+}

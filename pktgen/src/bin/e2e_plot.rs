@@ -35,8 +35,17 @@ fn panel(
     ylabel: &str,
     data: &[Series],
 ) -> Result<(), Box<dyn std::error::Error>> {
-    let xmax = data.iter().flat_map(|s| s.1.iter().map(|p| p.0)).fold(0.0, f64::max).max(1.0);
-    let ymax = data.iter().flat_map(|s| s.1.iter().map(|p| p.1)).fold(0.0, f64::max).max(1e-3) * 1.15;
+    let xmax = data
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.0))
+        .fold(0.0, f64::max)
+        .max(1.0);
+    let ymax = data
+        .iter()
+        .flat_map(|s| s.1.iter().map(|p| p.1))
+        .fold(0.0, f64::max)
+        .max(1e-3)
+        * 1.15;
     let mut chart = ChartBuilder::on(area)
         .caption(title, ("sans-serif", 20))
         .margin(10)
@@ -55,7 +64,9 @@ fn panel(
         chart
             .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
             .label(name.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+            .legend(move |(x, y)| {
+                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
+            });
         chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
     }
     chart
@@ -77,7 +88,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::new(&args[2], (1400, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(700);
-    panel(&left, "Throughput (memif, 1 lcore each)", "Mops", &series(&v, "throughput_mops"))?;
+    panel(
+        &left,
+        "Throughput (memif, 1 lcore each)",
+        "Mops",
+        &series(&v, "throughput_mops"),
+    )?;
     panel(&right, "Latency p50 / p99 (raw, closed loop)", "us", &{
         let mut s = series(&v, "p99_raw_us");
         for x in s.iter_mut() {

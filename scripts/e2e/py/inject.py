@@ -1,0 +1,333 @@
+#!/usr/bin/env python3
+"""Injects valid and malformed RoCEv2 request frames into the dataplane's TAP
+interface from the kernel side (AF_PACKET raw socket) and checks the answers.
+
+  inject.py run   --config configs/tap.json --iface kvtap0 --expect OUT.json
+  inject.py check --expect OUT.json --stats DATAPLANE_STATS.json [--mbuf-baseline N]
+
+`run` sends a valid PUT, one frame per malformed case, then GETs; it checks every
+response (or the absence of one) and prints PASS/FAIL per case. It writes the
+dataplane counters the run must have produced to OUT.json. `check` compares them
+with the dataplane's --stats-json after it stopped: every drop reason exactly as
+expected (all others zero), op_errors, requests, responses, rx_packets.
+
+Frames are built by hand (rocev2.py, from docs/PROTOCOL.md), starting from a valid
+request and patching one field, with the IPv4 checksum and ICRC recomputed so that
+each case breaks exactly one thing (unless the case is about the checksum/ICRC).
+"""
+import argparse
+import json
+import os
+import socket
+import struct
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rocev2 as r  # noqa: E402
+
+ETH_P_ALL = 0x0003
+PACKET_OUTGOING = 4
+QUIET_S = 0.25     # how long "no response" is waited for
+REPLY_S = 2.0      # how long a response is waited for
+
+CLIENT_MAC = "02:00:00:00:00:02"
+CLIENT_IP = "127.0.0.3"
+
+
+class Tap:
+    def __init__(self, iface):
+        self.s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        self.s.bind((iface, 0))
+        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 20)
+
+    def drain(self):
+        self.s.setblocking(False)
+        try:
+            while True:
+                self.s.recv(65535)
+        except BlockingIOError:
+            pass
+        self.s.setblocking(True)
+
+    def send(self, frame):
+        self.s.send(frame)
+
+    def responses(self, wait):
+        """All UD SEND responses received within `wait` seconds (stops early after
+        the first one when wait is REPLY_S and then waits a short grace period)."""
+        out = []
+        deadline = time.monotonic() + wait
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return out
+            self.s.settimeout(left)
+            try:
+                data, addr = self.s.recvfrom(65535)
+            except socket.timeout:
+                return out
+            if addr[2] == PACKET_OUTGOING:
+                continue
+            resp = r.parse_response(data)
+            if resp is not None:
+                out.append(resp)
+                # one response expected: wait only a little longer for stragglers
+                deadline = min(deadline, time.monotonic() + 0.1)
+
+
+def main_run(a):
+    cfg = json.load(open(a.config))
+    dp, srv, clients = cfg["dataplane"], cfg["server"], cfg["clients"]
+    smac, sip = dp["mac"], dp["ip"]
+    qpn, rkey = clients[0]["qpn"], clients[0]["rkey"]
+    va0, vlen = srv["request_region_va"], srv["request_region_len"]
+    tap = Tap(a.iface)
+
+    expect = {"drops": {}, "op_errors": 0, "requests": 0, "responses": 0, "rx_packets": 0}
+    state = {"psn": 0, "resp_psn": 0, "batch": 100, "fails": 0, "cases": 0}
+
+    def req(payload, psn=None, **kw):
+        kw.setdefault("qpn", qpn)
+        kw.setdefault("rkey", rkey)
+        kw.setdefault("va", va0 + 1440)
+        return r.request_frame(CLIENT_MAC, smac, CLIENT_IP, sip,
+                               kw["qpn"], state["psn"] if psn is None else psn,
+                               kw["va"], kw["rkey"], payload, dma_len=kw.get("dma_len"))
+
+    def next_batch():
+        state["batch"] += 1
+        return state["batch"]
+
+    def result(name, ok, detail):
+        state["cases"] += 1
+        if not ok:
+            state["fails"] += 1
+        print(f"{'PASS' if ok else 'FAIL'}: malformed/{name}: {detail}")
+
+    def expect_reply(name, frame, batch_id, want):
+        """Sends a frame that must be answered with exactly the results `want`."""
+        tap.drain()
+        tap.send(frame)
+        expect["rx_packets"] += 1
+        expect["requests"] += 1
+        expect["responses"] += 1
+        got = tap.responses(REPLY_S)
+        state["psn"] = (state["psn"] + 1) & 0xFFFFFF
+        if len(got) != 1:
+            result(name, False, f"expected 1 response, got {len(got)}")
+            return
+        g = got[0]
+        problems = []
+        checks = [
+            ("magic", g["magic"], 0x52), ("version", g["version"], 1),
+            ("batch_id", g["batch_id"], batch_id), ("first_index", g["first"], 0),
+            ("flags", g["flags"], 0), ("dest_qp", g["dqpn"], qpn),
+            ("deth_src_qp", g["src_qp"], srv["qpn"]), ("qkey", g["qkey"], srv["qkey"]),
+            ("resp_psn", g["psn"], state["resp_psn"]),
+            ("dst_mac", g["dst_mac"], r.mac(CLIENT_MAC)), ("src_mac", g["src_mac"], r.mac(smac)),
+            ("ip_checksum_ok", g["ip_ok"], True), ("icrc_ok", g["icrc_ok"], True),
+            ("udp_len_ok", g["udp_len_ok"], True), ("results", g["results"], want),
+        ]
+        for k, have, exp in checks:
+            if have != exp:
+                problems.append(f"{k} {have!r} != {exp!r}")
+        state["resp_psn"] = (state["resp_psn"] + 1) & 0xFFFFFF
+        sts = ",".join(str(s) for s, _ in g["results"])
+        result(name, not problems, "; ".join(problems) if problems else
+               f"answered: {len(g['results'])} result(s), status {sts}, ICRC/IP checksum ok")
+
+    def expect_drop(name, frame, reason, consumes_psn=False):
+        """Sends a frame that must be dropped silently and counted under `reason`."""
+        tap.drain()
+        tap.send(frame)
+        expect["rx_packets"] += 1
+        expect["drops"][reason] = expect["drops"].get(reason, 0) + 1
+        if consumes_psn:
+            state["psn"] = (state["psn"] + 1) & 0xFFFFFF
+        got = tap.responses(QUIET_S)
+        result(name, not got, f"{len(frame)} B frame -> expect drop_{reason}" +
+               (f", but got {len(got)} response(s)" if got else ", no response"))
+
+    def patched(frame, fn, ip_csum=True, icrc=True):
+        f = bytearray(frame)
+        fn(f)
+        if ip_csum:
+            r.fix_ip_checksum(f)
+        if icrc:
+            r.fix_icrc(f)
+        return bytes(f)
+
+    K, V = b"e2e-key", b"value-of-e2e-key"
+
+    # -- 1. a valid request first ------------------------------------------------------
+    b = next_batch()
+    expect_reply("valid-put", req(r.batch(b, [r.op_put(K, V)])), b, [(r.ST_OK, b"")])
+    b = next_batch()
+    expect_reply("valid-get", req(r.batch(b, [r.op_get(K)])), b, [(r.ST_OK, V)])
+
+    # Template for the drop cases: a valid GET at the current PSN.
+    def tmpl():
+        return req(r.batch(next_batch(), [r.op_get(K)]))
+    good = tmpl()
+    assert len(good) > r.REQ_PAYLOAD_OFF
+
+    # -- 2. truncated at every header boundary (frame simply cut) -------------------
+    expect_drop("truncated-eth-only", good[:r.ETH_LEN], "too_short")
+    expect_drop("truncated-mid-ipv4", good[:r.IP_OFF + 10], "too_short")
+    expect_drop("truncated-mid-udp", good[:r.UDP_OFF + 4], "too_short")
+    expect_drop("truncated-mid-bth", good[:r.BTH_OFF + 6], "too_short")
+    # cut in the RETH: the IPv4 total length now exceeds the frame
+    expect_drop("truncated-mid-reth-cut", good[:r.EXT_OFF + 8], "bad_ip_header")
+
+    # Consistently truncated: lengths/checksums/ICRC re-made for the shorter packet.
+    def consistent(upto_udp_payload, pad_to=0):
+        body = good[r.BTH_OFF:r.BTH_OFF + upto_udp_payload]
+        f = bytearray(good[:r.BTH_OFF]) + body + b"\0\0\0\0"
+        ip_total = r.IP_LEN + r.UDP_LEN + len(body) + 4
+        struct.pack_into("!H", f, r.IP_OFF + 2, ip_total)
+        struct.pack_into("!H", f, r.UDP_OFF + 4, ip_total - r.IP_LEN)
+        r.fix_ip_checksum(f)
+        if upto_udp_payload >= r.BTH_LEN:
+            r.fix_icrc(f)
+        if len(f) < pad_to:
+            f += b"\0" * (pad_to - len(f))     # Ethernet padding (ignored by the receiver)
+        return bytes(f)
+    # a 6-byte BTH + 4 ICRC bytes inside a 60-byte (minimum size, padded) frame
+    expect_drop("truncated-mid-bth-consistent", consistent(6, pad_to=60), "truncated_bth")
+    # BTH + 8 of the 16 RETH bytes + ICRC, lengths and ICRC consistent
+    expect_drop("truncated-mid-reth-consistent", consistent(r.BTH_LEN + 8), "truncated_reth")
+
+    # -- 3. lengths that lie ------------------------------------------------------------
+    def ip_len(delta):
+        return lambda f: struct.pack_into("!H", f, r.IP_OFF + 2,
+                                          struct.unpack_from("!H", f, r.IP_OFF + 2)[0] + delta)
+    expect_drop("ipv4-total-length-too-long",
+                patched(good, ip_len(+4), icrc=False), "bad_ip_header")
+    expect_drop("ipv4-total-length-too-short",
+                patched(good, ip_len(-4), icrc=False), "bad_udp_length")
+
+    def udp_len(delta):
+        return lambda f: struct.pack_into("!H", f, r.UDP_OFF + 4,
+                                          struct.unpack_from("!H", f, r.UDP_OFF + 4)[0] + delta)
+    expect_drop("udp-length-too-long", patched(good, udp_len(+4)), "bad_udp_length")
+    expect_drop("udp-length-too-short", patched(good, udp_len(-4)), "bad_udp_length")
+
+    # -- 4. checksums ---------------------------------------------------------------------
+    def bad_ip_csum(f):
+        f[r.IP_OFF + 11] ^= 0x01
+    expect_drop("bad-ipv4-checksum", patched(good, bad_ip_csum, ip_csum=False, icrc=False),
+                "bad_ip_checksum")
+
+    def bad_icrc(f):
+        f[-1] ^= 0x80
+    expect_drop("bad-icrc", patched(good, bad_icrc, icrc=False), "bad_icrc")
+
+    # -- 5. header fields ---------------------------------------------------------------
+    expect_drop("wrong-udp-port",
+                patched(good, lambda f: struct.pack_into("!H", f, r.UDP_OFF + 2, 4792)),
+                "not_roce")
+    expect_drop("not-ipv4-ethertype",
+                patched(good, lambda f: f.__setitem__(slice(12, 14), b"\x86\xdd"),
+                        ip_csum=False, icrc=False), "not_ipv4")
+    expect_drop("not-udp-protocol",
+                patched(good, lambda f: f.__setitem__(r.IP_OFF + 9, 6)), "not_udp")
+    expect_drop("ipv4-fragment-mf",
+                patched(good, lambda f: f.__setitem__(r.IP_OFF + 6, 0x20)), "bad_ip_header")
+    expect_drop("bad-bth-opcode-rc-send",
+                patched(good, lambda f: f.__setitem__(r.BTH_OFF, 0x04)), "bad_bth_opcode")
+    expect_drop("bad-bth-tver",
+                patched(good, lambda f: f.__setitem__(r.BTH_OFF + 1, f[r.BTH_OFF + 1] | 1)),
+                "bad_bth_version")
+    expect_drop("reth-dma-length-mismatch",
+                patched(good, lambda f: struct.pack_into(
+                    "!I", f, r.EXT_OFF + 12, struct.unpack_from("!I", f, r.EXT_OFF + 12)[0] + 1)),
+                "length_mismatch")
+    expect_drop("wrong-destination-ip",
+                patched(good, lambda f: f.__setitem__(slice(r.IP_OFF + 16, r.IP_OFF + 20),
+                                                      r.ip4("127.0.0.9"))), "wrong_destination")
+    expect_drop("unknown-qp-999", req(r.batch(next_batch(), [r.op_get(K)]), qpn=999),
+                "unknown_qp")
+    expect_drop("wrong-rkey", req(r.batch(next_batch(), [r.op_get(K)]), rkey=rkey ^ 0x1),
+                "bad_rkey")
+    pl = r.batch(next_batch(), [r.op_get(K)])
+    expect_drop("reth-va-below-region", req(pl, va=va0 - 4096), "bad_va")
+    expect_drop("reth-va-past-region-end", req(pl, va=va0 + vlen - len(pl) + 1), "bad_va")
+
+    # -- 6. KV payload errors (answered) -----------------------------------------------
+    K2, V2, K3 = b"e2e-k2", b"v2", b"e2e-k3"
+    b = next_batch()
+    expect["op_errors"] += 1
+    # PUT k2, then op with undefined opcode 9, then PUT k3 (must not be executed)
+    expect_reply("unknown-kv-opcode",
+                 req(r.batch(b, [r.op_put(K2, V2), r.op_raw(9, K), r.op_put(K3, V2)])), b,
+                 [(r.ST_OK, b""), (r.ST_UNKNOWN_OPCODE, b"")])
+    b = next_batch()
+    expect["op_errors"] += 1
+    # count says 3 ops, the payload holds one GET
+    expect_reply("op-count-beyond-payload", req(r.batch(b, [r.op_get(K)], count=3)), b,
+                 [(r.ST_OK, V), (r.ST_MALFORMED, b"")])
+    # a batch header with a wrong magic is dropped (after the PSN was accepted)
+    bad_magic = bytearray(r.batch(next_batch(), [r.op_get(K)]))
+    bad_magic[0] = 0x4C
+    expect_drop("bad-batch-magic", req(bytes(bad_magic)), "bad_payload", consumes_psn=True)
+
+    # -- 7. PSN duplicate: re-send the request two PSNs back --------------------------
+    dup_psn = (state["psn"] - 2) & 0xFFFFFF
+    expect_drop("psn-duplicate", req(r.batch(next_batch(), [r.op_get(K)]), psn=dup_psn),
+                "psn_duplicate")
+
+    # -- 8. the store is intact ------------------------------------------------------
+    b = next_batch()
+    expect_reply("get-after-malformed", req(r.batch(b, [r.op_get(K)])), b, [(r.ST_OK, V)])
+    b = next_batch()
+    expect_reply("ops-before-bad-op-ran-after-not",
+                 req(r.batch(b, [r.op_get(K2), r.op_get(K3)])), b,
+                 [(r.ST_OK, V2), (r.ST_NOT_FOUND, b"")])
+
+    json.dump(expect, open(a.expect, "w"), indent=1, sort_keys=True)
+    print(f"inject: {state['cases'] - state['fails']}/{state['cases']} cases passed")
+    return 1 if state["fails"] else 0
+
+
+def main_check(a):
+    exp = json.load(open(a.expect))
+    st = json.load(open(a.stats))
+    fails = 0
+
+    def chk(name, have, want):
+        nonlocal fails
+        ok = have == want
+        fails += not ok
+        print(f"{'PASS' if ok else 'FAIL'}: malformed/stats {name} = {have} (expected {want})")
+
+    for reason, n in sorted(exp["drops"].items()):
+        chk(f"drop_{reason}", st.get(f"drop_{reason}", 0), n)
+    others = {k: v for k, v in st.items()
+              if k.startswith("drop_") and k[5:] not in exp["drops"] and v}
+    chk("other drop counters", others, {})
+    for k in ("op_errors", "requests", "responses", "rx_packets"):
+        chk(k, st.get(k), exp[k])
+    # net_tap keeps its rx ring filled: mbufs in use at exit must equal the count at
+    # start ("dataplane ready (mbufs in use N)"), i.e. no response/request mbuf leaked.
+    chk("mbufs_in_use", st.get("mbufs_in_use"), a.mbuf_baseline)
+    return 1 if fails else 0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("run")
+    p.add_argument("--config", required=True)
+    p.add_argument("--iface", required=True)
+    p.add_argument("--expect", required=True)
+    p = sub.add_parser("check")
+    p.add_argument("--expect", required=True)
+    p.add_argument("--stats", required=True)
+    p.add_argument("--mbuf-baseline", type=int, default=0)
+    a = ap.parse_args()
+    return main_run(a) if a.cmd == "run" else main_check(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
