@@ -28,7 +28,7 @@ pub const CHUNK: usize = 256;
 pub const MAX_BURST: usize = 64;
 /// A PSN at most this far behind the expected one is a duplicate and dropped; one
 /// farther behind is taken as the client restarting its sequence (a resync).
-pub const PSN_DUP_WINDOW: i32 = 1024;
+pub const PSN_DUP_WINDOW: i32 = 128;
 /// UDP source port of responses.
 pub const RESPONSE_UDP_SRC_PORT: u16 = 0xC001;
 
