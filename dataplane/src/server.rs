@@ -85,7 +85,7 @@ impl Client {
             None => PsnVerdict::Serve,
             Some(exp) => match psn::distance(exp, psn_in) {
                 0 => PsnVerdict::Serve,
-                d if d < 0 && d >= -PSN_DUP_WINDOW => PsnVerdict::Duplicate,
+                d if (-PSN_DUP_WINDOW..0).contains(&d) => PsnVerdict::Duplicate,
                 d if d > 0 => PsnVerdict::Gap,
                 _ => PsnVerdict::Serve, // far behind: the client restarted its sequence
             },
@@ -197,9 +197,9 @@ impl Server {
     /// Processes one rx burst. `alloc` gives an empty tx frame (or `None`: the
     /// response is dropped and counted as `NoMbuf`); `send` takes each finished
     /// response frame in order.
-    pub fn handle_burst<'f, B, A, S>(
+    pub fn handle_burst<B, A, S>(
         &mut self,
-        frames: &[&'f [u8]],
+        frames: &[&[u8]],
         stats: &WorkerStats,
         alloc: A,
         send: S,

@@ -20,8 +20,8 @@
 //! results equal in-order execution even when a batch repeats a key or an
 //! earlier PUT changes a bucket that a later op prefetched.
 
-use crate::bucket::{read_slot, Meta, PTR_BITS};
-use crate::engine::bucket_ref;
+use crate::bucket::{read_slot_fast, Meta, INLINE1_BASE, PTR_BITS};
+use crate::engine::primary_bucket;
 use crate::hash::{key_hash, secondary};
 use crate::slab::UNIT_SHIFT;
 use crate::{accounting::OpClass, BatchOp, Engine, OpKind, ResultSink, Status};
@@ -63,23 +63,27 @@ pub fn prefetch_hint(mem: &[u8], off: usize) {
 }
 
 impl Engine {
-    /// Stage 2: peek at the primary bucket, prefetch candidate records and
-    /// the next chained bucket.
+    /// Stage 2: peek at the primary bucket (at byte offset `off`, from
+    /// `bucket_off(h)`), prefetch candidate records and the next chained
+    /// bucket.
     #[inline(always)]
-    fn prefetch_second(&self, h: u64) {
+    fn prefetch_second(&self, h: u64, off: usize) {
         let mem = self.mem();
-        let off = self.bucket_off(h);
-        let b = bucket_ref(mem, off);
+        debug_assert_eq!(off, self.bucket_off(h));
+        // SAFETY: `off` is `bucket_off(h)` (checked above in debug builds).
+        let b = unsafe { primary_bucket(mem, off) };
         let m = Meta::load(b);
         let sec = secondary(h);
         // Pointer entries whose secondary hash matches: their records.
-        let mut ptr = m.ptr_slots();
-        while ptr != 0 {
-            let s = ptr.trailing_zeros();
-            ptr &= ptr - 1;
-            let word = read_slot(b, s);
-            if (word >> PTR_BITS) as u16 == sec {
-                prefetch(mem, ((word & ((1 << PTR_BITS) - 1)) as usize) << UNIT_SHIFT);
+        let mut single = m.single_starts();
+        while single != 0 {
+            let s = single.trailing_zeros();
+            single &= single - 1;
+            if m.field(s) < INLINE1_BASE {
+                let word = read_slot_fast(b, s);
+                if (word >> PTR_BITS) as u16 == sec {
+                    prefetch(mem, ((word & ((1 << PTR_BITS) - 1)) as usize) << UNIT_SHIFT);
+                }
             }
         }
         let c = m.chain();
@@ -114,25 +118,30 @@ impl Engine {
     ) {
         const { assert!(B < A && A < RING) };
         let n = ops.len();
-        let mut hs = [0u64; RING];
+        // Per op in flight: its hash and primary bucket offset.
+        let mut hs = [(0u64, 0usize); RING];
         for (j, op) in ops.iter().enumerate().take(A) {
             let h = key_hash(op.key);
-            hs[j] = h;
-            prefetch(self.mem(), self.bucket_off(h));
+            let off = self.bucket_off(h);
+            hs[j] = (h, off);
+            prefetch(self.mem(), off);
         }
-        for &h in hs.iter().take(B.min(n)) {
-            self.prefetch_second(h);
+        for &(h, off) in hs.iter().take(B.min(n)) {
+            self.prefetch_second(h, off);
         }
         for (i, op) in ops.iter().enumerate() {
             if let Some(a) = ops.get(i + A) {
                 let h = key_hash(a.key);
-                hs[(i + A) % RING] = h;
-                prefetch(self.mem(), self.bucket_off(h));
+                let off = self.bucket_off(h);
+                hs[(i + A) % RING] = (h, off);
+                prefetch(self.mem(), off);
             }
             if i + B < n {
-                self.prefetch_second(hs[(i + B) % RING]);
+                let (h, off) = hs[(i + B) % RING];
+                self.prefetch_second(h, off);
             }
-            self.execute_one(i, op, hs[i % RING], sink);
+            let (h, off) = hs[i % RING];
+            self.execute_one(i, op, h, off, sink);
         }
     }
 
@@ -142,17 +151,19 @@ impl Engine {
     pub fn execute_batch_grouped<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
         let mut base = 0;
         for group in ops.chunks(GROUP) {
-            let mut hs = [0u64; GROUP];
+            let mut hs = [(0u64, 0usize); GROUP];
             for (j, op) in group.iter().enumerate() {
                 let h = key_hash(op.key);
-                hs[j] = h;
-                prefetch(self.mem(), self.bucket_off(h));
+                let off = self.bucket_off(h);
+                hs[j] = (h, off);
+                prefetch(self.mem(), off);
             }
-            for &h in &hs[..group.len()] {
-                self.prefetch_second(h);
+            for &(h, off) in &hs[..group.len()] {
+                self.prefetch_second(h, off);
             }
             for (j, op) in group.iter().enumerate() {
-                self.execute_one(base + j, op, hs[j], sink);
+                let (h, off) = hs[j];
+                self.execute_one(base + j, op, h, off, sink);
             }
             base += group.len();
         }
@@ -162,12 +173,20 @@ impl Engine {
     /// batched path is measured against). Same results as `execute_batch`.
     pub fn execute_sequential<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
         for (i, op) in ops.iter().enumerate() {
-            self.execute_one(i, op, key_hash(op.key), sink);
+            let h = key_hash(op.key);
+            self.execute_one(i, op, h, self.bucket_off(h), sink);
         }
     }
 
     #[inline(always)]
-    fn execute_one<S: ResultSink>(&mut self, i: usize, op: &BatchOp<'_>, h: u64, sink: &mut S) {
+    fn execute_one<S: ResultSink>(
+        &mut self,
+        i: usize,
+        op: &BatchOp<'_>,
+        h: u64,
+        off: usize,
+        sink: &mut S,
+    ) {
         match op.kind {
             OpKind::Get => {
                 if let Err(s) = self.check_key(op.key) {
@@ -175,7 +194,7 @@ impl Engine {
                     self.ops.refused += 1;
                     return sink.result(i, s, &[]);
                 }
-                match self.get_hashed(op.key, h) {
+                match self.get_hashed_at(op.key, h, off) {
                     Some((off, len)) => sink.result(i, Status::Ok, &self.mem()[off..off + len]),
                     None => sink.result(i, Status::NotFound, &[]),
                 }

@@ -48,7 +48,7 @@ const META_AT: usize = 48;
 const FIELD0: u32 = 20;
 const CHAIN_AT: u32 = 80;
 /// First 1-slot field value that encodes an inline entry.
-const INLINE1_BASE: u32 = 8;
+pub const INLINE1_BASE: u32 = 8;
 
 /// A bucket's decoded metadata word.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -344,6 +344,113 @@ impl Meta {
         }
         Candidates { inline, ptr }
     }
+}
+
+/// Per-lookup lane patterns for [`Meta::inline_multi`]: the key length and
+/// the 3-bit tag replicated into every 6-bit lane (computed once per key).
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    len_lanes: u64,
+    tag_lanes: u64,
+}
+
+impl Probe {
+    /// Patterns for a key of `klen <= INLINE_MAX` bytes with tag `tag`.
+    #[inline(always)]
+    pub fn new(klen: usize, tag: u8) -> Probe {
+        debug_assert!(klen <= INLINE_MAX);
+        Probe {
+            len_lanes: (klen as u64 & 63) * LANE_ONE,
+            tag_lanes: u64::from(tag & 7) * (LANE_ONE << 3),
+        }
+    }
+}
+
+impl Meta {
+    /// Start slots (slot bitmap) of entries spanning two or more slots.
+    #[inline(always)]
+    pub fn multi_starts(self) -> u32 {
+        let starts = self.starts();
+        starts & ((self.occupied() & !starts) >> 1)
+    }
+
+    /// Start slots (slot bitmap) of one-slot entries (pointers and short
+    /// inline KVs).
+    #[inline(always)]
+    pub fn single_starts(self) -> u32 {
+        let starts = self.starts();
+        starts & !((self.occupied() & !starts) >> 1)
+    }
+
+    /// Key + value bytes of the multi-slot inline entry starting at `s`
+    /// (same as [`Meta::inline_total`] for an entry of two or more slots).
+    #[inline(always)]
+    pub fn multi_total(self, s: u32) -> usize {
+        debug_assert!((s as usize) < SLOTS - 1);
+        let n = self.entry_len(s);
+        let f = (self.0 >> FIELD0) as u64;
+        let pad = (f >> ((6 * (s + 1)) & 63)) as u32 & 7;
+        (5 * n).wrapping_sub(pad) as usize
+    }
+
+    /// Lane-space mask (bit `6s + 5` for slot `s`, see [`lane_slot`]) of the
+    /// multi-slot inline entries whose key length and tag match `p`: one
+    /// SWAR compare over all ten fields. Same answer as the multi-slot part
+    /// of [`Meta::candidates`].
+    #[inline(always)]
+    pub fn inline_multi(self, p: &Probe) -> u64 {
+        let f = ((self.0 >> FIELD0) as u64) & ((1u64 << 60) - 1);
+        // A lane of `x` is zero iff field[s] == klen and field[s+1] >> 3 == tag.
+        let x = (f ^ p.len_lanes) | (((f >> 6) & LANE_TOP3) ^ p.tag_lanes);
+        spread(self.multi_starts()) & zero_lanes(x)
+    }
+}
+
+/// Compares `key` with the `key.len()` bytes at `at` (a slot start, so
+/// `at <= 45`) of a bucket: fixed-size word loads for keys of 4..=16 bytes.
+#[inline(always)]
+pub fn slot_key_eq(b: &[u8; BUCKET_BYTES], at: usize, key: &[u8]) -> bool {
+    let n = key.len();
+    debug_assert!(at <= INLINE_MAX - SLOT_BYTES);
+    let p = b.as_ptr();
+    if (8..=16).contains(&n) && at <= INLINE_MAX - SLOT_BYTES {
+        // SAFETY: at <= 45 and 8 <= n <= 16, so both 8-byte reads, at `at`
+        // and at `at + n - 8`, end at or before byte 61 of the 64-byte bucket.
+        let (x0, x1) = unsafe {
+            (
+                p.add(at).cast::<u64>().read_unaligned(),
+                p.add(at + n - 8).cast::<u64>().read_unaligned(),
+            )
+        };
+        let k0 = u64::from_ne_bytes(key[..8].try_into().expect("8 bytes"));
+        let k1 = u64::from_ne_bytes(key[n - 8..].try_into().expect("8 bytes"));
+        (x0 ^ k0) | (x1 ^ k1) == 0
+    } else if (4..8).contains(&n) && at <= INLINE_MAX - SLOT_BYTES {
+        // SAFETY: at <= 45 and 4 <= n < 8, so both 4-byte reads end at or
+        // before byte 53 of the 64-byte bucket.
+        let (x0, x1) = unsafe {
+            (
+                p.add(at).cast::<u32>().read_unaligned(),
+                p.add(at + n - 4).cast::<u32>().read_unaligned(),
+            )
+        };
+        let k0 = u32::from_ne_bytes(key[..4].try_into().expect("4 bytes"));
+        let k1 = u32::from_ne_bytes(key[n - 4..].try_into().expect("4 bytes"));
+        (x0 ^ k0) | (x1 ^ k1) == 0
+    } else {
+        b.get(at..at + n) == Some(key)
+    }
+}
+
+/// Reads slot `s` (`s < SLOTS`) as a 40-bit word with one 8-byte load.
+#[inline(always)]
+pub fn read_slot_fast(b: &[u8; BUCKET_BYTES], s: u32) -> u64 {
+    debug_assert!((s as usize) < SLOTS);
+    let at = (s as usize).min(SLOTS - 1) * SLOT_BYTES;
+    // SAFETY: at <= 45, so the 8-byte read ends at or before byte 53 of the
+    // 64-byte bucket.
+    let w = unsafe { b.as_ptr().add(at).cast::<u64>().read_unaligned() };
+    u64::from_le(w) & ((1 << 40) - 1)
 }
 
 /// Reads slot `s` as a little-endian 40-bit word.

@@ -60,14 +60,6 @@ pub(crate) struct Loc {
     entry: bucket::Entry,
 }
 
-/// Result of walking a bucket chain.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Walk {
-    found: Option<Loc>,
-    free: Option<(usize, u32)>,
-    last: usize,
-}
-
 #[inline(always)]
 pub(crate) fn bucket_ref(mem: &[u8], off: usize) -> &[u8; BUCKET_BYTES] {
     debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
@@ -117,84 +109,194 @@ pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
     }
 }
 
-/// Walks the chain from `primary` looking for `key`; when `need > 0` also
-/// remembers the first run of `need` free slots seen. Stops as soon as the
-/// key is found (so `free` may then be `None` although a later bucket has
-/// room: see [`Engine::find_free`]).
-#[inline]
-pub(crate) fn walk(
+/// The primary bucket at byte offset `off`, without a bounds check.
+///
+/// # Safety
+///
+/// `mem` must be the engine's region and `off` a value of
+/// [`Engine::bucket_off`] for that engine.
+#[inline(always)]
+pub(crate) unsafe fn primary_bucket(mem: &[u8], off: usize) -> &[u8; BUCKET_BYTES] {
+    debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
+    // SAFETY: `bucket_off` returns `bucket_index(h, nbuckets) * 64` with
+    // `bucket_index < nbuckets` (the high word of a 64 x 64-bit product with
+    // `nbuckets`), so `off + 64 <= nbuckets * 64`. `Engine::new` zeroed
+    // `region[..nbuckets * 64]` through a checked slice, so that range lies
+    // inside the region (which never shrinks). `[u8; 64]` has alignment 1.
+    unsafe { &*mem.as_ptr().add(off).cast::<[u8; BUCKET_BYTES]>() }
+}
+
+/// An entry found by [`find`]: where it is and where its value is.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Hit {
+    /// Byte offset of the bucket holding the entry.
+    bucket: usize,
+    /// Byte offset of the bucket before it in the chain ([`NONE`] for the
+    /// primary bucket).
+    prev: usize,
+    /// Start slot of the entry.
+    slot: u32,
+    /// Byte offset of the value in the region.
+    val: usize,
+    /// Value length.
+    vlen: usize,
+}
+
+/// Multi-slot inline entries of one bucket (at byte offset `off`): one
+/// SWAR compare of key length and tag over the ten slot fields, then a key
+/// compare per candidate. Returns the start slot, the value's offset and
+/// length.
+#[inline(always)]
+fn match_multi(
+    b: &[u8; BUCKET_BYTES],
+    off: usize,
+    m: Meta,
+    key: &[u8],
+    probe: &bucket::Probe,
+) -> Option<(u32, usize, usize)> {
+    let klen = key.len();
+    let mut inl = m.inline_multi(probe);
+    while inl != 0 {
+        let s = bucket::lane_slot(inl.trailing_zeros());
+        inl &= inl - 1;
+        let at = bucket::inline_offset(s);
+        if bucket::slot_key_eq(b, at, key) {
+            let vlen = m.multi_total(s).wrapping_sub(klen);
+            return Some((s, off + at + klen, vlen));
+        }
+    }
+    None
+}
+
+/// One-slot entries of one bucket (pointers by secondary hash, short inline
+/// KVs by length): the less common case for small KVs, kept out of line.
+#[inline(never)]
+fn match_singles(
+    mem: &[u8],
+    acct: &mut Accounting,
+    b: &[u8; BUCKET_BYTES],
+    off: usize,
+    m: Meta,
+    key: &[u8],
+    sec: u16,
+) -> Option<(u32, usize, usize)> {
+    let klen = key.len();
+    let mut single = m.single_starts();
+    while single != 0 {
+        let s = single.trailing_zeros();
+        single &= single - 1;
+        let f = m.field(s);
+        if f < bucket::INLINE1_BASE {
+            let word = bucket::read_slot_fast(b, s);
+            if (word >> bucket::PTR_BITS) as u16 != sec {
+                continue;
+            }
+            let r = ((word & ((1 << bucket::PTR_BITS) - 1)) as usize) << UNIT_SHIFT;
+            let (hl, k, v) = rec_header(mem, r);
+            acct.slab(r, hl + klen);
+            if k == klen && key_eq(&mem[r + hl..r + hl + k], key) {
+                acct.slab(r, hl + k + v);
+                return Some((s, r + hl + k, v));
+            }
+        } else if klen <= bucket::SLOT_BYTES
+            && f.wrapping_sub(bucket::INLINE1_BASE + 6 * klen as u32) < 6
+        {
+            let at = bucket::inline_offset(s);
+            if bucket::slot_key_eq(b, at, key) {
+                let pad = (f - bucket::INLINE1_BASE) % 6;
+                let vlen = (bucket::SLOT_BYTES - klen).saturating_sub(pad as usize);
+                return Some((s, off + at + klen, vlen));
+            }
+        }
+    }
+    None
+}
+
+/// Looks for `key` in one bucket (at byte offset `off`, metadata `m`).
+#[inline(always)]
+fn match_bucket(
+    mem: &[u8],
+    acct: &mut Accounting,
+    b: &[u8; BUCKET_BYTES],
+    off: usize,
+    m: Meta,
+    key: &[u8],
+    sec: u16,
+) -> Option<(u32, usize, usize)> {
+    if key.len() <= bucket::INLINE_MAX {
+        let probe = bucket::Probe::new(key.len(), (sec & 7) as u8);
+        if let Some(r) = match_multi(b, off, m, key, &probe) {
+            return Some(r);
+        }
+    }
+    if m.single_starts() != 0 {
+        return match_singles(mem, acct, b, off, m, key, sec);
+    }
+    None
+}
+
+/// Walks the chain from the primary bucket at byte offset `primary` (whose
+/// bucket is `pb`) looking for `key` with hash `h`.
+#[inline(always)]
+pub(crate) fn find(
     mem: &[u8],
     acct: &mut Accounting,
     primary: usize,
+    pb: &[u8; BUCKET_BYTES],
     key: &[u8],
     h: u64,
-    need: u32,
-) -> Walk {
+) -> Option<Hit> {
+    acct.index(primary);
+    let m = Meta::load(pb);
+    if let Some((slot, val, vlen)) = match_bucket(mem, acct, pb, primary, m, key, secondary(h)) {
+        return Some(Hit {
+            bucket: primary,
+            prev: NONE,
+            slot,
+            val,
+            vlen,
+        });
+    }
+    match m.chain() {
+        0 => None,
+        c => find_chained(mem, acct, primary, c, key, h),
+    }
+}
+
+/// The rest of [`find`]: the chained buckets after the primary bucket at
+/// `primary`, the first at `chain` (32 B units). Out of line: most lookups
+/// end in the primary bucket.
+#[inline(never)]
+fn find_chained(
+    mem: &[u8],
+    acct: &mut Accounting,
+    primary: usize,
+    chain: u32,
+    key: &[u8],
+    h: u64,
+) -> Option<Hit> {
     let sec = secondary(h);
-    let tag = (sec & 7) as u8;
-    let mut w = Walk {
-        found: None,
-        free: None,
-        last: primary,
-    };
-    let mut prev = NONE;
-    let mut off = primary;
+    let mut prev = primary;
+    let mut c = chain;
     loop {
+        let off = (c as usize) << UNIT_SHIFT;
         acct.index(off);
         let b = bucket_ref(mem, off);
         let m = Meta::load(b);
-        if w.found.is_none() {
-            let c = m.candidates(key.len(), tag);
-            let mut inl = c.inline;
-            while inl != 0 {
-                let s = bucket::lane_slot(inl.trailing_zeros());
-                inl &= inl - 1;
-                let at = bucket::inline_offset(s);
-                if key_eq(&b[at..at + key.len()], key) {
-                    w.found = Some(Loc {
-                        bucket: off,
-                        prev,
-                        entry: m.decode(b, s),
-                    });
-                    break;
-                }
-            }
-            let mut ptr = c.ptr;
-            while ptr != 0 && w.found.is_none() {
-                let s = bucket::lane_slot(ptr.trailing_zeros());
-                ptr &= ptr - 1;
-                let word = bucket::read_slot(b, s);
-                if (word >> bucket::PTR_BITS) as u16 != sec {
-                    continue;
-                }
-                let r = ((word & ((1 << bucket::PTR_BITS) - 1)) as usize) << UNIT_SHIFT;
-                let (hl, k, _) = rec_header(mem, r);
-                acct.slab(r, hl + key.len());
-                if k == key.len() && key_eq(&mem[r + hl..r + hl + k], key) {
-                    w.found = Some(Loc {
-                        bucket: off,
-                        prev,
-                        entry: m.decode(b, s),
-                    });
-                }
-            }
+        if let Some((slot, val, vlen)) = match_bucket(mem, acct, b, off, m, key, sec) {
+            return Some(Hit {
+                bucket: off,
+                prev,
+                slot,
+                val,
+                vlen,
+            });
         }
-        if need > 0 && w.free.is_none() {
-            if let Some(s) = Meta::find_run(m.occupied(), need) {
-                w.free = Some((off, s));
-            }
-        }
-        w.last = off;
-        if w.found.is_some() {
-            // Replacing callers look further for space only if they must.
-            return w;
-        }
-        let c = m.chain();
+        c = m.chain();
         if c == 0 {
-            return w;
+            return None;
         }
         prev = off;
-        off = (c as usize) << UNIT_SHIFT;
     }
 }
 
@@ -323,59 +425,47 @@ impl Engine {
         Ok(())
     }
 
-    /// Finds `key` (already hashed) and returns `(offset, len)` of its value.
-    /// A read-only specialisation of [`walk`] for GET.
+    /// Finds `key` (hash `h`, primary bucket at byte offset `off`) and
+    /// returns `(offset, len)` of its value.
     #[inline(always)]
-    pub(crate) fn find_value(&mut self, key: &[u8], h: u64) -> Option<(usize, usize)> {
-        let mut off = self.bucket_off(h);
+    pub(crate) fn find_value_at(&mut self, key: &[u8], h: u64, off: usize) -> Option<(usize, usize)> {
+        debug_assert_eq!(off, self.bucket_off(h));
         let mem = self.region.as_slice();
-        let acct = &mut self.acct;
-        let sec = secondary(h);
-        let tag = (sec & 7) as u8;
-        loop {
-            acct.index(off);
-            let b = bucket_ref(mem, off);
-            let m = Meta::load(b);
-            let c = m.candidates(key.len(), tag);
-            let mut inl = c.inline;
-            while inl != 0 {
-                let s = bucket::lane_slot(inl.trailing_zeros());
-                inl &= inl - 1;
-                let at = bucket::inline_offset(s);
-                if key_eq(&b[at..at + key.len()], key) {
-                    let vlen = m.inline_total(s) - key.len();
-                    return Some((off + at + key.len(), vlen));
-                }
-            }
-            let mut ptr = c.ptr;
-            while ptr != 0 {
-                let s = bucket::lane_slot(ptr.trailing_zeros());
-                ptr &= ptr - 1;
-                let word = bucket::read_slot(b, s);
-                if (word >> bucket::PTR_BITS) as u16 != sec {
-                    continue;
-                }
-                let r = ((word & ((1 << bucket::PTR_BITS) - 1)) as usize) << UNIT_SHIFT;
-                let (hl, k, v) = rec_header(mem, r);
-                acct.slab(r, hl + key.len());
-                if k == key.len() && key_eq(&mem[r + hl..r + hl + k], key) {
-                    acct.slab(r, hl + k + v);
-                    return Some((r + hl + k, v));
-                }
-            }
-            let c = m.chain();
-            if c == 0 {
-                return None;
-            }
-            off = (c as usize) << UNIT_SHIFT;
-        }
+        debug_assert!(off < self.nbuckets as usize * BUCKET_BYTES);
+        // SAFETY: `off` is `bucket_off(h)` (checked above in debug builds).
+        let pb = unsafe { primary_bucket(mem, off) };
+        find(mem, &mut self.acct, off, pb, key, h).map(|hit| (hit.val, hit.vlen))
+    }
+
+    /// Finds `key` (hash `h`, primary bucket offset `primary`) and decodes
+    /// its entry.
+    #[inline(always)]
+    fn find_at(&mut self, key: &[u8], h: u64, primary: usize) -> Option<Loc> {
+        let mem = self.region.as_slice();
+        debug_assert_eq!(primary, self.bucket_off(h));
+        // SAFETY: `primary` is `bucket_off(h)` (checked above in debug builds).
+        let pb = unsafe { primary_bucket(mem, primary) };
+        let hit = find(mem, &mut self.acct, primary, pb, key, h)?;
+        let b = bucket_ref(mem, hit.bucket);
+        Some(Loc {
+            bucket: hit.bucket,
+            prev: hit.prev,
+            entry: Meta::load(b).decode(b, hit.slot),
+        })
     }
 
     /// GET core: counts and returns the value's location.
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], h: u64) -> Option<(usize, usize)> {
+        self.get_hashed_at(key, h, self.bucket_off(h))
+    }
+
+    /// [`Engine::get_hashed`] with the primary bucket offset (`bucket_off(h)`)
+    /// already known.
+    #[inline(always)]
+    pub(crate) fn get_hashed_at(&mut self, key: &[u8], h: u64, off: usize) -> Option<(usize, usize)> {
         self.ops.gets += 1;
-        let r = self.find_value(key, h);
+        let r = self.find_value_at(key, h, off);
         if r.is_some() {
             self.ops.get_hits += 1;
         }
@@ -515,16 +605,9 @@ impl Engine {
             class_for(rec_hdr_len(key.len(), value.len()) + total)
         };
         let primary = self.bucket_off(h);
-        let w = walk(
-            self.region.as_slice(),
-            &mut self.acct,
-            primary,
-            key,
-            h,
-            need,
-        );
+        let found = self.find_at(key, h, primary);
 
-        let Some(loc) = w.found else {
+        let Some(loc) = found else {
             let rec = if inline {
                 0
             } else {
@@ -533,9 +616,9 @@ impl Engine {
                     None => return self.oom(),
                 }
             };
-            let (b, s) = match w.free {
+            let (b, s) = match self.find_free(primary, need) {
                 Some(p) => p,
-                None => match self.new_chained(w.last) {
+                None => match self.new_chained(primary) {
                     Some(b) => (b, 0),
                     None => {
                         if !inline {
@@ -617,10 +700,12 @@ impl Engine {
             & !Meta::run_mask(s_old, n_old);
         let (b, s) = if let Some(s) = Meta::find_run(occ, need) {
             (loc.bucket, s)
-        } else if let Some(p) = w.free.or_else(|| self.find_free(loc.bucket, need)) {
+        } else if let Some(p) = self.find_free(primary, need) {
+            // The first run in the chain: the same one a walk that also
+            // tracked free runs would have picked.
             p
         } else {
-            match self.new_chained(w.last) {
+            match self.new_chained(loc.bucket) {
                 Some(b) => (b, 0),
                 None => {
                     if !inline {
@@ -685,8 +770,7 @@ impl Engine {
     pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64) -> Status {
         self.ops.deletes += 1;
         let primary = self.bucket_off(h);
-        let w = walk(self.region.as_slice(), &mut self.acct, primary, key, h, 0);
-        let Some(loc) = w.found else {
+        let Some(loc) = self.find_at(key, h, primary) else {
             return Status::NotFound;
         };
         let e = loc.entry;

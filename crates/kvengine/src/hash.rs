@@ -24,6 +24,22 @@ fn r4(k: &[u8], at: usize) -> u64 {
     u64::from(u32::from_le_bytes(b))
 }
 
+/// [`r4`] for `4 <= k.len() <= 16` and an offset of the form used by
+/// [`key_hash`] (`0`, `q`, `len - 4`, `len - 4 - q` with
+/// `q = (len >> 3) << 2`), without a bounds check.
+#[inline(always)]
+fn r4u(k: &[u8], at: usize) -> u64 {
+    debug_assert!((4..=16).contains(&k.len()) && at + 4 <= k.len());
+    let at = at.min(k.len().saturating_sub(4));
+    // SAFETY: `at` was clamped to `len - 4` (and `len >= 4` in `key_hash`'s
+    // branch), so the 4-byte read lies inside `k`. For the offsets
+    // `key_hash` passes the clamp is a no-op: `q <= 8` and `q <= len - 4`
+    // for every `len` in 4..=16, so `0, q, len - 4, len - 4 - q` are all in
+    // `0..=len - 4`.
+    let w = unsafe { k.as_ptr().add(at).cast::<u32>().read_unaligned() };
+    u64::from(u32::from_le(w))
+}
+
 #[inline(always)]
 fn r8(k: &[u8], at: usize) -> u64 {
     let mut b = [0u8; 8];
@@ -43,8 +59,8 @@ pub fn key_hash(key: &[u8]) -> u64 {
     if len <= 16 {
         if len >= 4 {
             let q = (len >> 3) << 2;
-            a = (r4(key, 0) << 32) | r4(key, q);
-            b = (r4(key, len - 4) << 32) | r4(key, len - 4 - q);
+            a = (r4u(key, 0) << 32) | r4u(key, q);
+            b = (r4u(key, len - 4) << 32) | r4u(key, len - 4 - q);
         } else if len > 0 {
             a = (u64::from(key[0]) << 16)
                 | (u64::from(key[len >> 1]) << 8)
