@@ -682,7 +682,11 @@ impl Gen<'_> {
                 if pushed.is_err() {
                     break; // packet full
                 }
-                let expect = if verify { self.model.on_send(op, k).1 } else { Expect::Any };
+                let expect = if verify {
+                    self.model.on_send(op, k).1
+                } else {
+                    Expect::Any
+                };
                 self.exp[exp_base + nops] = ExpOp { key: k, op, expect };
                 nops += 1;
                 if phase == Phase::Load {
