@@ -118,6 +118,10 @@ fn main() {
         if mode == "none" { 0 } else { nops },
         s.hits,
         s.sum,
-        if mode == "none" { 0.0 } else { nops as f64 / dt / 1e6 }
+        if mode == "none" {
+            0.0
+        } else {
+            nops as f64 / dt / 1e6
+        }
     );
 }

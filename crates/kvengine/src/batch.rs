@@ -63,14 +63,17 @@ pub fn prefetch_hint(mem: &[u8], off: usize) {
 }
 
 impl Engine {
-    /// Stage 2: peek at the primary bucket (at byte offset `off`, from
-    /// `bucket_off(h)`), prefetch candidate records and the next chained
-    /// bucket.
+    /// Stage 2: peek at the primary bucket (at byte offset `off`), prefetch
+    /// candidate records and the next chained bucket.
+    ///
+    /// # Safety
+    ///
+    /// `off` must be `self.bucket_off(h)` (asserted in debug builds).
     #[inline(always)]
-    fn prefetch_second(&self, h: u64, off: usize) {
+    unsafe fn prefetch_second(&self, h: u64, off: usize) {
         let mem = self.mem();
         debug_assert_eq!(off, self.bucket_off(h));
-        // SAFETY: `off` is `bucket_off(h)` (checked above in debug builds).
+        // SAFETY: the caller guarantees `off == self.bucket_off(h)`.
         let b = unsafe { primary_bucket(mem, off) };
         let m = Meta::load(b);
         let sec = secondary(h);
@@ -118,7 +121,9 @@ impl Engine {
     ) {
         const { assert!(B < A && A < RING) };
         let n = ops.len();
-        // Per op in flight: its hash and primary bucket offset.
+        // Per op in flight: its hash `h` and `bucket_off(h)`. Every entry
+        // keeps `off == bucket_off(h)` (also the initial (0, 0):
+        // `bucket_index(0, n) == 0`), which the `unsafe` calls below rely on.
         let mut hs = [(0u64, 0usize); RING];
         for (j, op) in ops.iter().enumerate().take(A) {
             let h = key_hash(op.key);
@@ -127,21 +132,36 @@ impl Engine {
             prefetch(self.mem(), off);
         }
         for &(h, off) in hs.iter().take(B.min(n)) {
-            self.prefetch_second(h, off);
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.prefetch_second(h, off) };
         }
-        for (i, op) in ops.iter().enumerate() {
-            if let Some(a) = ops.get(i + A) {
-                let h = key_hash(a.key);
-                let off = self.bucket_off(h);
-                hs[(i + A) % RING] = (h, off);
-                prefetch(self.mem(), off);
-            }
-            if i + B < n {
-                let (h, off) = hs[(i + B) % RING];
-                self.prefetch_second(h, off);
-            }
+        // Three phases so that the steady state has no per-op range tests:
+        // all stages, then no more hashing, then execution only.
+        let (n1, n2) = (n.saturating_sub(A), n.saturating_sub(B));
+        for i in 0..n1 {
+            let h = key_hash(ops[i + A].key);
+            let off = self.bucket_off(h);
+            hs[(i + A) % RING] = (h, off);
+            prefetch(self.mem(), off);
+            let (h, off) = hs[(i + B) % RING];
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.prefetch_second(h, off) };
             let (h, off) = hs[i % RING];
-            self.execute_one(i, op, h, off, sink);
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.execute_one(i, &ops[i], h, off, sink) };
+        }
+        for i in n1..n2 {
+            let (h, off) = hs[(i + B) % RING];
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.prefetch_second(h, off) };
+            let (h, off) = hs[i % RING];
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.execute_one(i, &ops[i], h, off, sink) };
+        }
+        for (i, op) in ops.iter().enumerate().skip(n2) {
+            let (h, off) = hs[i % RING];
+            // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+            unsafe { self.execute_one(i, op, h, off, sink) };
         }
     }
 
@@ -159,11 +179,13 @@ impl Engine {
                 prefetch(self.mem(), off);
             }
             for &(h, off) in &hs[..group.len()] {
-                self.prefetch_second(h, off);
+                // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+                unsafe { self.prefetch_second(h, off) };
             }
             for (j, op) in group.iter().enumerate() {
                 let (h, off) = hs[j];
-                self.execute_one(base + j, op, h, off, sink);
+                // SAFETY: `hs` entries satisfy `off == bucket_off(h)`.
+                unsafe { self.execute_one(base + j, op, h, off, sink) };
             }
             base += group.len();
         }
@@ -174,12 +196,19 @@ impl Engine {
     pub fn execute_sequential<S: ResultSink>(&mut self, ops: &[BatchOp<'_>], sink: &mut S) {
         for (i, op) in ops.iter().enumerate() {
             let h = key_hash(op.key);
-            self.execute_one(i, op, h, self.bucket_off(h), sink);
+            let off = self.bucket_off(h);
+            // SAFETY: `off` is `bucket_off(h)`, computed just above.
+            unsafe { self.execute_one(i, op, h, off, sink) };
         }
     }
 
+    /// Executes op `i` (hash `h`, primary bucket at byte offset `off`).
+    ///
+    /// # Safety
+    ///
+    /// `off` must be `self.bucket_off(h)`.
     #[inline(always)]
-    fn execute_one<S: ResultSink>(
+    unsafe fn execute_one<S: ResultSink>(
         &mut self,
         i: usize,
         op: &BatchOp<'_>,
@@ -194,7 +223,8 @@ impl Engine {
                     self.ops.refused += 1;
                     return sink.result(i, s, &[]);
                 }
-                match self.get_hashed_at(op.key, h, off) {
+                // SAFETY: forwarded from the caller.
+                match unsafe { self.get_hashed_at(op.key, h, off) } {
                     Some((off, len)) => sink.result(i, Status::Ok, &self.mem()[off..off + len]),
                     None => sink.result(i, Status::NotFound, &[]),
                 }

@@ -386,8 +386,13 @@ impl Meta {
     /// (same as [`Meta::inline_total`] for an entry of two or more slots).
     #[inline(always)]
     pub fn multi_total(self, s: u32) -> usize {
-        debug_assert!((s as usize) < SLOTS - 1);
-        let n = self.entry_len(s);
+        self.multi_total_n(s, self.entry_len(s))
+    }
+
+    /// [`Meta::multi_total`] with the entry's slot count `n` known.
+    #[inline(always)]
+    pub fn multi_total_n(self, s: u32, n: u32) -> usize {
+        debug_assert!((s as usize) < SLOTS - 1 && n == self.entry_len(s));
         let f = (self.0 >> FIELD0) as u64;
         let pad = (f >> ((6 * (s + 1)) & 63)) as u32 & 7;
         (5 * n).wrapping_sub(pad) as usize
@@ -500,8 +505,8 @@ pub fn write_inline(b: &mut [u8; BUCKET_BYTES], s: u32, key: &[u8], value: &[u8]
     let n = inline_slots(total);
     debug_assert!(s + n <= SLOTS as u32);
     let at = s as usize * SLOT_BYTES;
-    b[at..at + key.len()].copy_from_slice(key);
-    b[at + key.len()..at + total].copy_from_slice(value);
+    copy_small(&mut b[at..at + key.len()], key);
+    copy_small(&mut b[at + key.len()..at + total], value);
     let mut m = Meta::load(b);
     m.mark(s, n);
     let pad = 5 * n - total as u32;
@@ -527,16 +532,75 @@ pub fn rewrite_inline(
 ) {
     let total = key.len() + value.len();
     debug_assert_eq!(inline_slots(total), n);
+    debug_assert!(s + n <= SLOTS as u32);
     let at = s as usize * SLOT_BYTES + key.len();
-    b[at..at + value.len()].copy_from_slice(value);
-    let mut m = Meta::load(b);
-    let pad = 5 * n - total as u32;
+    copy_small(&mut b[at..at + value.len()], value);
+    let pad = (5 * n).wrapping_sub(total as u32);
     if n == 1 {
-        m.set_field(s, INLINE1_BASE + key.len() as u32 * 6 + pad);
+        set_field_in_place(b, s, INLINE1_BASE + key.len() as u32 * 6 + pad);
     } else {
-        m.set_field(s + 1, pad | (u32::from(tag & 7) << 3));
+        set_field_in_place(b, s + 1, pad | (u32::from(tag & 7) << 3));
     }
-    m.store(b);
+}
+
+/// Sets the 6-bit field of slot `i` directly in the bucket bytes (one
+/// 64-bit read-modify-write instead of a 128-bit metadata round trip).
+#[inline(always)]
+fn set_field_in_place(b: &mut [u8; BUCKET_BYTES], i: u32, v: u32) {
+    debug_assert!((i as usize) < SLOTS && v < 64);
+    // The fields start at bit 16 + FIELD0 = 36 of the 128-bit word at byte
+    // META_AT, i.e. at bit 4 of the 64-bit word at byte META_AT + 4.
+    const AT: usize = META_AT + 4;
+    const _: () = assert!(16 + FIELD0 == 8 * 4 + 4 && AT + 8 <= BUCKET_BYTES);
+    let sh = 4 + 6 * (i.min(SLOTS as u32 - 1));
+    let mut w = u64::from_le_bytes(b[AT..AT + 8].try_into().expect("8 bytes"));
+    w = (w & !(0x3f << sh)) | (u64::from(v & 0x3f) << sh);
+    b[AT..AT + 8].copy_from_slice(&w.to_le_bytes());
+}
+
+/// `dst.copy_from_slice(src)` for short slices with fixed-size (possibly
+/// overlapping) word moves instead of a `memcpy` call.
+#[inline(always)]
+pub fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    assert_eq!(dst.len(), n, "copy_small: length mismatch");
+    let (d, p) = (dst.as_mut_ptr(), src.as_ptr());
+    if (8..=16).contains(&n) {
+        // SAFETY: both slices are n >= 8 bytes long, so the 8-byte moves at
+        // 0 and at n - 8 stay inside them (unaligned reads/writes).
+        unsafe {
+            let (a, z) = (
+                p.cast::<u64>().read_unaligned(),
+                p.add(n - 8).cast::<u64>().read_unaligned(),
+            );
+            d.cast::<u64>().write_unaligned(a);
+            d.add(n - 8).cast::<u64>().write_unaligned(z);
+        }
+    } else if (4..8).contains(&n) {
+        // SAFETY: as above with n >= 4 and 4-byte moves.
+        unsafe {
+            let (a, z) = (
+                p.cast::<u32>().read_unaligned(),
+                p.add(n - 4).cast::<u32>().read_unaligned(),
+            );
+            d.cast::<u32>().write_unaligned(a);
+            d.add(n - 4).cast::<u32>().write_unaligned(z);
+        }
+    } else if (2..4).contains(&n) {
+        // SAFETY: as above with n >= 2 and 2-byte moves.
+        unsafe {
+            let (a, z) = (
+                p.cast::<u16>().read_unaligned(),
+                p.add(n - 2).cast::<u16>().read_unaligned(),
+            );
+            d.cast::<u16>().write_unaligned(a);
+            d.add(n - 2).cast::<u16>().write_unaligned(z);
+        }
+    } else if n == 1 {
+        dst[0] = src[0];
+    } else if n > 16 {
+        dst.copy_from_slice(src);
+    }
 }
 
 /// Byte offset inside the bucket of the inline entry starting at `s`.

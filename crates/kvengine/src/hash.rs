@@ -17,27 +17,30 @@ fn mum(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
+/// A little-endian `u32` of `k` at `at`, without a bounds check.
+///
+/// # Safety
+///
+/// `at + 4 <= k.len()`.
 #[inline(always)]
-fn r4(k: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 4];
-    b.copy_from_slice(&k[at..at + 4]);
-    u64::from(u32::from_le_bytes(b))
-}
-
-/// [`r4`] for `4 <= k.len() <= 16` and an offset of the form used by
-/// [`key_hash`] (`0`, `q`, `len - 4`, `len - 4 - q` with
-/// `q = (len >> 3) << 2`), without a bounds check.
-#[inline(always)]
-fn r4u(k: &[u8], at: usize) -> u64 {
-    debug_assert!((4..=16).contains(&k.len()) && at + 4 <= k.len());
-    let at = at.min(k.len().saturating_sub(4));
-    // SAFETY: `at` was clamped to `len - 4` (and `len >= 4` in `key_hash`'s
-    // branch), so the 4-byte read lies inside `k`. For the offsets
-    // `key_hash` passes the clamp is a no-op: `q <= 8` and `q <= len - 4`
-    // for every `len` in 4..=16, so `0, q, len - 4, len - 4 - q` are all in
-    // `0..=len - 4`.
+unsafe fn r4u(k: &[u8], at: usize) -> u64 {
+    debug_assert!(at + 4 <= k.len());
+    // SAFETY: the caller guarantees `at + 4 <= k.len()`.
     let w = unsafe { k.as_ptr().add(at).cast::<u32>().read_unaligned() };
     u64::from(u32::from_le(w))
+}
+
+/// A little-endian `u64` of `k` at `at`, without a bounds check.
+///
+/// # Safety
+///
+/// `at + 8 <= k.len()`.
+#[inline(always)]
+unsafe fn r8u(k: &[u8], at: usize) -> u64 {
+    debug_assert!(at + 8 <= k.len());
+    // SAFETY: the caller guarantees `at + 8 <= k.len()`.
+    let w = unsafe { k.as_ptr().add(at).cast::<u64>().read_unaligned() };
+    u64::from_le(w)
 }
 
 #[inline(always)]
@@ -57,10 +60,25 @@ pub fn key_hash(key: &[u8]) -> u64 {
     let mut seed = SEED ^ mum(SEED ^ P0, P1);
     let (mut a, mut b);
     if len <= 16 {
-        if len >= 4 {
+        if (8..16).contains(&len) {
+            // The general 4..=16 case below with q = 4, as two 8-byte loads:
+            // r4(0) << 32 | r4(4) is the word at 0 rotated by 32, and
+            // r4(len - 4) << 32 | r4(len - 8) is the word at len - 8.
+            // SAFETY: 8 <= len, so both 8-byte reads, at 0 and at len - 8,
+            // lie inside `key`.
+            unsafe {
+                a = r8u(key, 0).rotate_left(32);
+                b = r8u(key, len - 8);
+            }
+        } else if len >= 4 {
             let q = (len >> 3) << 2;
-            a = (r4u(key, 0) << 32) | r4u(key, q);
-            b = (r4u(key, len - 4) << 32) | r4u(key, len - 4 - q);
+            // SAFETY: 4 <= len <= 16 here, so q = 0 (len < 8), 4 (len < 16)
+            // or 8 (len = 16) and q <= len - 4: every offset read, 0, q,
+            // len - 4 and len - 4 - q, is in 0..=len - 4.
+            unsafe {
+                a = (r4u(key, 0) << 32) | r4u(key, q);
+                b = (r4u(key, len - 4) << 32) | r4u(key, len - 4 - q);
+            }
         } else if len > 0 {
             a = (u64::from(key[0]) << 16)
                 | (u64::from(key[len >> 1]) << 8)
@@ -113,6 +131,58 @@ mod tests {
         let mut seen = std::collections::HashSet::new();
         for l in 0..buf.len() {
             assert!(seen.insert(key_hash(&buf[..l])), "collision at len {l}");
+        }
+    }
+
+    /// The hash as first written (bounds-checked 4-byte reads for every
+    /// short key): `key_hash` must keep returning exactly these values.
+    fn reference_hash(key: &[u8]) -> u64 {
+        let r4 =
+            |k: &[u8], at: usize| u64::from(u32::from_le_bytes(k[at..at + 4].try_into().unwrap()));
+        let len = key.len();
+        let mut seed = SEED ^ mum(SEED ^ P0, P1);
+        let (mut a, mut b);
+        if len <= 16 {
+            if len >= 4 {
+                let q = (len >> 3) << 2;
+                a = (r4(key, 0) << 32) | r4(key, q);
+                b = (r4(key, len - 4) << 32) | r4(key, len - 4 - q);
+            } else if len > 0 {
+                a = (u64::from(key[0]) << 16)
+                    | (u64::from(key[len >> 1]) << 8)
+                    | u64::from(key[len - 1]);
+                b = 0;
+            } else {
+                a = 0;
+                b = 0;
+            }
+        } else {
+            let mut p = 0;
+            let mut i = len;
+            while i > 16 {
+                seed = mum(r8(key, p) ^ P1, r8(key, p + 8) ^ seed);
+                p += 16;
+                i -= 16;
+            }
+            a = r8(key, len - 16);
+            b = r8(key, len - 8);
+        }
+        a ^= P1;
+        b ^= seed;
+        let r = u128::from(a) * u128::from(b);
+        a = r as u64;
+        b = (r >> 64) as u64;
+        mum(a ^ P0 ^ len as u64, b ^ P1)
+    }
+
+    #[test]
+    fn matches_reference_and_known_values() {
+        let buf: Vec<u8> = (0..300u32).map(|i| (i * 37 + 11) as u8).collect();
+        for l in 0..buf.len() {
+            for start in [0, 1, 3] {
+                let k = &buf[start..start + l.min(buf.len() - start)];
+                assert_eq!(key_hash(k), reference_hash(k), "len {}", k.len());
+            }
         }
     }
 
