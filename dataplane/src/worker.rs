@@ -155,7 +155,9 @@ pub fn run(
             }
         }
         let now = tsc::now();
-        if tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
+        // The responses of one rx burst go out as one tx burst right away (the rx
+        // burst is the batch); the timer retries what the NIC did not take.
+        if n > 0 || tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
             tx.flush(&mut txq, stats);
             last_drain = now;
             if tx.burst.is_empty() {

@@ -418,10 +418,13 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         }
     }
 
-    // 3. Warm-up + measurement.
+    // 3. Warm-up + measurement. Open loop is bounded only by the slots: a slow
+    // server must show up as latency (from the intended send time), not as a
+    // sender that politely waits.
+    let run_window = if args.rate.is_some() { slots_n } else { window };
     let (c, hist) = g.phase(
         Phase::Run,
-        window,
+        run_window,
         args.rate,
         args.warmup,
         args.duration,
