@@ -293,7 +293,20 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         txd: p.txd,
         ..PortConfig::default()
     };
-    let mut q = port.configure(&pcfg, &pool)?;
+    // A memif server still tearing down the previous client refuses the connection
+    // for a moment (port start fails): retry for a few seconds.
+    let mut tries = 0;
+    let mut q = loop {
+        match port.configure(&pcfg, &pool) {
+            Ok(q) => break q,
+            Err(e) if tries < 25 => {
+                tries += 1;
+                eprintln!("pktgen: port start failed ({e}), retrying");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     let (rxq, txq) = (q.rx.remove(0), q.tx.remove(0));
     let t0 = Instant::now();
     while !port.link()?.up {
