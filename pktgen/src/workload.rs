@@ -317,7 +317,10 @@ mod tests {
         assert!(value_matches(5, 3, 37, &a));
         assert!(!value_matches(5, 4, 37, &a));
         assert!(!value_matches(6, 3, 37, &a));
-        assert!(!value_matches(5, 3, 36, &a[..36]));
+        assert!(!value_matches(5, 3, 37, &a[..36]), "truncated value");
+        let mut b = a;
+        b[20] ^= 1;
+        assert!(!value_matches(5, 3, 37, &b), "corrupted byte");
     }
 
     #[test]
