@@ -9,6 +9,7 @@ dataplane in echo mode (the I/O limit), then an open-loop run at 50% of the best
 Writes results/e2e.json and results/e2e.png (via the e2e_plot binary).
 """
 import argparse
+import glob
 import json
 import os
 import platform
@@ -49,6 +50,12 @@ class Dataplane:
             self.proc.wait(10)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+        # EAL leaves hugepage files behind for secondary processes; free them.
+        for f in glob.glob("/dev/hugepages/kvd-bench-*"):
+            try:
+                os.remove(f)
+            except OSError:
+                pass
 
 
 def pktgen(dp, tmp, args):

@@ -24,6 +24,8 @@ stop_dataplane() {
     kill -KILL "$dp" 2>/dev/null || true
   fi
   wait "$dp" 2>/dev/null || true
+  # EAL leaves its hugepage files behind for secondary processes; nobody needs them now.
+  rm -f /dev/hugepages/kvd-dataplane* /dev/hugepages/kvd-pktgen* 2>/dev/null || true
 }
 trap stop_dataplane EXIT
 
