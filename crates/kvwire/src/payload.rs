@@ -647,6 +647,7 @@ impl<'a> BatchReader<'a> {
         self.pos
     }
 
+    #[inline]
     fn decode(&mut self) -> Result<KvOp<'a>, PayloadError> {
         let mut c = Cursor {
             buf: self.buf,
@@ -755,6 +756,7 @@ impl<'a> BatchReader<'a> {
 impl<'a> Iterator for BatchReader<'a> {
     type Item = Result<KvOp<'a>, PayloadError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.remaining == 0 {
             return None;
@@ -1122,6 +1124,7 @@ impl<'a> ResponseReader<'a> {
         self.flags & RESP_FLAG_MORE != 0
     }
 
+    #[inline]
     fn decode(&mut self) -> Result<KvResult<'a>, PayloadError> {
         let mut c = Cursor {
             buf: self.buf,
@@ -1139,6 +1142,7 @@ impl<'a> ResponseReader<'a> {
 impl<'a> Iterator for ResponseReader<'a> {
     type Item = Result<KvResult<'a>, PayloadError>;
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed || self.remaining == 0 {
             return None;
