@@ -26,6 +26,7 @@ start_dataplane() {
   local name=$1; shift
   SOCK="$E2E_TMP/$name.sock"
   DP_LOG="$E2E_TMP/$name-dataplane.log"
+  : >"$DP_LOG"
   "$DP" --config configs/memif.json \
     --vdev "net_memif0,role=server,id=0,socket=$SOCK,socket-abstract=no,rsize=11" \
     --file-prefix "kvd-e2e-$name-dp" "$@" >"$DP_LOG" 2>&1 &

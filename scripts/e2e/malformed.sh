@@ -46,6 +46,7 @@ nsx sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ip
 
 START=$(date +%s)
 # `ip netns exec` execs the program: $! is the dataplane's own PID.
+: >"$TMP/dp.log"  # exists before the wait loop greps it
 ip netns exec "$NS" target/release/dataplane --config configs/tap.json --no-huge \
   --file-prefix "$PREFIX" --mem-mb 64 --stats-json "$TMP/dp.json" >"$TMP/dp.log" 2>&1 &
 DP_PID=$!

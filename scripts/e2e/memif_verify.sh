@@ -11,7 +11,7 @@ start_dataplane verify --stats-json "$E2E_TMP/dp.json"
 
 check_run() {
   local name=$1; shift
-  run_pktgen "$name" --json "$E2E_TMP/$name.json" --verify "$@" >"$E2E_TMP/$name.out" 2>&1 \
+  run_pktgen "$name" --json "$E2E_TMP/$name.json" --verify --timeout-ms 3000 "$@" >"$E2E_TMP/$name.out" 2>&1 \
     || { cat "$E2E_TMP/$name.out"; fail "$name: pktgen exited non-zero"; }
   local ops mism tmo err
   ops=$(json_field "$E2E_TMP/$name.json" 'd["ops"]')
