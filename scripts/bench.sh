@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,11 @@ shift || true
 case "$suite" in
   engine) exec scripts/bench-engine.sh "$@" ;;
   e2e) exec scripts/bench-e2e.sh "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@" ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|all}" >&2; exit 2 ;;
+  ooo)
+    # Reservation station: atomics on 1..1024 keys, Zipf PUT sweep, vector updates.
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    exec python3 scripts/bench_ooo.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|all}" >&2; exit 2 ;;
 esac

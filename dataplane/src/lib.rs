@@ -5,4 +5,5 @@
 #![deny(unsafe_code)]
 
 pub mod server;
+pub mod stage;
 pub mod stats;

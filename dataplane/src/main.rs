@@ -12,6 +12,7 @@ use dataplane::stats::WorkerStats;
 use dpdk::{Eal, Mempool, Port, PortConfig};
 use kvconf::Config;
 use kvengine::{Engine, EngineConfig, Region};
+use kvops::FunctionRegistry;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -58,6 +59,10 @@ struct Args {
     /// Write the final stats as JSON to this file.
     #[arg(long)]
     stats_json: Option<PathBuf>,
+    /// Reservation station mode (overrides server.ooo): `true` out of order with data
+    /// forwarding, `false` stall on every key conflict (the baseline).
+    #[arg(long)]
+    ooo: Option<bool>,
 }
 
 static QUIT: AtomicBool = AtomicBool::new(false);
@@ -147,7 +152,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         mtu: kvwire::DEFAULT_MTU,
     };
     let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
-    let server = Server::new(id, &clients, engine);
+    let mut registry = FunctionRegistry::new();
+    registry
+        .load(
+            cfg.server.functions.iter().map(|f| (f.id, f.name.as_str())),
+            kvops::registry::samples::CATALOG,
+        )
+        .map_err(|e| format!("server.functions: {e}"))?;
+    let ooo = args.ooo.unwrap_or(cfg.server.ooo);
+    let server = Server::with_station(id, &clients, engine, ooo, registry.clone());
     let store = worker::Store {
         server,
         _mem: dpdk_mem,
@@ -180,6 +193,19 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for c in &cfg.clients {
         println!("dataplane: client qpn {} rkey {:#x}", c.qpn, c.rkey);
     }
+    println!(
+        "dataplane: reservation station {}, functions: {}",
+        if ooo {
+            "out of order (data forwarding)"
+        } else {
+            "stall on conflict (ooo = false)"
+        },
+        registry
+            .iter()
+            .map(|(id, name)| format!("{}={name}", id.0))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
     let stats = Arc::new(WorkerStats::default());
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));

@@ -4,21 +4,35 @@
 //! frame the server checks, in order: the wire format (kvwire's `parse_request`,
 //! ICRC included), the destination MAC/IP, the client's QP, its R_Key, the RETH
 //! address range, and the PSN. Admitted frames' KV batches are decoded in place (keys
-//! and values stay in the rx buffers) and the operations of the whole burst go to the
-//! engine in chunks of [`CHUNK`] so it can prefetch across packets. Results stream
-//! into response frames in op order; a request whose results do not fit in one frame
-//! is answered with several (the MORE flag and `first_index` tell the client).
+//! and values stay in the rx buffers) and the operations of the whole burst are
+//! executed in chunks of [`CHUNK`]:
+//!
+//! * a chunk of GET/PUT/DELETE whose keys all fall in distinct reservation-station slots
+//!   has no dependency: it runs straight through the engine's pipelined batch (which
+//!   prefetches across packets) and its results stream into the responses;
+//! * any other chunk (a read-modify-write op — atomic, vector update, reduce, filter — or
+//!   two ops in one slot) goes through the per-worker reservation station
+//!   (`kvops::Station`, docs/OPERATIONS.md), which orders dependent ops, forwards values
+//!   between them and merges their updates into one write-back — or, with `ooo = false`,
+//!   stalls on each conflict. Its completions (by chain, not in arrival order) are
+//!   collected in a per-chunk result buffer and then emitted in op order.
+//!
+//! Results go into response frames in op order; a request whose results do not fit in
+//! one frame is answered with several (the MORE flag and `first_index` tell the client).
 //!
 //! Every frame that is not answered is counted under a [`DropReason`]; every op that
 //! is answered with an error is counted under its status.
 
+use crate::stage::{station_op, EngineStage};
 use crate::stats::WorkerStats;
 use kvengine::{BatchOp, Engine, OpKind};
+use kvops::station::{slot_of, SLOTS};
+use kvops::{FunctionRegistry, Op, Station, StationConfig};
 use kvwire::frame::FrameParams;
 use kvwire::psn;
 use kvwire::{
     emit_response_headers, finalize, parse_request, response_payload_capacity, BatchReader,
-    DropReason, KvOp, MacAddr, ResponseWriter, Status, RESPONSE_HEADER_LEN,
+    DropReason, MacAddr, ResponseWriter, Status, RESPONSE_HEADER_LEN,
 };
 use std::net::Ipv4Addr;
 
@@ -97,6 +111,9 @@ impl Client {
     }
 }
 
+/// The station's key hash: the engine's, so the station and the engine agree.
+type KeyHash = fn(&[u8]) -> u64;
+
 /// Per-frame context kept while its ops run.
 #[derive(Clone, Copy)]
 struct PktCtx {
@@ -134,17 +151,75 @@ struct Tag {
     src: Source,
 }
 
-/// Request processing state of one worker: identity, clients, engine, counters.
+/// Results of one station chunk by op index: status, offset and length in the arena.
+struct StationResults {
+    slots: Box<[(Status, u32, u32)]>,
+    /// Result bytes; `CHUNK × max_value_len`, so every op's result fits.
+    arena: Box<[u8]>,
+}
+
+/// Which ops of the chunk being built may depend on each other.
+struct ChunkDeps {
+    /// Station slots used by the chunk's ops.
+    slots: [u64; SLOTS / 64],
+    /// The chunk needs the station (a read-modify-write op or a shared slot).
+    dependent: bool,
+}
+
+impl ChunkDeps {
+    const fn new() -> Self {
+        ChunkDeps {
+            slots: [0; SLOTS / 64],
+            dependent: false,
+        }
+    }
+
+    #[inline]
+    fn note(&mut self, op: &Op<'_>) {
+        if !matches!(op, Op::Get { .. } | Op::Put { .. } | Op::Delete { .. }) {
+            self.dependent = true;
+        }
+        if !self.dependent {
+            let s = slot_of(kvengine::key_hash(op.key()));
+            let (w, b) = (s / 64, 1u64 << (s % 64));
+            self.dependent = self.slots[w] & b != 0;
+            self.slots[w] |= b;
+        }
+    }
+
+    #[inline]
+    fn reset(&mut self) {
+        *self = ChunkDeps::new();
+    }
+}
+
+/// Request processing state of one worker: identity, clients, engine, reservation
+/// station, counters.
 pub struct Server {
     id: Identity,
     /// Admitted clients, sorted by QPN.
     clients: Vec<Client>,
     engine: Engine,
+    station: Station<KeyHash>,
+    results: StationResults,
 }
 
 impl Server {
-    /// A server over `engine` admitting `clients` as (QPN, R_Key) pairs.
+    /// A server over `engine` admitting `clients` as (QPN, R_Key) pairs, with an
+    /// out-of-order reservation station and only the built-in functions.
     pub fn new(id: Identity, clients: &[(u32, u32)], engine: Engine) -> Server {
+        Self::with_station(id, clients, engine, true, FunctionRegistry::new())
+    }
+
+    /// A server whose reservation station runs out of order (`ooo`) or stalls on
+    /// conflicts, resolving function IDs through `registry`.
+    pub fn with_station(
+        id: Identity,
+        clients: &[(u32, u32)],
+        engine: Engine,
+        ooo: bool,
+        registry: FunctionRegistry,
+    ) -> Server {
         let mut v: Vec<Client> = clients
             .iter()
             .map(|&(qpn, rkey)| Client {
@@ -156,11 +231,29 @@ impl Server {
             .collect();
         v.sort_by_key(|c| c.qpn);
         v.dedup_by_key(|c| c.qpn);
+        let max_value_len = engine.max_value_len().max(8);
+        let cfg = StationConfig {
+            ooo,
+            max_batch: CHUNK,
+            max_value_len,
+        };
+        let station = Station::new(cfg, kvengine::key_hash as KeyHash, registry)
+            .expect("CHUNK and max_value_len are within the station's limits");
         Server {
             id,
             clients: v,
             engine,
+            station,
+            results: StationResults {
+                slots: vec![(Status::Ok, 0, 0); CHUNK].into_boxed_slice(),
+                arena: vec![0; CHUNK * max_value_len].into_boxed_slice(),
+            },
         }
+    }
+
+    /// The reservation station (for its counters and configuration).
+    pub fn station(&self) -> &Station<fn(&[u8]) -> u64> {
+        &self.station
     }
 
     /// The storage engine (for stats).
@@ -210,7 +303,8 @@ impl Server {
     {
         let frames = &frames[..frames.len().min(MAX_BURST)];
         let mut pkts = [EMPTY_CTX; MAX_BURST];
-        let mut ops = [BatchOp::get(&[]); CHUNK];
+        let mut ops = [Op::Get { key: &[] }; CHUNK];
+        let mut deps = ChunkDeps::new();
         let mut tags = [Tag {
             pkt: 0,
             src: Source::Empty,
@@ -255,8 +349,16 @@ impl Server {
             };
             if reader.op_count() == 0 {
                 if n_tags == CHUNK {
-                    self.flush(&ops[..n_ops], &tags[..n_tags], &pkts, stats, &mut out);
+                    self.flush(
+                        &ops[..n_ops],
+                        &tags[..n_tags],
+                        &pkts,
+                        stats,
+                        &mut out,
+                        &deps,
+                    );
                     (n_ops, n_tags) = (0, 0);
+                    deps.reset();
                 }
                 tags[n_tags] = Tag {
                     pkt: fi as u8,
@@ -267,24 +369,28 @@ impl Server {
             }
             for item in reader {
                 if n_tags == CHUNK {
-                    self.flush(&ops[..n_ops], &tags[..n_tags], &pkts, stats, &mut out);
+                    self.flush(
+                        &ops[..n_ops],
+                        &tags[..n_tags],
+                        &pkts,
+                        stats,
+                        &mut out,
+                        &deps,
+                    );
                     (n_ops, n_tags) = (0, 0);
+                    deps.reset();
                 }
-                let (src, op) = match item {
-                    Ok(KvOp::Get { key }) => (Source::Engine, Some(BatchOp::get(key))),
-                    Ok(KvOp::Put { key, value }) => {
-                        (Source::Engine, Some(BatchOp::put(key, value)))
+                let src = match item {
+                    Ok(op) => {
+                        let op = station_op(&op);
+                        deps.note(&op);
+                        ops[n_ops] = op;
+                        n_ops += 1;
+                        Source::Engine
                     }
-                    Ok(KvOp::Delete { key }) => (Source::Engine, Some(BatchOp::delete(key))),
-                    // Atomics and vector operations arrive with the reservation station.
-                    Ok(_) => (Source::Immediate(Status::Unsupported), None),
                     // The failing op is answered; later ops are not executed.
-                    Err(e) => (Source::Immediate(e.status()), None),
+                    Err(e) => Source::Immediate(e.status()),
                 };
-                if let Some(op) = op {
-                    ops[n_ops] = op;
-                    n_ops += 1;
-                }
                 let stop = matches!(src, Source::Immediate(s) if s == Status::Malformed || s == Status::UnknownOpcode);
                 tags[n_tags] = Tag { pkt: fi as u8, src };
                 n_tags += 1;
@@ -294,16 +400,47 @@ impl Server {
             }
         }
         if n_tags > 0 {
-            self.flush(&ops[..n_ops], &tags[..n_tags], &pkts, stats, &mut out);
+            self.flush(
+                &ops[..n_ops],
+                &tags[..n_tags],
+                &pkts,
+                stats,
+                &mut out,
+                &deps,
+            );
         }
         out.close(&mut self.clients, &self.id, &pkts, stats, false);
     }
 
-    /// Runs one chunk: engine ops through the engine, results (engine and immediate)
-    /// into responses in chunk order.
+    /// Runs one chunk — straight through the engine when `deps` found no dependency,
+    /// else through the reservation station — and writes the results (executed and
+    /// immediate) into responses in chunk order.
     fn flush<B, A, S>(
         &mut self,
-        ops: &[BatchOp<'_>],
+        ops: &[Op<'_>],
+        tags: &[Tag],
+        pkts: &[PktCtx; MAX_BURST],
+        stats: &WorkerStats,
+        out: &mut Responder<B, A, S>,
+        deps: &ChunkDeps,
+    ) where
+        B: TxFrame,
+        A: FnMut() -> Option<B>,
+        S: FnMut(B),
+    {
+        stats.batches.inc();
+        if deps.dependent {
+            self.flush_station(ops, tags, pkts, stats, out);
+        } else {
+            self.flush_engine(ops, tags, pkts, stats, out);
+        }
+    }
+
+    /// A chunk of independent GET/PUT/DELETE: the engine's pipelined batch, results
+    /// streamed into the responses.
+    fn flush_engine<B, A, S>(
+        &mut self,
+        ops: &[Op<'_>],
         tags: &[Tag],
         pkts: &[PktCtx; MAX_BURST],
         stats: &WorkerStats,
@@ -313,7 +450,16 @@ impl Server {
         A: FnMut() -> Option<B>,
         S: FnMut(B),
     {
-        stats.batches.inc();
+        let mut bops = [BatchOp::get(&[]); CHUNK];
+        for (b, op) in bops.iter_mut().zip(ops) {
+            *b = match *op {
+                Op::Put { key, value } => BatchOp::put(key, value),
+                Op::Delete { key } => BatchOp::delete(key),
+                // Only GETs are left: `ChunkDeps` sends every other op to the station.
+                ref o => BatchOp::get(o.key()),
+            };
+        }
+        let bops = &bops[..ops.len()];
         let Server {
             id,
             clients,
@@ -321,32 +467,129 @@ impl Server {
             ..
         } = self;
         let mut next_tag = 0usize;
-        // Emits the tags before the next engine op (immediates and empty requests).
-        let drain_immediates =
-            |next_tag: &mut usize, out: &mut Responder<B, A, S>, clients: &mut Vec<Client>| {
-                while *next_tag < tags.len() {
-                    let t = tags[*next_tag];
-                    match t.src {
-                        Source::Engine => return,
-                        Source::Immediate(status) => {
-                            stats.op_errors.inc();
-                            out.result(clients, id, pkts, stats, t.pkt, status, &[]);
-                        }
-                        Source::Empty => out.empty(clients, id, pkts, stats, t.pkt),
-                    }
-                    *next_tag += 1;
-                }
-            };
-        drain_immediates(&mut next_tag, out, clients);
+        drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
         let mut sink = |i: usize, status: kvengine::Status, value: &[u8]| {
             let t = tags[next_tag];
             debug_assert!(matches!(t.src, Source::Engine));
-            count_op(stats, ops[i].kind, status);
+            count_op(stats, bops[i].kind, status);
             out.result(clients, id, pkts, stats, t.pkt, wire_status(status), value);
             next_tag += 1;
-            drain_immediates(&mut next_tag, out, clients);
+            drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
         };
-        engine.execute_batch(ops, &mut sink);
+        engine.execute_batch(bops, &mut sink);
+    }
+
+    /// A chunk with dependencies: the reservation station over the engine. Its
+    /// completions come by chain, so they are collected by op index first and then
+    /// emitted in chunk order.
+    fn flush_station<B, A, S>(
+        &mut self,
+        ops: &[Op<'_>],
+        tags: &[Tag],
+        pkts: &[PktCtx; MAX_BURST],
+        stats: &WorkerStats,
+        out: &mut Responder<B, A, S>,
+    ) where
+        B: TxFrame,
+        A: FnMut() -> Option<B>,
+        S: FnMut(B),
+    {
+        stats.station_chunks.inc();
+        let Server {
+            id,
+            clients,
+            engine,
+            station,
+            results,
+        } = self;
+        let StationResults { slots, arena } = results;
+        let mut used = 0usize;
+        let mut sink = |i: usize, status: kvops::Status, value: &[u8]| {
+            let end = used + value.len();
+            let r = match arena.get_mut(used..end) {
+                Some(dst) => {
+                    dst.copy_from_slice(value);
+                    let r = (status.into(), used as u32, value.len() as u32);
+                    used = end;
+                    r
+                }
+                // Cannot happen (the arena holds CHUNK results of max_value_len bytes),
+                // but input from the wire must never panic the worker: answer INTERNAL.
+                None => (Status::Internal, 0, 0),
+            };
+            if let Some(e) = slots.get_mut(i) {
+                *e = r;
+            }
+        };
+        station.process_batch(ops, &mut EngineStage(engine), &mut sink);
+        let st = station.stats();
+        stats.forwarded.set(st.forwarded);
+        stats.merged.set(st.merged);
+        stats.write_backs.set(st.write_backs);
+        stats.stalls.set(st.stalls);
+
+        let mut next_tag = 0usize;
+        for (op, &(status, off, len)) in ops.iter().zip(slots.iter()) {
+            drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
+            let t = tags[next_tag];
+            count_station_op(stats, op, status);
+            let value = arena
+                .get(off as usize..off as usize + len as usize)
+                .unwrap_or_default();
+            out.result(clients, id, pkts, stats, t.pkt, status, value);
+            next_tag += 1;
+        }
+        drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
+    }
+}
+
+/// Emits the tags before the next executed op (immediate statuses and empty requests).
+fn drain_immediates<B, A, S>(
+    tags: &[Tag],
+    next_tag: &mut usize,
+    out: &mut Responder<B, A, S>,
+    clients: &mut [Client],
+    id: &Identity,
+    pkts: &[PktCtx; MAX_BURST],
+    stats: &WorkerStats,
+) where
+    B: TxFrame,
+    A: FnMut() -> Option<B>,
+    S: FnMut(B),
+{
+    while *next_tag < tags.len() {
+        let t = tags[*next_tag];
+        match t.src {
+            Source::Engine => return,
+            Source::Immediate(status) => {
+                stats.op_errors.inc();
+                out.result(clients, id, pkts, stats, t.pkt, status, &[]);
+            }
+            Source::Empty => out.empty(clients, id, pkts, stats, t.pkt),
+        }
+        *next_tag += 1;
+    }
+}
+
+/// Counts one op executed by the station.
+#[inline]
+fn count_station_op(stats: &WorkerStats, op: &Op<'_>, status: Status) {
+    match op {
+        Op::Get { .. } => {
+            stats.gets.inc();
+            if status == Status::Ok {
+                stats.get_hits.inc();
+            }
+        }
+        Op::Put { .. } => stats.puts.inc(),
+        Op::Delete { .. } => stats.deletes.inc(),
+        Op::Atomic { .. } => stats.atomics.inc(),
+        Op::VectorUpdate { .. } => stats.vector_updates.inc(),
+        Op::Reduce { .. } => stats.reduces.inc(),
+        Op::Filter { .. } => stats.filters.inc(),
+    }
+    if !matches!(status, Status::Ok | Status::NotFound) {
+        stats.op_errors.inc();
     }
 }
 

@@ -28,6 +28,12 @@ impl Counter {
         self.add(1);
     }
 
+    /// Overwrites the value (for totals kept elsewhere and mirrored here).
+    #[inline]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
     /// The current value.
     #[inline]
     pub fn get(&self) -> u64 {
@@ -56,10 +62,29 @@ pub struct WorkerStats {
     pub puts: Counter,
     /// DELETE operations executed.
     pub deletes: Counter,
+    /// Atomic scalar updates (UPDATE_S2S) executed.
+    pub atomics: Counter,
+    /// Vector updates (UPDATE_S2V, UPDATE_V2V) executed.
+    pub vector_updates: Counter,
+    /// REDUCE operations executed.
+    pub reduces: Counter,
+    /// FILTER operations executed.
+    pub filters: Counter,
     /// Operations answered with a status other than OK/NOT_FOUND.
     pub op_errors: Counter,
-    /// Engine batches executed.
+    /// Chunks executed (each straight by the engine or through the station).
     pub batches: Counter,
+    /// Chunks that went through the reservation station (they held a read-modify-write
+    /// op or two ops in one station slot); the others ran straight in the engine.
+    pub station_chunks: Counter,
+    /// Station: ops served from the forwarding cache (mirrors `StationStats`).
+    pub forwarded: Counter,
+    /// Station: in-place updates merged without a write of their own.
+    pub merged: Counter,
+    /// Station: merged write-backs issued.
+    pub write_backs: Counter,
+    /// Station: pipeline stalls on a key conflict (stall mode, `ooo = false`).
+    pub stalls: Counter,
     /// Frames bounced in echo mode.
     pub echoed: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
@@ -75,7 +100,13 @@ impl WorkerStats {
 
     /// Total operations executed.
     pub fn ops(&self) -> u64 {
-        self.gets.get() + self.puts.get() + self.deletes.get()
+        self.gets.get()
+            + self.puts.get()
+            + self.deletes.get()
+            + self.atomics.get()
+            + self.vector_updates.get()
+            + self.reduces.get()
+            + self.filters.get()
     }
 
     /// A plain snapshot as (name, value) pairs, drops last, non-zero drops only.
@@ -89,8 +120,17 @@ impl WorkerStats {
             ("get_hits", &self.get_hits),
             ("puts", &self.puts),
             ("deletes", &self.deletes),
+            ("atomics", &self.atomics),
+            ("vector_updates", &self.vector_updates),
+            ("reduces", &self.reduces),
+            ("filters", &self.filters),
             ("op_errors", &self.op_errors),
             ("batches", &self.batches),
+            ("station_chunks", &self.station_chunks),
+            ("forwarded", &self.forwarded),
+            ("merged", &self.merged),
+            ("write_backs", &self.write_backs),
+            ("stalls", &self.stalls),
             ("echoed", &self.echoed),
         ]
         .iter()

@@ -73,6 +73,17 @@ struct Args {
     /// Share of PUTs (the rest are DELETEs).
     #[arg(long, default_value_t = 0.05)]
     put: f64,
+    /// Share of atomic fetch-adds (UPDATE_S2S, +1 to the value as one u64; needs
+    /// 8-byte values, others get BAD_LENGTH).
+    #[arg(long, default_value_t = 0.0)]
+    atomic: f64,
+    /// Share of vector updates (UPDATE_S2V, +1 to every u64 element; values must be a
+    /// multiple of 8 bytes).
+    #[arg(long, default_value_t = 0.0)]
+    vector: f64,
+    /// Share of REDUCEs (sum of the u64 elements).
+    #[arg(long, default_value_t = 0.0)]
+    reduce: f64,
     /// Key popularity.
     #[arg(long, value_enum, default_value_t = Dist::Uniform)]
     dist: Dist,
@@ -135,6 +146,12 @@ const MAX_SLOTS: usize = 8192;
 const MAX_OPS: usize = kvwire::MAX_OPS_PER_BATCH;
 /// Ops per packet of the load phase (at most; fewer when values are large).
 const LOAD_OPS: usize = 64;
+/// Function, width and signedness of the atomic/vector/reduce ops: unsigned u64 add.
+const U64_ADD: kvwire::Atomic = kvwire::Atomic {
+    func: kvwire::func::FETCH_ADD,
+    width: kvwire::Width::W8,
+    signed: false,
+};
 
 fn main() {
     let args = Args::parse();
@@ -194,6 +211,15 @@ enum Phase {
     Load,
     /// The workload mix.
     Run,
+    /// GETs of keys `next..keys` in order (verify's final read-back).
+    Readback,
+}
+
+impl Phase {
+    /// Phases that sweep the keys in order.
+    fn sweeps(self) -> bool {
+        matches!(self, Phase::Load | Phase::Readback)
+    }
 }
 
 struct Gen<'a> {
@@ -243,7 +269,7 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         cfg.pktgen.lcores = l.clone();
     }
     let sizes = SizeDist::parse(&args.value_size)?;
-    let mix = Mix::new(args.get, args.put)?;
+    let mix = Mix::new(args.get, args.put, args.atomic, args.vector, args.reduce)?;
     if let Some(u) = args.load_util {
         if !(0.0..1.0).contains(&u) {
             return Err("--load-util must be in [0, 1)".into());
@@ -443,15 +469,50 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         args.duration,
         None,
     )?;
+    // 4. Verify: read every key back (after atomics this checks the final counts:
+    // Q QPs x M fetch-adds on a key must leave exactly Q x M on it).
+    let mut readback = json!(null);
+    let mut readback_bad = 0;
+    if args.verify && !QUIT.load(Ordering::Relaxed) {
+        g.load_next = 0;
+        g.load_stop = false;
+        let opp = g.ops_per_packet;
+        g.ops_per_packet = (g.payload_cap / (args.key_size + sizes.max + 4)).clamp(1, LOAD_OPS);
+        let (rc, _) = g.phase(
+            Phase::Readback,
+            window.max(32).min(slots_n),
+            None,
+            0.0,
+            3600.0,
+            None,
+        )?;
+        g.ops_per_packet = opp;
+        readback_bad = rc.mismatches + rc.errors;
+        eprintln!(
+            "pktgen: read-back: {} keys, {} mismatches, {} errors, {} timeouts",
+            rc.done_ops, rc.mismatches, rc.errors, rc.timeouts_ops
+        );
+        readback = json!({"keys": rc.done_ops, "mismatches": rc.mismatches,
+            "errors": rc.errors, "timeouts": rc.timeouts_ops});
+    }
     let mops = c.done_ops as f64 / args.duration / 1e6;
     let lat = Percentiles::from_hist(&hist, calib_ns);
     let raw = Percentiles::from_hist(&hist, 0.0);
     let label = args.label.clone().unwrap_or_else(|| {
         format!(
-            "{} {:.0}% GET {:.0}% PUT {}, {} B keys, {} B values, {} ops/packet, {}",
+            "{} {:.0}% GET {:.0}% PUT{} {}, {} B keys, {} B values, {} ops/packet, {}",
             if args.echo { "echo" } else { "kv" },
             args.get * 100.0,
             args.put * 100.0,
+            [
+                ("atomic", args.atomic),
+                ("vector", args.vector),
+                ("reduce", args.reduce)
+            ]
+            .iter()
+            .filter(|(_, s)| *s > 0.0)
+            .map(|(n, s)| format!(" {:.0}% {n}", s * 100.0))
+            .collect::<String>(),
             match args.dist {
                 Dist::Uniform => "uniform".to_string(),
                 Dist::Zipf => format!("zipf {}", args.theta),
@@ -489,9 +550,11 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
             "calibration_us": calib_ns / 1e3,
             "hugepages": huge,
             "load": load_summary,
+            "readback": readback,
             "workload": {
                 "keys": args.keys, "key_size": args.key_size, "value_size": args.value_size,
-                "get": args.get, "put": args.put, "delete": 1.0 - args.get - args.put,
+                "get": args.get, "put": args.put, "atomic": args.atomic, "vector": args.vector,
+                "reduce": args.reduce, "delete": mix.delete_share(),
                 "dist": format!("{:?}", args.dist).to_lowercase(), "theta": args.theta,
                 "ops_per_packet": args.ops_per_packet, "qps": args.qps,
                 "window": window, "rate_mops": args.rate,
@@ -508,11 +571,13 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     drop(g);
     let _ = port.stop();
     drop(eal);
-    Ok(if args.verify && (c.mismatches > 0 || c.errors > 0) {
-        1
-    } else {
-        0
-    })
+    Ok(
+        if args.verify && (c.mismatches > 0 || c.errors > 0 || readback_bad > 0) {
+            1
+        } else {
+            0
+        },
+    )
 }
 
 fn splitmix(x: u64) -> u64 {
@@ -565,7 +630,7 @@ impl Gen<'_> {
             let done_by_count =
                 max_pkts.is_some_and(|m| self.counts.done_pkts + self.counts.timeouts_pkts >= m);
             let done_by_load =
-                phase == Phase::Load && (self.load_next >= self.args.keys || self.load_stop);
+                phase.sweeps() && (self.load_next >= self.args.keys || self.load_stop);
             if now >= end || done_by_count || done_by_load {
                 sending = false;
             }
@@ -580,7 +645,7 @@ impl Gen<'_> {
                         Some(_) => next_send,
                         None => now,
                     };
-                    if phase == Phase::Load && self.load_next >= self.args.keys {
+                    if phase.sweeps() && self.load_next >= self.args.keys {
                         break;
                     }
                     let record = intended >= rec_start && intended < end;
@@ -669,11 +734,16 @@ impl Gen<'_> {
             };
             while nops < target {
                 let (op, k) = match phase {
-                    Phase::Load => {
+                    Phase::Load | Phase::Readback => {
                         if self.load_next >= self.args.keys {
                             break;
                         }
-                        (OpType::Put, self.load_next)
+                        let op = if phase == Phase::Load {
+                            OpType::Put
+                        } else {
+                            OpType::Get
+                        };
+                        (op, self.load_next)
                     }
                     _ => (
                         self.mix.next(&mut self.rng),
@@ -684,6 +754,23 @@ impl Gen<'_> {
                 let pushed = match op {
                     OpType::Get => w.push(&KvOp::Get { key }),
                     OpType::Delete => w.push(&KvOp::Delete { key }),
+                    OpType::Atomic => w.push(&KvOp::UpdateS2S {
+                        key,
+                        atomic: U64_ADD,
+                        param: 1,
+                        param2: 0,
+                    }),
+                    OpType::Vector => w.push(&KvOp::UpdateS2V {
+                        key,
+                        atomic: U64_ADD,
+                        param: 1,
+                        param2: 0,
+                    }),
+                    OpType::Reduce => w.push(&KvOp::Reduce {
+                        key,
+                        atomic: U64_ADD,
+                        init: 0,
+                    }),
                     OpType::Put => {
                         // Without verify the model is not kept: no per-op cache miss.
                         let v = if verify { self.model.peek_version() } else { 1 };
@@ -699,13 +786,14 @@ impl Gen<'_> {
                     break; // packet full
                 }
                 let expect = if verify {
-                    self.model.on_send(op, k).1
+                    let sizes = self.sizes;
+                    self.model.on_send(op, k, |v| sizes.len_of(k, v)).1
                 } else {
                     Expect::Any
                 };
                 self.exp[exp_base + nops] = ExpOp { key: k, op, expect };
                 nops += 1;
-                if phase == Phase::Load {
+                if phase.sweeps() {
                     self.load_next += 1;
                 }
             }
@@ -832,7 +920,7 @@ impl Gen<'_> {
                     .hist
                     .record_n(ns.max(1), if phase == Phase::Ping { 1 } else { ops });
             }
-        } else if phase == Phase::Load {
+        } else if phase.sweeps() {
             self.counts.done_ops += u64::from(s.nops);
         }
         1
@@ -849,7 +937,8 @@ impl Gen<'_> {
             self.model.on_lost_write(e.key);
             return;
         }
-        if !matches!(status, Status::Ok | Status::NotFound) {
+        let expected_error = e.expect == Expect::BadLength && status == Status::BadLength;
+        if !matches!(status, Status::Ok | Status::NotFound) && !expected_error {
             self.counts.status_not_ok += 1;
             self.counts.errors += 1;
             if self.verbose_left > 0 {
@@ -868,10 +957,15 @@ impl Gen<'_> {
             Expect::Any => true,
             Expect::Absent | Expect::DeleteAbsent => status == Status::NotFound && value.is_empty(),
             Expect::Done => status == Status::Ok && value.is_empty(),
-            Expect::Value(v) => {
+            Expect::BadLength => expected_error && value.is_empty(),
+            Expect::Value { version, adds } => {
                 status == Status::Ok && {
-                    let len = self.sizes.len_of(e.key, v);
-                    workload::value_matches(e.key, v, len, value)
+                    let len = self.sizes.len_of(e.key, version);
+                    if e.op == OpType::Reduce {
+                        value == workload::reduce_sum(e.key, version, len, adds).to_le_bytes()
+                    } else {
+                        workload::value_matches_adds(e.key, version, len, adds, value)
+                    }
                 }
             }
         };
@@ -904,7 +998,7 @@ impl Gen<'_> {
                 let base = i * self.exp_stride;
                 for k in 0..s.nops as usize {
                     let e = self.exp[base + k];
-                    if matches!(e.op, OpType::Put | OpType::Delete) {
+                    if e.op.writes() {
                         self.model.on_lost_write(e.key);
                     }
                 }

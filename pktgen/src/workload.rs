@@ -147,40 +147,73 @@ pub enum OpType {
     Put,
     /// Remove a key.
     Delete,
+    /// UPDATE_S2S fetch-add of 1 to the value as one unsigned 8-byte element; returns
+    /// the original.
+    Atomic,
+    /// UPDATE_S2V fetch-add of 1 to every 8-byte element of the value; returns the
+    /// original vector.
+    Vector,
+    /// REDUCE: the wrapping sum of the value's 8-byte elements.
+    Reduce,
+}
+
+impl OpType {
+    /// Whether the op changes the stored value.
+    pub fn writes(self) -> bool {
+        !matches!(self, OpType::Get | OpType::Reduce)
+    }
 }
 
 /// The operation mix, as cumulative thresholds over [0, 1).
 #[derive(Clone, Copy, Debug)]
 pub struct Mix {
-    get: f64,
-    put: f64,
+    /// (cumulative share, op), DELETE is the rest.
+    cuts: [(f64, OpType); 5],
 }
 
 impl Mix {
-    /// A mix with the given GET and PUT shares; the rest are DELETEs.
-    pub fn new(get: f64, put: f64) -> Result<Mix, String> {
-        if !(0.0..=1.0).contains(&get) || !(0.0..=1.0).contains(&put) || get + put > 1.0 + 1e-9 {
+    /// A mix with the given GET, PUT, atomic, vector-update and reduce shares; the rest
+    /// are DELETEs.
+    pub fn new(get: f64, put: f64, atomic: f64, vector: f64, reduce: f64) -> Result<Mix, String> {
+        let shares = [get, put, atomic, vector, reduce];
+        let sum: f64 = shares.iter().sum();
+        if shares.iter().any(|s| !(0.0..=1.0).contains(s)) || sum > 1.0 + 1e-9 {
             return Err(format!(
-                "bad mix: get {get} + put {put} must be within [0, 1]"
+                "bad mix: get {get} put {put} atomic {atomic} vector {vector} reduce {reduce} \
+                 must each be in [0, 1] and sum to at most 1"
             ));
         }
-        Ok(Mix {
-            get,
-            put: get + put,
-        })
+        let ops = [
+            OpType::Get,
+            OpType::Put,
+            OpType::Atomic,
+            OpType::Vector,
+            OpType::Reduce,
+        ];
+        let mut cuts = [(0.0, OpType::Get); 5];
+        let mut acc = 0.0;
+        for (c, (s, op)) in cuts.iter_mut().zip(shares.iter().zip(ops)) {
+            acc += s;
+            *c = (acc, op);
+        }
+        Ok(Mix { cuts })
+    }
+
+    /// The DELETE share.
+    pub fn delete_share(&self) -> f64 {
+        (1.0 - self.cuts[4].0).max(0.0)
     }
 
     /// Draws an operation type.
     #[inline]
     pub fn next(&self, rng: &mut Rng) -> OpType {
         let u = rng.next_f64();
-        if u < self.get {
-            OpType::Get
-        } else if u < self.put {
-            OpType::Put
-        } else {
-            OpType::Delete
+        for &(cut, op) in &self.cuts {
+            if u < cut {
+                return op;
+            }
         }
+        OpType::Delete
     }
 }
 
@@ -252,6 +285,41 @@ pub fn write_value(key: u64, version: u32, out: &mut [u8]) {
         let b = state.to_le_bytes();
         chunk.copy_from_slice(&b[..chunk.len()]);
     }
+}
+
+/// Element `i` of a vector value: the 8-byte little-endian chunk of (`key`, `version`)
+/// plus `adds` (wrapping), as fetch-adds of 1 leave it.
+fn elem_with_adds(chunk: &[u8], adds: u32) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(chunk);
+    u64::from_le_bytes(b).wrapping_add(u64::from(adds))
+}
+
+/// True when `got` is the value of (`key`, `version`) of length `len` after `adds`
+/// fetch-adds of 1 to each of its 8-byte elements (`len` a multiple of 8 when
+/// `adds > 0`).
+pub fn value_matches_adds(key: u64, version: u32, len: usize, adds: u32, got: &[u8]) -> bool {
+    if adds == 0 {
+        return value_matches(key, version, len, got);
+    }
+    if got.len() != len || !len.is_multiple_of(8) {
+        return false;
+    }
+    let mut state = splitmix64(key.wrapping_mul(0x100_0000_01B3) ^ version as u64);
+    got.chunks_exact(8).all(|g| {
+        state = splitmix64(state);
+        elem_with_adds(&state.to_le_bytes(), adds).to_le_bytes() == *g
+    })
+}
+
+/// The wrapping sum of the 8-byte elements of (`key`, `version`) of length `len` (a
+/// multiple of 8) after `adds` fetch-adds of 1 to each.
+pub fn reduce_sum(key: u64, version: u32, len: usize, adds: u32) -> u64 {
+    let mut state = splitmix64(key.wrapping_mul(0x100_0000_01B3) ^ version as u64);
+    (0..len / 8).fold(0u64, |s, _| {
+        state = splitmix64(state);
+        s.wrapping_add(elem_with_adds(&state.to_le_bytes(), adds))
+    })
 }
 
 /// True when `got` is exactly the value of (`key`, `version`) of length `len`.
@@ -334,8 +402,9 @@ mod tests {
 
     #[test]
     fn mix_and_sizes() {
-        assert!(Mix::new(0.9, 0.2).is_err());
-        let m = Mix::new(0.5, 0.5).unwrap();
+        assert!(Mix::new(0.9, 0.2, 0.0, 0.0, 0.0).is_err());
+        assert!(Mix::new(0.5, 0.2, 0.2, 0.1, 0.1).is_err());
+        let m = Mix::new(0.5, 0.5, 0.0, 0.0, 0.0).unwrap();
         let mut rng = Rng::new(3);
         assert!((0..100).all(|_| m.next(&mut rng) != OpType::Delete));
         let d = SizeDist::parse("4-100").unwrap();
@@ -345,5 +414,26 @@ mod tests {
             SizeDist::parse("10").unwrap(),
             SizeDist { min: 10, max: 10 }
         );
+    }
+
+    #[test]
+    fn adds_and_sums_follow_fetch_adds() {
+        let mut v = [0u8; 24];
+        write_value(7, 3, &mut v);
+        assert!(value_matches_adds(7, 3, 24, 0, &v));
+        let mut sum = 0u64;
+        for c in v.chunks_exact_mut(8) {
+            let x = u64::from_le_bytes(c.try_into().unwrap()).wrapping_add(5);
+            c.copy_from_slice(&x.to_le_bytes());
+            sum = sum.wrapping_add(x);
+        }
+        assert!(value_matches_adds(7, 3, 24, 5, &v));
+        assert!(!value_matches_adds(7, 3, 24, 4, &v));
+        assert!(!value_matches_adds(7, 4, 24, 5, &v));
+        assert_eq!(reduce_sum(7, 3, 24, 5), sum);
+        let m = Mix::new(0.0, 0.0, 1.0, 0.0, 0.0).unwrap();
+        let mut rng = Rng::new(1);
+        assert!((0..100).all(|_| m.next(&mut rng) == OpType::Atomic));
+        assert_eq!(m.delete_share(), 0.0);
     }
 }

@@ -3,7 +3,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 cargo build --release -q -p dataplane -p pktgen || exit 1
-tests=(memif_verify backpressure tap_capture malformed)
+tests=(memif_verify atomics backpressure tap_capture malformed)
 passed=0; failed=0
 for t in "${tests[@]}"; do
   [ -x "scripts/e2e/$t.sh" ] || { echo "missing scripts/e2e/$t.sh"; failed=$((failed+1)); continue; }

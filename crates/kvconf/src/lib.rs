@@ -111,6 +111,28 @@ pub struct ServerConfig {
     /// Statistics print interval in seconds (0 = only at exit).
     #[serde(default)]
     pub stats_interval_s: u64,
+    /// Reservation station mode: `true` (default) executes dependent operations out of
+    /// order with data forwarding (KV-Direct); `false` stalls the pipeline on every key
+    /// conflict instead (the paper's baseline). See docs/OPERATIONS.md.
+    #[serde(default = "default_ooo")]
+    pub ooo: bool,
+    /// User functions to register at start-up, by ID (128–255) and catalog name.
+    #[serde(default)]
+    pub functions: Vec<FunctionConfig>,
+}
+
+fn default_ooo() -> bool {
+    true
+}
+
+/// A user function the dataplane registers at start-up (docs/OPERATIONS.md).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionConfig {
+    /// Wire function ID, 128–255.
+    pub id: u8,
+    /// Name of a function compiled into the dataplane's catalog.
+    pub name: String,
 }
 
 /// One admitted client QP.

@@ -897,6 +897,13 @@ impl Engine {
         self.pool.merge(self.region.as_mut_slice())
     }
 
+    /// Prefetches the primary bucket of `key` (a hint for callers that stage their own
+    /// accesses, like the reservation station: prefetch a round of keys, then run them).
+    #[inline]
+    pub fn prefetch_key(&self, key: &[u8]) {
+        crate::batch::prefetch_hint(self.mem(), self.bucket_off(key_hash(key)));
+    }
+
     /// Returns every block cached by the worker to the shared pool (so a
     /// following [`Engine::merge_slabs`] sees all free memory).
     pub fn flush_slab_cache(&mut self) {

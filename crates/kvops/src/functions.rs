@@ -18,7 +18,7 @@ use core::cmp::Ordering;
 
 /// Identifier of an element function, as carried on the wire (one byte).
 ///
-/// IDs 1–9 are the built-in functions ([`Builtin`]); IDs `>= 128` are user functions
+/// IDs 0–8 are the built-in functions ([`Builtin`], the wire table `kvwire::func`); IDs `>= 128` are user functions
 /// registered in a [`FunctionRegistry`](crate::FunctionRegistry); everything else is
 /// reserved and unknown.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -26,23 +26,23 @@ pub struct FuncId(pub u8);
 
 impl FuncId {
     /// `old + param` (wrapping); returns the original value.
-    pub const FETCH_ADD: FuncId = FuncId(1);
+    pub const FETCH_ADD: FuncId = FuncId(kvwire::func::FETCH_ADD);
     /// `old - param` (wrapping); returns the original value.
-    pub const FETCH_SUB: FuncId = FuncId(2);
+    pub const FETCH_SUB: FuncId = FuncId(kvwire::func::FETCH_SUB);
     /// `param`; returns the original value.
-    pub const SWAP: FuncId = FuncId(3);
+    pub const SWAP: FuncId = FuncId(kvwire::func::SWAP);
     /// `if old == param { param2 } else { old }`; returns the original value.
-    pub const CAS: FuncId = FuncId(4);
+    pub const CAS: FuncId = FuncId(kvwire::func::CAS);
     /// `min(old, param)`, signed or unsigned.
-    pub const MIN: FuncId = FuncId(5);
+    pub const MIN: FuncId = FuncId(kvwire::func::MIN);
     /// `max(old, param)`, signed or unsigned.
-    pub const MAX: FuncId = FuncId(6);
+    pub const MAX: FuncId = FuncId(kvwire::func::MAX);
     /// `old & param`.
-    pub const AND: FuncId = FuncId(7);
+    pub const AND: FuncId = FuncId(kvwire::func::AND);
     /// `old | param`.
-    pub const OR: FuncId = FuncId(8);
+    pub const OR: FuncId = FuncId(kvwire::func::OR);
     /// `old ^ param`.
-    pub const XOR: FuncId = FuncId(9);
+    pub const XOR: FuncId = FuncId(kvwire::func::XOR);
     /// The first ID of the user range (`128..=255`).
     pub const USER_FIRST: u8 = 128;
 
@@ -155,26 +155,26 @@ fn compare(width: Width, signed: bool, a: u64, b: u64) -> Ordering {
     }
 }
 
-/// The built-in element functions (IDs 1–9).
+/// The built-in element functions (IDs 0–8, `kvwire::func`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Builtin {
-    /// ID 1.
+    /// ID 0.
     FetchAdd,
-    /// ID 2.
+    /// ID 1.
     FetchSub,
-    /// ID 3.
+    /// ID 2.
     Swap,
-    /// ID 4: `param` is the expected value, `param2` the new one.
+    /// ID 3: `param` is the expected value, `param2` the new one.
     CompareSwap,
-    /// ID 5.
+    /// ID 4.
     Min,
-    /// ID 6.
+    /// ID 5.
     Max,
-    /// ID 7.
+    /// ID 6.
     And,
-    /// ID 8.
+    /// ID 7.
     Or,
-    /// ID 9.
+    /// ID 8.
     Xor,
 }
 
@@ -194,23 +194,34 @@ impl Builtin {
 
     /// The built-in function with this ID, if any.
     pub const fn from_id(id: FuncId) -> Option<Builtin> {
+        use kvwire::func as f;
         match id.0 {
-            1 => Some(Builtin::FetchAdd),
-            2 => Some(Builtin::FetchSub),
-            3 => Some(Builtin::Swap),
-            4 => Some(Builtin::CompareSwap),
-            5 => Some(Builtin::Min),
-            6 => Some(Builtin::Max),
-            7 => Some(Builtin::And),
-            8 => Some(Builtin::Or),
-            9 => Some(Builtin::Xor),
+            f::FETCH_ADD => Some(Builtin::FetchAdd),
+            f::FETCH_SUB => Some(Builtin::FetchSub),
+            f::SWAP => Some(Builtin::Swap),
+            f::CAS => Some(Builtin::CompareSwap),
+            f::MIN => Some(Builtin::Min),
+            f::MAX => Some(Builtin::Max),
+            f::AND => Some(Builtin::And),
+            f::OR => Some(Builtin::Or),
+            f::XOR => Some(Builtin::Xor),
             _ => None,
         }
     }
 
     /// This function's wire ID.
     pub const fn id(self) -> FuncId {
-        FuncId(self as u8 + 1)
+        match self {
+            Builtin::FetchAdd => FuncId::FETCH_ADD,
+            Builtin::FetchSub => FuncId::FETCH_SUB,
+            Builtin::Swap => FuncId::SWAP,
+            Builtin::CompareSwap => FuncId::CAS,
+            Builtin::Min => FuncId::MIN,
+            Builtin::Max => FuncId::MAX,
+            Builtin::And => FuncId::AND,
+            Builtin::Or => FuncId::OR,
+            Builtin::Xor => FuncId::XOR,
+        }
     }
 
     /// A short lower-case name (`fetch_add`, `cas`, …).
@@ -404,48 +415,50 @@ pub fn reduce(
     Ok(load_le(acc))
 }
 
-/// A filter predicate: an element `e` passes if `e <op> param` holds.
+/// A filter predicate: an element `e` passes if `e <op> param` holds. The IDs are the
+/// wire table `kvwire::pred`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum Predicate {
-    /// ID 1: `e != 0` (ignores `param`).
-    Nonzero = 1,
+    /// ID 0: `e == param`.
+    Eq = kvwire::pred::EQ,
+    /// ID 1: `e != param`.
+    Ne = kvwire::pred::NE,
     /// ID 2: `e < param`.
-    Lt = 2,
-    /// ID 3: `e > param`.
-    Gt = 3,
-    /// ID 4: `e == param`.
-    Eq = 4,
-    /// ID 5: `e != param`.
-    Ne = 5,
-    /// ID 6: `e <= param`.
-    Le = 6,
-    /// ID 7: `e >= param`.
-    Ge = 7,
+    Lt = kvwire::pred::LT,
+    /// ID 3: `e <= param`.
+    Le = kvwire::pred::LE,
+    /// ID 4: `e > param`.
+    Gt = kvwire::pred::GT,
+    /// ID 5: `e >= param`.
+    Ge = kvwire::pred::GE,
+    /// ID 6: `e & param != 0` (with `param` all ones: "nonzero").
+    AnyBits = kvwire::pred::ANY_BITS,
 }
 
 impl Predicate {
     /// Every predicate, in ID order.
     pub const ALL: [Predicate; 7] = [
-        Predicate::Nonzero,
-        Predicate::Lt,
-        Predicate::Gt,
         Predicate::Eq,
         Predicate::Ne,
+        Predicate::Lt,
         Predicate::Le,
+        Predicate::Gt,
         Predicate::Ge,
+        Predicate::AnyBits,
     ];
 
     /// The predicate with this wire ID; [`OpError::UnknownFunction`] otherwise.
     pub const fn from_id(id: u8) -> Result<Predicate, OpError> {
+        use kvwire::pred as p;
         match id {
-            1 => Ok(Predicate::Nonzero),
-            2 => Ok(Predicate::Lt),
-            3 => Ok(Predicate::Gt),
-            4 => Ok(Predicate::Eq),
-            5 => Ok(Predicate::Ne),
-            6 => Ok(Predicate::Le),
-            7 => Ok(Predicate::Ge),
+            p::EQ => Ok(Predicate::Eq),
+            p::NE => Ok(Predicate::Ne),
+            p::LT => Ok(Predicate::Lt),
+            p::LE => Ok(Predicate::Le),
+            p::GT => Ok(Predicate::Gt),
+            p::GE => Ok(Predicate::Ge),
+            p::ANY_BITS => Ok(Predicate::AnyBits),
             _ => Err(OpError::UnknownFunction),
         }
     }
@@ -454,13 +467,13 @@ impl Predicate {
     pub fn test(self, width: Width, signed: bool, e: u64, param: u64) -> bool {
         let ord = compare(width, signed, e, param);
         match self {
-            Predicate::Nonzero => e & width.mask() != 0,
-            Predicate::Lt => ord.is_lt(),
-            Predicate::Gt => ord.is_gt(),
             Predicate::Eq => ord.is_eq(),
             Predicate::Ne => ord.is_ne(),
+            Predicate::Lt => ord.is_lt(),
             Predicate::Le => ord.is_le(),
+            Predicate::Gt => ord.is_gt(),
             Predicate::Ge => ord.is_ge(),
+            Predicate::AnyBits => e & param & width.mask() != 0,
         }
     }
 }
@@ -502,12 +515,12 @@ mod tests {
         for b in Builtin::ALL {
             assert_eq!(Builtin::from_id(b.id()), Some(b));
         }
-        assert_eq!(Builtin::from_id(FuncId(0)), None);
+        assert_eq!(Builtin::from_id(FuncId(9)), None);
         assert_eq!(Builtin::from_id(FuncId(10)), None);
         for p in Predicate::ALL {
             assert_eq!(Predicate::from_id(p as u8), Ok(p));
         }
-        assert_eq!(Predicate::from_id(0), Err(OpError::UnknownFunction));
+        assert_eq!(Predicate::from_id(7), Err(OpError::UnknownFunction));
         assert_eq!(Predicate::from_id(8), Err(OpError::UnknownFunction));
     }
 
@@ -571,7 +584,7 @@ mod tests {
         );
         assert_eq!(v, [1, 2, 3]);
         assert_eq!(
-            filter(Predicate::Nonzero, Width::W2, false, 0, &v, &mut o),
+            filter(Predicate::AnyBits, Width::W2, false, u64::MAX, &v, &mut o),
             Err(OpError::BadLength)
         );
         assert_eq!(

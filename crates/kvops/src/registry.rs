@@ -1,8 +1,8 @@
 //! Function registry: function ID → built-in or user function (KV-Direct's λ by ID).
 //!
-//! IDs 1–9 are the built-ins of [`Builtin`] and always present. IDs 128–255 hold user
+//! IDs 0–8 are the built-ins (the wire table `kvwire::func`) of [`Builtin`] and always present. IDs 128–255 hold user
 //! functions, registered once at start-up (from the config, see [`FunctionRegistry::load`])
-//! before the worker lcores start; the registry is then only read. IDs 0 and 10–127 are
+//! before the worker lcores start; the registry is then only read. IDs 9–127 are
 //! reserved for future built-ins.
 //!
 //! Steps for adding a user function are in `docs/OPERATIONS.md`.
@@ -220,7 +220,7 @@ mod tests {
     fn builtins_resolve_and_reserved_ids_do_not() {
         let r = FunctionRegistry::new();
         for id in 0..=255u8 {
-            let known = (1..=9).contains(&id);
+            let known = (0..=8).contains(&id);
             assert_eq!(r.resolve(FuncId(id)).is_ok(), known, "{id}");
             assert_eq!(r.name(FuncId(id)).is_some(), known, "{id}");
         }
@@ -233,8 +233,8 @@ mod tests {
         let mut r = FunctionRegistry::new();
         let f: UserFn = samples::saturating_add;
         assert_eq!(
-            r.register(FuncId(1), "x", f),
-            Err(RegistryError::ReservedId(FuncId(1)))
+            r.register(FuncId(0), "x", f),
+            Err(RegistryError::ReservedId(FuncId(0)))
         );
         assert_eq!(
             r.register(FuncId(127), "x", f),

@@ -1,7 +1,9 @@
 //! Per-operation status codes, as returned to clients with each result.
 //!
-//! Codes 0–4 are the storage engine's (`kvengine::Status`) so a memory stage adapter maps
-//! them one to one; 16 and up are the operation errors of this crate.
+//! Every code is the wire code of `kvwire::Status` (docs/PROTOCOL.md): codes 0–4 are also
+//! the storage engine's (`kvengine::Status`), so a memory stage adapter maps them one to
+//! one. [`Status::BadWidth`] cannot come from the wire (the attr byte only encodes valid
+//! widths) and travels as `MALFORMED`; [`Status::StoreError`] travels as `INTERNAL`.
 
 use crate::functions::OpError;
 
@@ -21,13 +23,13 @@ pub enum Status {
     ValueTooLarge = 4,
     /// Value length not a multiple of the width, scalar value not one element, or a
     /// Δ-vector of the wrong length. Nothing was changed.
-    BadLength = 16,
+    BadLength = 8,
     /// Unknown function or predicate ID. Nothing was changed.
-    UnknownFunction = 17,
-    /// Element width not 1, 2, 4 or 8. Nothing was changed.
-    BadWidth = 18,
-    /// Any other memory-stage failure.
-    StoreError = 31,
+    UnknownFunction = 7,
+    /// Element width not 1, 2, 4 or 8. Nothing was changed. (Wire: `MALFORMED`.)
+    BadWidth = 5,
+    /// Any other memory-stage failure. (Wire: `INTERNAL`.)
+    StoreError = 255,
 }
 
 impl Status {
@@ -44,10 +46,10 @@ impl Status {
             2 => Status::OutOfMemory,
             3 => Status::KeyTooLarge,
             4 => Status::ValueTooLarge,
-            16 => Status::BadLength,
-            17 => Status::UnknownFunction,
-            18 => Status::BadWidth,
-            31 => Status::StoreError,
+            8 => Status::BadLength,
+            7 => Status::UnknownFunction,
+            5 => Status::BadWidth,
+            255 => Status::StoreError,
             _ => return None,
         })
     }
@@ -71,6 +73,23 @@ impl From<OpError> for Status {
     }
 }
 
+impl From<Status> for kvwire::Status {
+    /// The wire status (same code; see the module doc for `BadWidth` and `StoreError`).
+    fn from(s: Status) -> kvwire::Status {
+        match s {
+            Status::Ok => kvwire::Status::Ok,
+            Status::NotFound => kvwire::Status::NotFound,
+            Status::OutOfMemory => kvwire::Status::OutOfMemory,
+            Status::KeyTooLarge => kvwire::Status::KeyTooLarge,
+            Status::ValueTooLarge => kvwire::Status::ValueTooLarge,
+            Status::BadLength => kvwire::Status::BadLength,
+            Status::UnknownFunction => kvwire::Status::UnknownFunction,
+            Status::BadWidth => kvwire::Status::Malformed,
+            Status::StoreError => kvwire::Status::Internal,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +101,11 @@ mod tests {
                 assert_eq!(s.code(), c);
             }
         }
-        assert_eq!(Status::from_code(5), None);
+        assert_eq!(Status::from_code(6), None);
+        for c in 0..=255u8 {
+            if let Some(s) = Status::from_code(c) {
+                assert_eq!(kvwire::Status::from(s) as u8, c, "{s:?}");
+            }
+        }
     }
 }

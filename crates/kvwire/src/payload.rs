@@ -374,7 +374,7 @@ pub const fn opcode_has_value(opcode: u8) -> bool {
 #[inline]
 pub const fn param_count(opcode: u8, func: u8) -> usize {
     match opcode {
-        op::UPDATE_S2S | op::UPDATE_S2V if func == func::CAS => 2,
+        op::UPDATE_S2S | op::UPDATE_S2V if func == func::CAS || func >= func::USER_MIN => 2,
         op::UPDATE_S2S | op::UPDATE_S2V | op::REDUCE | op::FILTER => 1,
         _ => 0,
     }

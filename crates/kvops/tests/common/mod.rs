@@ -8,23 +8,23 @@ macro_rules! reference {
         fn $apply(f: u8, signed: bool, old: u64, p: u64, p2: u64) -> u64 {
             let (o, a, b) = (old as $u, p as $u, p2 as $u);
             let r: $u = match f {
-                1 => o.wrapping_add(a),
-                2 => o.wrapping_sub(a),
-                3 => a,
-                4 => {
+                0 => o.wrapping_add(a),
+                1 => o.wrapping_sub(a),
+                2 => a,
+                3 => {
                     if o == a {
                         b
                     } else {
                         o
                     }
                 }
-                5 if signed => (o as $i).min(a as $i) as $u,
-                5 => o.min(a),
-                6 if signed => (o as $i).max(a as $i) as $u,
-                6 => o.max(a),
-                7 => o & a,
-                8 => o | a,
-                9 => o ^ a,
+                4 if signed => (o as $i).min(a as $i) as $u,
+                4 => o.min(a),
+                5 if signed => (o as $i).max(a as $i) as $u,
+                5 => o.max(a),
+                6 => o & a,
+                7 => o | a,
+                8 => o ^ a,
                 _ => panic!("not a builtin"),
             };
             r as u64
@@ -38,13 +38,13 @@ macro_rules! reference {
                 eu.cmp(&pu)
             };
             match pred {
-                1 => eu != 0,
+                0 => eu == pu,
+                1 => eu != pu,
                 2 => ord.is_lt(),
-                3 => ord.is_gt(),
-                4 => eu == pu,
-                5 => eu != pu,
-                6 => ord.is_le(),
-                7 => ord.is_ge(),
+                3 => ord.is_le(),
+                4 => ord.is_gt(),
+                5 => ord.is_ge(),
+                6 => eu & pu != 0,
                 _ => panic!("not a predicate"),
             }
         }
