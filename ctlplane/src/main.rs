@@ -8,6 +8,9 @@
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+mod dispatch;
+mod tune;
+
 #[derive(Parser, Debug)]
 #[command(version, about = "KV-Direct control plane")]
 struct Args {
@@ -21,6 +24,11 @@ enum Cmd {
     Config {
         #[command(subcommand)]
         cmd: ConfigCmd,
+    },
+    /// Parameter tuning: hash index (simulation) and DRAM load dispatch (model).
+    Tune {
+        #[command(subcommand)]
+        cmd: tune::TuneCmd,
     },
 }
 
@@ -52,5 +60,11 @@ fn main() {
                 std::process::exit(1);
             }
         },
+        Cmd::Tune { cmd } => {
+            if let Err(e) = cmd.run() {
+                eprintln!("ctlplane: {e}");
+                std::process::exit(1);
+            }
+        }
     }
 }
