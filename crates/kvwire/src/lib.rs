@@ -28,6 +28,7 @@ pub mod fuzzing;
 pub mod ib;
 pub mod icrc;
 pub mod ipv4;
+pub mod partition;
 pub mod payload;
 pub mod psn;
 pub mod udp;

@@ -418,13 +418,16 @@ pub enum Status {
     TryAgain = 10,
     /// The result does not fit in a response packet.
     ResponseTooLarge = 11,
+    /// The key belongs to another partition than the request's client QP (see
+    /// [`crate::partition`]); nothing was done.
+    WrongPartition = 12,
     /// Internal server error.
     Internal = 255,
 }
 
 impl Status {
     /// All status codes.
-    pub const ALL: [Status; 13] = [
+    pub const ALL: [Status; 14] = [
         Status::Ok,
         Status::NotFound,
         Status::OutOfMemory,
@@ -437,6 +440,7 @@ impl Status {
         Status::Unsupported,
         Status::TryAgain,
         Status::ResponseTooLarge,
+        Status::WrongPartition,
         Status::Internal,
     ];
     /// Decodes a status byte.
@@ -454,6 +458,7 @@ impl Status {
             9 => Status::Unsupported,
             10 => Status::TryAgain,
             11 => Status::ResponseTooLarge,
+            12 => Status::WrongPartition,
             255 => Status::Internal,
             _ => return None,
         })
@@ -473,6 +478,7 @@ impl Status {
             Status::Unsupported => "unsupported",
             Status::TryAgain => "try_again",
             Status::ResponseTooLarge => "response_too_large",
+            Status::WrongPartition => "wrong_partition",
             Status::Internal => "internal",
         }
     }
