@@ -110,38 +110,29 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         dpdk::pdump::init()?;
     }
 
-    let pool = Mempool::create_pktmbuf("kvd_pool", p.mbufs, 256, 2048 + 128, dpdk::SOCKET_ID_ANY)?;
+    // One worker per EAL lcore (the main lcore is worker 0), each owning a key partition:
+    // its own engine shard, station, and rx/tx queue pair (kvwire::partition).
+    let worker_lcores: Vec<Option<dpdk::LcoreId>> = std::iter::once(None)
+        .chain(dpdk::lcore::workers().map(Some))
+        .collect();
+    let nw = worker_lcores.len();
+    let pool = Arc::new(Mempool::create_pktmbuf(
+        "kvd_pool",
+        p.mbufs,
+        256,
+        2048 + 128,
+        dpdk::SOCKET_ID_ANY,
+    )?);
     let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
     let pcfg = PortConfig {
-        nb_rxq: 1,
-        nb_txq: 1,
+        nb_rxq: nw as u16,
+        nb_txq: nw as u16,
         rxd: p.rxd,
         txd: p.txd,
         ..PortConfig::default()
     };
-    let mut queues = port.configure(&pcfg, &pool)?;
-    let (rxq, txq) = (queues.rx.remove(0), queues.tx.remove(0));
+    let queues = port.configure(&pcfg, &pool)?;
 
-    // Store memory: DPDK hugepage memory when we run on hugepages, else the heap.
-    let mem_bytes = cfg.engine.mem_mb << 20;
-    let (region, dpdk_mem) = if huge {
-        let mut m = dpdk::malloc::zmalloc_socket("kvd_store", mem_bytes, 2 << 20, port.socket_id())
-            .ok_or("cannot allocate the store from DPDK hugepage memory")?;
-        // SAFETY: `m` is a live DPDK allocation of `mem_bytes` bytes that nothing else
-        // references; it is moved into `Store` below, declared after the engine, so it
-        // is freed only after the engine that points into it is dropped.
-        let r = unsafe { Region::from_raw(m.as_mut_ptr(), m.len()) };
-        (r, Some(m))
-    } else {
-        (Region::owned(mem_bytes), None)
-    };
-    let ecfg = EngineConfig {
-        mem_bytes,
-        hash_index_ratio: cfg.engine.hash_index_ratio,
-        inline_threshold: cfg.engine.inline_threshold,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::new(region, &ecfg).map_err(|e| format!("engine config: {e:?}"))?;
     let id = Identity {
         mac: p.mac_bytes(),
         ip: p.ip,
@@ -160,14 +151,65 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .map_err(|e| format!("server.functions: {e}"))?;
     let ooo = args.ooo.unwrap_or(cfg.server.ooo);
-    let server = Server::with_station(id, &clients, engine, ooo, registry.clone());
-    let store = worker::Store {
-        server,
-        _mem: dpdk_mem,
+
+    // Store memory per partition: DPDK hugepage memory when we run on hugepages, else
+    // the heap.
+    let mem_bytes = (cfg.engine.mem_mb << 20) / nw;
+    let ecfg = EngineConfig {
+        mem_bytes,
+        hash_index_ratio: cfg.engine.hash_index_ratio,
+        inline_threshold: cfg.engine.inline_threshold,
+        ..EngineConfig::default()
     };
+    let mut stores = Vec::with_capacity(nw);
+    for w in 0..nw {
+        let (region, dpdk_mem) = if huge {
+            let mut m = dpdk::malloc::zmalloc_socket(
+                &format!("kvd_store{w}"),
+                mem_bytes,
+                2 << 20,
+                port.socket_id(),
+            )
+            .ok_or("cannot allocate the store from DPDK hugepage memory")?;
+            // SAFETY: `m` is a live DPDK allocation of `mem_bytes` bytes that nothing
+            // else references; it is moved into `Store` below, declared after the
+            // engine, so it is freed only after the engine that points into it.
+            let r = unsafe { Region::from_raw(m.as_mut_ptr(), m.len()) };
+            (r, Some(m))
+        } else {
+            (Region::owned(mem_bytes), None)
+        };
+        let engine = Engine::new(region, &ecfg).map_err(|e| format!("engine config: {e:?}"))?;
+        let mut server = Server::with_station(id.clone(), &clients, engine, ooo, registry.clone());
+        server.set_partition(w as u32, nw as u32);
+        stores.push(worker::Store {
+            server,
+            _mem: dpdk_mem,
+        });
+    }
+    // Hand-off rings: one multi-producer inbox per worker.
+    let mut inboxes = Vec::new();
+    let mut producers: Vec<Vec<Option<dpdk::RingProducer<dpdk::Mbuf>>>> =
+        (0..nw).map(|_| Vec::new()).collect();
+    if nw > 1 {
+        for w in 0..nw {
+            let ring = dpdk::Ring::<dpdk::Mbuf>::create(
+                &format!("kvd_handoff{w}"),
+                4096,
+                port.socket_id(),
+                dpdk::RingMode::MpSc,
+            )?;
+            for (from, prods) in producers.iter_mut().enumerate() {
+                prods.push((from != w).then(|| ring.producer()).transpose()?);
+            }
+            inboxes.push(Some(ring.consumer()?));
+        }
+    } else {
+        inboxes.push(None);
+    }
 
     println!(
-        "dataplane: port {} ({}) mac {} ip {} qpn {} clients {} store {} MiB on {} mode {}",
+        "dataplane: port {} ({}) mac {} ip {} qpn {} clients {} store {} MiB on {} mode {} workers {}",
         port.id().0,
         p.port,
         p.mac,
@@ -180,7 +222,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         } else {
             "heap (--no-huge)"
         },
-        if args.echo { "echo" } else { "kv" }
+        if args.echo { "echo" } else { "kv" },
+        nw
     );
 
     println!(
@@ -191,7 +234,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         cfg.server.request_region_len
     );
     for c in &cfg.clients {
-        println!("dataplane: client qpn {} rkey {:#x}", c.qpn, c.rkey);
+        println!(
+            "dataplane: client qpn {} rkey {:#x} partition {}",
+            c.qpn,
+            c.rkey,
+            kvwire::partition::partition_of_qp(c.qpn, nw as u32)
+        );
     }
     println!(
         "dataplane: reservation station {}, functions: {}",
@@ -206,7 +254,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let stats = Arc::new(WorkerStats::default());
+    let stats: Vec<Arc<WorkerStats>> = (0..nw).map(|_| Arc::new(WorkerStats::default())).collect();
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
     println!("dataplane ready (mbufs in use {})", pool.in_use_count());
@@ -217,19 +265,81 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         stats_interval: Duration::from_secs(interval),
         deadline,
     };
-    let store = worker::run(store, rxq, txq, &pool, &stats, &wcfg, &QUIT);
 
-    // Final stats.
+    // Launch workers 1.. on their lcores, run worker 0 here, then join.
+    let mut rxs = queues.rx.into_iter();
+    let mut txs = queues.tx.into_iter();
+    let mut work = Vec::with_capacity(nw);
+    for (w, ((store, inbox), outboxes)) in
+        stores.into_iter().zip(inboxes).zip(producers).enumerate()
+    {
+        let (Some(rxq), Some(txq)) = (rxs.next(), txs.next()) else {
+            return Err("port gave fewer queues than workers".into());
+        };
+        let handoff = worker::Handoff {
+            me: w as u32,
+            n: nw as u32,
+            inbox,
+            outboxes,
+        };
+        work.push((store, rxq, txq, handoff));
+    }
+    let mut handles = Vec::new();
+    let mut main_work = None;
+    for (w, (store, rxq, txq, handoff)) in work.into_iter().enumerate() {
+        match worker_lcores[w] {
+            None => main_work = Some((store, rxq, txq, handoff)),
+            Some(lcore) => {
+                let (pool, st, wc) = (pool.clone(), stats[w].clone(), wcfg.clone());
+                handles.push(dpdk::lcore::launch_on(lcore, move || {
+                    worker::run(store, rxq, txq, handoff, &pool, &st, &wc, &QUIT)
+                })?);
+            }
+        }
+    }
+    let (store0, rxq, txq, handoff) = main_work.ok_or("no worker on the main lcore")?;
+    let mut stores = vec![worker::run(
+        store0, rxq, txq, handoff, &pool, &stats[0], &wcfg, &QUIT,
+    )];
+    // The main worker stopped (Ctrl-C or deadline): make sure the others stop too.
+    QUIT.store(true, Ordering::Relaxed);
+    for h in handles {
+        stores.push(h.wait().map_err(|e| format!("worker lcore: {e}"))?);
+    }
+
+    // Final stats: totals over the workers, then per worker.
     println!("dataplane: final stats");
-    let mut all = stats.snapshot();
-    let es = store.server.engine().stats();
-    all.push(("engine_kvs".into(), es.stored_kvs));
-    all.push((
-        "engine_utilization_ppm".into(),
-        (es.memory_utilization * 1e6) as u64,
-    ));
+    let mut all: Vec<(String, u64)> = Vec::new();
+    for st in &stats {
+        for (k, v) in st.snapshot() {
+            match all.iter_mut().find(|(n, _)| *n == k) {
+                Some(e) => e.1 += v,
+                None => all.push((k, v)),
+            }
+        }
+    }
+    let (mut kvs, mut util) = (0u64, 0.0f64);
+    for s in &stores {
+        let es = s.server.engine().stats();
+        kvs += es.stored_kvs;
+        util += es.memory_utilization / nw as f64;
+    }
+    all.push(("engine_kvs".into(), kvs));
+    all.push(("engine_utilization_ppm".into(), (util * 1e6) as u64));
     for (k, v) in &all {
         println!("  {k:<28} {v}");
+    }
+    let worker_ops: Vec<u64> = stats.iter().map(|s| s.ops()).collect();
+    if nw > 1 {
+        for (w, st) in stats.iter().enumerate() {
+            println!(
+                "  worker {w}: ops {} requests {} handed off {} handed in {}",
+                st.ops(),
+                st.requests.get(),
+                st.handed_off.get(),
+                st.handed_in.get()
+            );
+        }
     }
     if let Ok(ps) = port.stats() {
         println!(
@@ -244,9 +354,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             m.insert(k.clone(), (*v).into());
         }
         m.insert("mbufs_in_use".into(), pool.in_use_count().into());
+        m.insert("workers".into(), nw.into());
+        m.insert("worker_ops".into(), worker_ops.clone().into());
         std::fs::write(path, serde_json::to_string_pretty(&m)?)?;
     }
-    drop(store);
+    drop(stores);
     let _ = port.stop();
     drop(eal);
     Ok(())

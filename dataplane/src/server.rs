@@ -29,6 +29,7 @@ use kvengine::{BatchOp, Engine, OpKind};
 use kvops::station::{slot_of, SLOTS};
 use kvops::{FunctionRegistry, Op, Station, StationConfig};
 use kvwire::frame::FrameParams;
+use kvwire::partition::partition_of_hash;
 use kvwire::psn;
 use kvwire::{
     emit_response_headers, finalize, parse_request, response_payload_capacity, BatchReader,
@@ -174,13 +175,14 @@ impl ChunkDeps {
         }
     }
 
+    /// Notes an op whose key hash is `hash`.
     #[inline]
-    fn note(&mut self, op: &Op<'_>) {
+    fn note(&mut self, op: &Op<'_>, hash: u64) {
         if !matches!(op, Op::Get { .. } | Op::Put { .. } | Op::Delete { .. }) {
             self.dependent = true;
         }
         if !self.dependent {
-            let s = slot_of(kvengine::key_hash(op.key()));
+            let s = slot_of(hash);
             let (w, b) = (s / 64, 1u64 << (s % 64));
             self.dependent = self.slots[w] & b != 0;
             self.slots[w] |= b;
@@ -202,6 +204,9 @@ pub struct Server {
     engine: Engine,
     station: Station<KeyHash>,
     results: StationResults,
+    /// This worker's partition and the number of partitions (`kvwire::partition`).
+    partition: u32,
+    partitions: u32,
 }
 
 impl Server {
@@ -248,7 +253,16 @@ impl Server {
                 slots: vec![(Status::Ok, 0, 0); CHUNK].into_boxed_slice(),
                 arena: vec![0; CHUNK * max_value_len].into_boxed_slice(),
             },
+            partition: 0,
+            partitions: 1,
         }
+    }
+
+    /// Makes this server partition `me` of `n`: ops whose key belongs to another
+    /// partition are answered `WRONG_PARTITION` (`kvwire::partition`).
+    pub fn set_partition(&mut self, me: u32, n: u32) {
+        self.partitions = n.max(1);
+        self.partition = me.min(self.partitions - 1);
     }
 
     /// The reservation station (for its counters and configuration).
@@ -383,10 +397,20 @@ impl Server {
                 let src = match item {
                     Ok(op) => {
                         let op = station_op(&op);
-                        deps.note(&op);
-                        ops[n_ops] = op;
-                        n_ops += 1;
-                        Source::Engine
+                        let sharded = self.partitions > 1;
+                        let hash = if sharded || !deps.dependent {
+                            kvengine::key_hash(op.key())
+                        } else {
+                            0
+                        };
+                        if sharded && partition_of_hash(hash, self.partitions) != self.partition {
+                            Source::Immediate(Status::WrongPartition)
+                        } else {
+                            deps.note(&op, hash);
+                            ops[n_ops] = op;
+                            n_ops += 1;
+                            Source::Engine
+                        }
                     }
                     // The failing op is answered; later ops are not executed.
                     Err(e) => Source::Immediate(e.status()),
@@ -501,6 +525,7 @@ impl Server {
             engine,
             station,
             results,
+            ..
         } = self;
         let StationResults { slots, arena } = results;
         let mut used = 0usize;

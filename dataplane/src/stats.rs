@@ -87,6 +87,10 @@ pub struct WorkerStats {
     pub stalls: Counter,
     /// Frames bounced in echo mode.
     pub echoed: Counter,
+    /// Requests received on this worker's queue and handed to their partition's worker.
+    pub handed_off: Counter,
+    /// Requests another worker handed to this one.
+    pub handed_in: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
     pub drops: [Counter; DropReason::COUNT],
 }
@@ -132,6 +136,8 @@ impl WorkerStats {
             ("write_backs", &self.write_backs),
             ("stalls", &self.stalls),
             ("echoed", &self.echoed),
+            ("handed_off", &self.handed_off),
+            ("handed_in", &self.handed_in),
         ]
         .iter()
         .map(|(n, c)| (n.to_string(), c.get()))

@@ -4,7 +4,10 @@
 
 use dataplane::server::{Server, TxFrame};
 use dataplane::stats::WorkerStats;
-use dpdk::{tsc, DpdkRegion, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
+use dpdk::{
+    tsc, DpdkRegion, Mbuf, MbufBurst, Mempool, RingConsumer, RingProducer, RxQueue, TxQueue,
+};
+use kvwire::partition::{partition_of_qp, peek_dest_qp};
 use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,6 +30,7 @@ pub struct Store {
 }
 
 /// Loop settings.
+#[derive(Clone)]
 pub struct WorkerConfig {
     /// Packets per rx burst.
     pub burst: usize,
@@ -38,6 +42,50 @@ pub struct WorkerConfig {
     pub stats_interval: Duration,
     /// Stop at this time, if set.
     pub deadline: Option<Instant>,
+}
+
+/// How a worker passes requests that reached its queue but belong to another
+/// partition (their client QP's, `kvwire::partition`) to the owner, in arrival order.
+pub struct Handoff {
+    /// This worker's partition.
+    pub me: u32,
+    /// Number of partitions (workers).
+    pub n: u32,
+    /// Requests other workers handed to this one (multi-producer, single-consumer).
+    pub inbox: Option<RingConsumer<Mbuf>>,
+    /// Producers into every worker's inbox, indexed by partition (`None` for `me`).
+    pub outboxes: Vec<Option<RingProducer<Mbuf>>>,
+}
+
+impl Handoff {
+    /// Moves the frames of `rx` that belong to other partitions to their owners' inboxes
+    /// (dropping and counting one whose inbox is full); `rx` keeps this worker's frames.
+    #[inline]
+    fn steer(&mut self, rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats) {
+        let mut keep = MbufBurst::<MAX_BURST>::new();
+        for m in rx.drain() {
+            let owner = peek_dest_qp(m.data()).map_or(self.me, |qp| partition_of_qp(qp, self.n));
+            match self
+                .outboxes
+                .get_mut(owner as usize)
+                .and_then(Option::as_mut)
+            {
+                Some(out) if owner != self.me => match out.enqueue(m) {
+                    Ok(()) => stats.handed_off.inc(),
+                    Err(m) => {
+                        stats.drop(DropReason::HandoffFull);
+                        drop(m);
+                    }
+                },
+                // Ours (or unparseable: the server judges it). Cannot overflow: `keep`
+                // has the capacity of `rx`.
+                _ => {
+                    let _ = keep.push(m);
+                }
+            }
+        }
+        std::mem::swap(rx, &mut keep);
+    }
 }
 
 /// An mbuf being filled with a response frame.
@@ -95,11 +143,46 @@ impl TxPending {
     }
 }
 
+/// Serves the frames of `rx` (this worker's requests) and queues the responses.
+#[inline]
+fn serve(
+    store: &mut Store,
+    rx: &mut MbufBurst<MAX_BURST>,
+    pool: &Mempool,
+    stats: &WorkerStats,
+    frame_cap: usize,
+    tx: &mut TxPending,
+    txq: &mut TxQueue,
+) {
+    let n = rx.len();
+    if n == 0 {
+        return;
+    }
+    // Borrowed views of this burst's frames (dropped before rx is freed).
+    let mut frames: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
+    for (slot, m) in frames.iter_mut().zip(rx.iter()) {
+        *slot = m.data();
+    }
+    store.server.handle_burst(
+        &frames[..n],
+        stats,
+        || {
+            let mut m = Mbuf::alloc(pool)?;
+            let cap = frame_cap.min(m.tailroom());
+            m.set_len(cap).then_some(TxMbuf(m))
+        },
+        |f: TxMbuf| tx.push(txq, stats, f.0),
+    );
+    rx.clear();
+}
+
 /// Runs the loop until `quit` is set or the deadline passes; returns the store.
+#[allow(clippy::too_many_arguments)]
 pub fn run(
     mut store: Store,
     mut rxq: RxQueue,
     mut txq: TxQueue,
+    mut handoff: Handoff,
     pool: &Mempool,
     stats: &WorkerStats,
     cfg: &WorkerConfig,
@@ -135,25 +218,26 @@ pub fn run(
                     tx.push(&mut txq, stats, m);
                 }
             } else {
-                // Borrowed views of this burst's frames (dropped before rx is freed).
-                let mut frames: [&[u8]; MAX_BURST] = [&[]; MAX_BURST];
-                for (slot, m) in frames.iter_mut().zip(rx.iter()) {
-                    *slot = m.data();
+                if handoff.n > 1 {
+                    handoff.steer(&mut rx, stats);
                 }
-                let Store { server, .. } = &mut store;
-                server.handle_burst(
-                    &frames[..n],
-                    stats,
-                    || {
-                        let mut m = Mbuf::alloc(pool)?;
-                        let cap = frame_cap.min(m.tailroom());
-                        m.set_len(cap).then_some(TxMbuf(m))
-                    },
-                    |f: TxMbuf| tx.push(&mut txq, stats, f.0),
+                serve(
+                    &mut store, &mut rx, pool, stats, frame_cap, &mut tx, &mut txq,
                 );
-                rx.clear();
             }
         }
+        // Requests other workers received for this partition.
+        let handed = match handoff.inbox.as_mut() {
+            Some(inbox) => inbox.dequeue_burst(&mut rx),
+            None => 0,
+        };
+        if handed > 0 {
+            stats.handed_in.add(handed as u64);
+            serve(
+                &mut store, &mut rx, pool, stats, frame_cap, &mut tx, &mut txq,
+            );
+        }
+        let n = n + handed;
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx
         // burst is the batch); the timer retries what the NIC did not take.

@@ -121,11 +121,13 @@ pub enum DropReason {
     TxFull,
     /// (caller) No mbuf for the response.
     NoMbuf,
+    /// (caller) A request for another partition's worker found its hand-off ring full.
+    HandoffFull,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 25;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -152,6 +154,7 @@ impl DropReason {
         DropReason::BadPayload,
         DropReason::TxFull,
         DropReason::NoMbuf,
+        DropReason::HandoffFull,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -185,6 +188,7 @@ impl DropReason {
             DropReason::BadPayload => "bad_payload",
             DropReason::TxFull => "tx_full",
             DropReason::NoMbuf => "no_mbuf",
+            DropReason::HandoffFull => "handoff_full",
         }
     }
 }

@@ -31,6 +31,22 @@ pub const fn partition_of_qp(qpn: u32, n: u32) -> u32 {
     }
 }
 
+/// Byte offset of the BTH destination QP in a request frame without IPv4 options
+/// (Ethernet 14 + IPv4 20 + UDP 8 + 5 bytes into the BTH).
+const DEST_QP_OFFSET: usize = 14 + 20 + 8 + 5;
+
+/// The BTH destination QP of a request frame, read without validating anything (for
+/// steering a frame to its partition's worker before it is parsed): `None` if the
+/// frame is too short or has IPv4 options (the owner's parser will judge it).
+#[inline]
+pub fn peek_dest_qp(frame: &[u8]) -> Option<u32> {
+    if frame.get(14).copied() != Some(0x45) {
+        return None;
+    }
+    let b = frame.get(DEST_QP_OFFSET..DEST_QP_OFFSET + 3)?;
+    Some(u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +70,24 @@ mod tests {
         assert_eq!(partition_of_qp(17, 2), 1);
         assert_eq!(partition_of_qp(18, 2), 0);
         assert_eq!(partition_of_qp(5, 1), 0);
+    }
+
+    #[test]
+    fn peek_finds_the_dest_qp_of_a_request() {
+        use crate::frame::{emit_request_headers, finalize, request_frame_len, FrameParams};
+        use std::net::Ipv4Addr;
+        let params = FrameParams::new(
+            [2, 0, 0, 0, 0, 2],
+            [2, 0, 0, 0, 0, 1],
+            Ipv4Addr::new(10, 0, 0, 2),
+            Ipv4Addr::new(10, 0, 0, 1),
+            0xC000,
+        );
+        let mut buf = vec![0u8; request_frame_len(8)];
+        emit_request_headers(&mut buf, &params, 0x00AB_CDEF, 7, 1 << 32, 0x1234, 8).unwrap();
+        let n = finalize(&mut buf).unwrap();
+        assert_eq!(peek_dest_qp(&buf[..n]), Some(0x00AB_CDEF));
+        assert_eq!(peek_dest_qp(&buf[..40]), None);
+        assert_eq!(peek_dest_qp(&[]), None);
     }
 }
