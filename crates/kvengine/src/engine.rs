@@ -27,12 +27,15 @@ use crate::accounting::{Accounting, OpClass};
 use crate::bucket::{self, EntryKind, Meta, BUCKET_BYTES};
 use crate::config::{ConfigError, EngineConfig};
 use crate::hash::{bucket_index, key_hash, secondary};
-use crate::region::Region;
+use crate::region::{Region, RegionView};
+use crate::service::{SlabService, SlabShared};
 use crate::slab::{
-    class_bytes, class_for, MergeReport, SharedPool, WorkerCache, MAX_CLASSES, UNIT_SHIFT,
+    class_bytes, class_for, Links, MergeReport, SharedPool, SyncPool, WorkerCache, MAX_CLASSES,
+    UNIT_SHIFT,
 };
 use crate::stats::{ClassStats, EngineStats, OpCounters};
 use crate::Status;
+use std::sync::Arc;
 
 /// Bytes of the long slab record header (key length, flag, value length).
 pub const REC_HDR: usize = 4;
@@ -308,7 +311,9 @@ fn find_chained(
 }
 
 /// A KV-Direct storage engine over one [`Region`]. One per worker lcore:
-/// `Send`, not `Sync`, every method takes `&mut self` or `&self`.
+/// `Send`, not `Sync`, every method takes `&mut self` or `&self`. Its
+/// shared slab pool can be served from another thread through
+/// [`Engine::slab_service`].
 ///
 /// Limits: keys up to [`Engine::max_key_len`] bytes (empty keys are
 /// allowed), values up to [`Engine::max_value_len`] bytes, and for records
@@ -316,7 +321,7 @@ fn find_chained(
 /// when key < 64 B and value < 512 B, else 4 B). Oversized input is
 /// refused with [`Status::KeyTooLarge`] / [`Status::ValueTooLarge`].
 pub struct Engine {
-    region: Region,
+    region: RegionView,
     mem_bytes: usize,
     nbuckets: u64,
     inline_threshold: usize,
@@ -325,13 +330,20 @@ pub struct Engine {
     max_value_len: usize,
     max_class_bytes: usize,
     pub(crate) cache: WorkerCache,
-    pub(crate) pool: SharedPool,
+    /// The shared pool and the region's owner, shared with service handles.
+    slab: Arc<SlabShared>,
     pub(crate) ops: OpCounters,
     stored_kvs: u64,
     stored_bytes: u64,
     chained: u64,
     pub(crate) acct: Accounting,
 }
+
+// SAFETY: the engine is the worker's only access to the region's bytes
+// outside the shared pool (`RegionView::new`'s contract), and the region
+// stays alive in `slab` (an Arc, Send + Sync). Moving the engine, with that
+// exclusive view, to another thread is sound; it stays !Sync (RegionView is).
+unsafe impl Send for Engine {}
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -362,8 +374,19 @@ impl Engine {
         let base = (index_bytes >> UNIT_SHIFT) as u32;
         let end = (cfg.mem_bytes >> UNIT_SHIFT) as u32;
         let max_class_bytes = class_bytes(nclasses - 1);
+        // SAFETY: the region moves into `slab` just below and is never
+        // accessed through `region` again; the view and the pool's links
+        // touch disjoint bytes at any time (index and allocated blocks vs
+        // blocks in the shared pool), ownership passing through the lock.
+        let view = unsafe { RegionView::new(&mut region) };
+        // SAFETY: `end` units lie inside `cfg.mem_bytes <= region.len()`;
+        // the region lives as long as `slab` (which owns it) and so as long
+        // as the pool and every copy of these links; only this pool uses
+        // them, and the engine never touches a block while it is in the pool.
+        let links = unsafe { Links::new(region.as_mut_ptr(), cfg.mem_bytes) };
+        let pool = SyncPool::new(SharedPool::new(base, end, nclasses, links));
         Ok(Engine {
-            region,
+            region: view,
             mem_bytes: cfg.mem_bytes,
             nbuckets: nbuckets as u64,
             inline_threshold: cfg.inline_threshold,
@@ -372,7 +395,7 @@ impl Engine {
             max_value_len: (max_class_bytes - REC_HDR).min(u16::MAX as usize),
             max_class_bytes,
             cache: WorkerCache::default(),
-            pool: SharedPool::new(base, end, nclasses),
+            slab: Arc::new(SlabShared::new(pool, region)),
             ops: OpCounters::default(),
             stored_kvs: 0,
             stored_bytes: 0,
@@ -540,14 +563,12 @@ impl Engine {
 
     #[inline(always)]
     fn alloc(&mut self, c: usize) -> Option<u32> {
-        self.cache
-            .alloc(&mut self.pool, self.region.as_mut_slice(), c)
+        self.cache.alloc(&self.slab.pool, c)
     }
 
     #[inline(always)]
     fn free(&mut self, c: usize, unit: u32) {
-        self.cache
-            .free(&mut self.pool, self.region.as_mut_slice(), c, unit)
+        self.cache.free(&self.slab.pool, c, unit)
     }
 
     /// First run of `need` free slots in the chain from bucket `from` on.
@@ -890,11 +911,18 @@ impl Engine {
         Some(&mut self.region.as_mut_slice()[off..off + len])
     }
 
-    /// Lazy merge of free slabs in the shared pool (see [`SharedPool::merge`]).
-    /// Off the hot path; allocates scratch memory. Blocks cached by the
-    /// worker are left alone.
+    /// Lazy merge of free slabs in the shared pool, on the calling thread
+    /// (the same code as [`SlabService::merge_now`]). Off the hot path;
+    /// allocates scratch memory. Blocks cached by the worker are left alone.
     pub fn merge_slabs(&mut self) -> MergeReport {
-        self.pool.merge(self.region.as_mut_slice())
+        self.slab.merge()
+    }
+
+    /// A handle for a service thread that merges and pre-splits the shared
+    /// pool while this engine keeps serving (see [`SlabService`]). The
+    /// handle keeps the engine's memory alive.
+    pub fn slab_service(&self) -> SlabService {
+        SlabService::new(Arc::clone(&self.slab))
     }
 
     /// Prefetches the primary bucket of `key` (a hint for callers that stage their own
@@ -905,9 +933,10 @@ impl Engine {
     }
 
     /// Returns every block cached by the worker to the shared pool (so a
-    /// following [`Engine::merge_slabs`] sees all free memory).
+    /// following [`Engine::merge_slabs`] sees all free memory). Waits for
+    /// the pool lock.
     pub fn flush_slab_cache(&mut self) {
-        self.cache.flush(&mut self.pool, self.region.as_mut_slice());
+        self.cache.flush(&self.slab.pool);
     }
 
     /// Resets the line-accounting totals (no-op without the feature).
@@ -917,12 +946,13 @@ impl Engine {
 
     /// A statistics snapshot.
     pub fn stats(&self) -> EngineStats {
+        let pool = self.slab.pool.lock();
         let mut classes = [ClassStats::default(); MAX_CLASSES];
         for (c, cs) in classes.iter_mut().enumerate().take(self.nclasses) {
             *cs = ClassStats {
                 class_bytes: class_bytes(c),
                 worker_cached: self.cache.cached(c).len(),
-                shared_free: self.pool.free_count(c),
+                shared_free: pool.free_count(c),
                 allocated: self.cache.allocated[c],
             };
         }
@@ -938,8 +968,9 @@ impl Engine {
             classes,
             slab_allocs: self.cache.allocs,
             slab_frees: self.cache.frees,
-            pool: self.pool.counters(),
-            frontier_bytes: self.pool.frontier_units() << UNIT_SHIFT,
+            pool: pool.counters(),
+            contention: self.cache.contention,
+            frontier_bytes: pool.frontier_units() << UNIT_SHIFT,
             lines: self.acct.totals(),
         }
     }
@@ -982,10 +1013,12 @@ impl Engine {
     /// Full consistency audit (tests, debugging; allocates): every slab unit
     /// is exactly one of live record, chained bucket, worker-cached, shared
     /// free or frontier; free blocks are aligned; counters match the index;
-    /// every key sits in the chain of its own hash.
+    /// every key sits in the chain of its own hash. Holds the pool lock
+    /// (taken when no merge has blocks detached) for the whole audit.
     pub fn check_invariants(&self) -> Result<(), String> {
         let mem = self.region.as_slice();
-        let (base, end) = self.pool.bounds();
+        let pool = self.slab.pool.lock_quiescent();
+        let (base, end) = pool.bounds();
         let mut spans: Vec<(u32, u32, &'static str)> = Vec::new();
         let (mut kvs, mut bytes, mut chained) = (0u64, 0u64, 0u64);
         let mut allocated = [0u64; MAX_CLASSES];
@@ -1063,7 +1096,7 @@ impl Engine {
             }
         }
         let mut misaligned = None;
-        self.pool.for_each_free(mem, |c, u| {
+        pool.for_each_free(|c, u| {
             if (u - base) % (1 << c) != 0 {
                 misaligned = Some(u);
             }
@@ -1077,7 +1110,7 @@ impl Engine {
                 spans.push((u, u + (1 << c), "worker cache"));
             }
         }
-        let (f, e) = self.pool.frontier_range();
+        let (f, e) = pool.frontier_range();
         if f < e {
             spans.push((f, e, "frontier"));
         }
@@ -1094,10 +1127,10 @@ impl Engine {
             }
             total += u64::from(s.1 - s.0);
         }
-        if total != self.pool.capacity_units() {
+        if total != pool.capacity_units() {
             return Err(format!(
                 "slab units accounted {total} != capacity {}",
-                self.pool.capacity_units()
+                pool.capacity_units()
             ));
         }
         if kvs != self.stored_kvs || bytes != self.stored_bytes || chained != self.chained {

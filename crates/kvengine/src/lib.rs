@@ -6,6 +6,7 @@
 //!
 //! * [`bucket`]: the bucket layout (10 slots of 5 B, inline KVs, chaining);
 //! * [`slab`]: the slab allocator (worker cache + shared pool, split, merge);
+//! * [`service`]: [`SlabService`], the shared pool served from another thread;
 //! * [`engine`]: get / put / delete / `lookup_mut` over the index;
 //! * [`batch`]: group-prefetching batched execution;
 //! * [`accounting`]: distinct-cache-line counting (feature `accounting`);
@@ -37,6 +38,7 @@ pub mod config;
 pub mod engine;
 pub mod hash;
 pub mod region;
+pub mod service;
 pub mod slab;
 pub mod stats;
 
@@ -45,7 +47,8 @@ pub use config::{ConfigError, EngineConfig};
 pub use engine::Engine;
 pub use hash::key_hash;
 pub use region::Region;
-pub use slab::MergeReport;
+pub use service::SlabService;
+pub use slab::{BalanceReport, MergeReport, PoolLevels, WorkerContention};
 pub use stats::{ClassStats, EngineStats, OpCounters};
 
 /// Outcome of an operation (one byte on the wire).

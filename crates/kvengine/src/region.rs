@@ -134,6 +134,55 @@ impl Region {
     }
 }
 
+/// The worker's view of a [`Region`] whose owner lives elsewhere (the
+/// engine keeps the region in its shared slab state, so a slab service
+/// handle keeps it alive): the same pointer and length, with the same
+/// `&self` / `&mut self` discipline as [`Region::as_slice`] /
+/// [`Region::as_mut_slice`].
+pub(crate) struct RegionView {
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+impl RegionView {
+    /// A view of `region`'s memory.
+    ///
+    /// # Safety
+    ///
+    /// The region must outlive the view and must not be accessed through
+    /// `region` itself while the view lives (the engine moves it into its
+    /// shared state, where only its `Drop` runs). The slab pool may write
+    /// the link words of blocks on its free lists from another thread; the
+    /// engine never accesses those bytes through this view while the
+    /// blocks are in the pool.
+    pub(crate) unsafe fn new(region: &mut Region) -> RegionView {
+        RegionView {
+            ptr: region.ptr,
+            len: region.len,
+        }
+    }
+
+    /// The region as a byte slice.
+    #[inline(always)]
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        // SAFETY: ptr is valid for `len` bytes while the view lives (the
+        // contract of `new`), and `&self` keeps every `&mut` view out while
+        // this borrow lives. Bytes another thread may write concurrently
+        // (link words of blocks in the shared pool) are never read through
+        // the slice: the engine reads only index buckets and the records of
+        // blocks it has allocated.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// The region as a mutable byte slice.
+    #[inline(always)]
+    pub(crate) fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`; `&mut self` makes this view unique among
+        // the worker's views, and the engine writes only bytes it owns.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         if let Some(layout) = self.layout {

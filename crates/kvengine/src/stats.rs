@@ -1,7 +1,7 @@
 //! Engine statistics snapshot.
 
 use crate::accounting::{LineStats, OpClass};
-use crate::slab::{PoolCounters, MAX_CLASSES};
+use crate::slab::{PoolCounters, WorkerContention, MAX_CLASSES};
 
 /// Operation counters kept by the engine (plain `u64`s, one writer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -66,6 +66,8 @@ pub struct EngineStats {
     pub slab_frees: u64,
     /// Shared-pool transfer counters.
     pub pool: PoolCounters,
+    /// What the worker did when a slab service held the pool lock.
+    pub contention: WorkerContention,
     /// Slab memory never handed out yet (bytes).
     pub frontier_bytes: u64,
     /// Lines touched, with the `accounting` feature.
