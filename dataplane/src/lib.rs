@@ -5,5 +5,6 @@
 #![deny(unsafe_code)]
 
 pub mod server;
+pub mod slab_daemon;
 pub mod stage;
 pub mod stats;

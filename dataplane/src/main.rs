@@ -8,6 +8,7 @@ mod worker;
 
 use clap::Parser;
 use dataplane::server::{Identity, Server};
+use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
 use dpdk::{Eal, Mempool, Port, PortConfig};
 use kvconf::Config;
@@ -63,6 +64,11 @@ struct Args {
     /// forwarding, `false` stall on every key conflict (the baseline).
     #[arg(long)]
     ooo: Option<bool>,
+    /// The slab daemon also runs a lazy merge of every partition this often (ms; 0 =
+    /// only on request from the control plane). Small values are a load test: the
+    /// workers' throughput while merges run.
+    #[arg(long, default_value_t = 0)]
+    merge_every_ms: u64,
 }
 
 static QUIT: AtomicBool = AtomicBool::new(false);
@@ -266,6 +272,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         deadline,
     };
 
+    // The slab daemon services every partition's pool off the worker lcores.
+    let slab = SlabDaemon::new(
+        stores
+            .iter()
+            .map(|s| s.server.engine().slab_service())
+            .collect(),
+    );
+    let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));
+    let slab_thread = slab.spawn(Duration::from_millis(50), merge_every, &QUIT)?;
+
     // Launch workers 1.. on their lcores, run worker 0 here, then join.
     let mut rxs = queues.rx.into_iter();
     let mut txs = queues.tx.into_iter();
@@ -306,6 +322,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for h in handles {
         stores.push(h.wait().map_err(|e| format!("worker lcore: {e}"))?);
     }
+    let _ = slab_thread.join();
 
     // Final stats: totals over the workers, then per worker.
     println!("dataplane: final stats");
@@ -325,6 +342,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         util += es.memory_utilization / nw as f64;
     }
     all.push(("engine_kvs".into(), kvs));
+    all.push(("slab_merges".into(), slab.merges()));
     all.push(("engine_utilization_ppm".into(), (util * 1e6) as u64));
     for (k, v) in &all {
         println!("  {k:<28} {v}");
