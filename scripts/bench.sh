@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +13,11 @@ case "$suite" in
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     exec python3 scripts/bench_ooo.py "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|all}" >&2; exit 2 ;;
+  scale)
+    # Partitions: 1 vs 2 worker lcores, Zipf partition skew, workers during slab merges.
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    exec python3 scripts/bench_scale.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|all}" >&2; exit 2 ;;
 esac
