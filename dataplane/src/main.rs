@@ -4,9 +4,11 @@
 //! hugepage memory when available) → engine → worker loop on the main lcore until
 //! Ctrl-C/SIGTERM or `--duration`, then final stats.
 
+mod telemetry;
 mod worker;
 
 use clap::Parser;
+use dataplane::control::ControlState;
 use dataplane::server::{Identity, Server};
 use dataplane::stats::WorkerStats;
 use dpdk::{Eal, Mempool, Port, PortConfig};
@@ -181,6 +183,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         println!("dataplane: client qpn {} rkey {:#x}", c.qpn, c.rkey);
     }
     let stats = Arc::new(WorkerStats::default());
+    // Control plane: telemetry commands over the state shared with the worker(s).
+    let ctl = ControlState::new(vec![Arc::clone(&stats)], &clients);
+    telemetry::register(&ctl, serde_json::to_value(&cfg)?)?;
+    let mut worker_ctl = ctl.worker(0);
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
     println!("dataplane ready (mbufs in use {})", pool.in_use_count());
@@ -191,7 +197,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         stats_interval: Duration::from_secs(interval),
         deadline,
     };
-    let store = worker::run(store, rxq, txq, &pool, &stats, &wcfg, &QUIT);
+    let store = worker::run(
+        store,
+        rxq,
+        txq,
+        &pool,
+        &stats,
+        &wcfg,
+        &QUIT,
+        &mut worker_ctl,
+    );
 
     // Final stats.
     println!("dataplane: final stats");

@@ -348,6 +348,36 @@ impl Server {
         };
         engine.execute_batch(ops, &mut sink);
     }
+
+    /// The storage engine, mutable (slow-path maintenance such as slab merging).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Replaces the admitted clients with `clients` (QPN, R_Key) between bursts.
+    /// A client whose QPN stays keeps its PSN state (and takes the new R_Key); a
+    /// removed one is forgotten, so its frames drop as `UnknownQp` from the next
+    /// burst on; a new one starts fresh. Allocates: call it off the hot path.
+    pub fn set_clients(&mut self, clients: &[(u32, u32)]) {
+        let old = std::mem::take(&mut self.clients);
+        let mut v: Vec<Client> = clients
+            .iter()
+            .map(
+                |&(qpn, rkey)| match old.binary_search_by_key(&qpn, |c| c.qpn) {
+                    Ok(i) => Client { rkey, ..old[i] },
+                    Err(_) => Client {
+                        qpn,
+                        rkey,
+                        expected_psn: None,
+                        resp_psn: 0,
+                    },
+                },
+            )
+            .collect();
+        v.sort_by_key(|c| c.qpn);
+        v.dedup_by_key(|c| c.qpn);
+        self.clients = v;
+    }
 }
 
 #[inline]
