@@ -1,12 +1,21 @@
 //! `ctlplane`: the operator's tool (the paper's host daemon).
 //!
-//! Today it validates and shows configurations; live stats, tuning, client admission
-//! and slab service against a running dataplane come with the control-plane issue.
+//! It validates and shows configurations and talks to a running dataplane through
+//! DPDK's telemetry socket ([`telemetry`]): live counters (`stats`, `watch`), engine
+//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`).
 
-#![forbid(unsafe_code)]
+// The only unsafe code is the socket connect in `telemetry`.
+#![deny(unsafe_code)]
+
+mod clients;
+mod slab;
+mod stats;
+mod target;
+mod telemetry;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
+use target::Target;
 
 mod dispatch;
 mod tune;
@@ -30,6 +39,43 @@ enum Cmd {
         #[command(subcommand)]
         cmd: tune::TuneCmd,
     },
+    /// Counters of a running dataplane: a column per worker and the total.
+    Stats {
+        #[command(flatten)]
+        target: Target,
+        /// Print the raw `/kvd/stats` reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counters refreshed every interval, with per-second rates.
+    Watch {
+        #[command(flatten)]
+        target: Target,
+        /// Seconds between samples.
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Stop after this many samples (0: until Ctrl-C).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+    },
+    /// Engine snapshot per worker: stored KVs, utilization, slab levels.
+    Engine {
+        #[command(flatten)]
+        target: Target,
+        /// Print the raw `/kvd/engine` reply as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Client QP admission.
+    Clients {
+        #[command(subcommand)]
+        cmd: clients::ClientsCmd,
+    },
+    /// Slab allocator service.
+    Slab {
+        #[command(subcommand)]
+        cmd: slab::SlabCmd,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -40,6 +86,19 @@ enum ConfigCmd {
         #[arg(long, default_value = "configs/memif.json")]
         config: PathBuf,
     },
+    /// Print the configuration a running dataplane uses (`/kvd/config`).
+    Live {
+        #[command(flatten)]
+        target: Target,
+    },
+}
+
+/// Prints a live command's error and exits 1.
+fn exit_on_err(r: Result<(), String>) {
+    if let Err(e) = r {
+        eprintln!("ctlplane: {e}");
+        std::process::exit(1);
+    }
 }
 
 fn main() {
@@ -66,5 +125,21 @@ fn main() {
                 std::process::exit(1);
             }
         }
+        Cmd::Config {
+            cmd: ConfigCmd::Live { target },
+        } => exit_on_err(target.connect().and_then(|mut t| {
+            let v = t.query("/kvd/config")?;
+            println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+            Ok(())
+        })),
+        Cmd::Stats { target, json } => exit_on_err(stats::stats(&target, json)),
+        Cmd::Watch {
+            target,
+            interval,
+            count,
+        } => exit_on_err(stats::watch(&target, interval, count)),
+        Cmd::Engine { target, json } => exit_on_err(stats::engine(&target, json)),
+        Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
+        Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
     }
 }

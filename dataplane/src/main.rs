@@ -4,9 +4,11 @@
 //! hugepage memory when available) → engine → worker loop on the main lcore until
 //! Ctrl-C/SIGTERM or `--duration`, then final stats.
 
+mod telemetry;
 mod worker;
 
 use clap::Parser;
+use dataplane::control::ControlState;
 use dataplane::server::{Identity, Server};
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
@@ -261,6 +263,16 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .join(" ")
     );
     let stats: Vec<Arc<WorkerStats>> = (0..nw).map(|_| Arc::new(WorkerStats::default())).collect();
+    // The slab daemon services every partition's pool off the worker lcores.
+    let slab = SlabDaemon::new(
+        stores
+            .iter()
+            .map(|s| s.server.engine().slab_service())
+            .collect(),
+    );
+    // Control plane: telemetry commands over the state shared with the workers.
+    let ctl = ControlState::new(stats.clone(), &clients);
+    telemetry::register(&ctl, serde_json::to_value(&cfg)?, slab.clone())?;
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
     println!("dataplane ready (mbufs in use {})", pool.in_use_count());
@@ -272,13 +284,6 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         deadline,
     };
 
-    // The slab daemon services every partition's pool off the worker lcores.
-    let slab = SlabDaemon::new(
-        stores
-            .iter()
-            .map(|s| s.server.engine().slab_service())
-            .collect(),
-    );
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));
     let slab_thread = slab.spawn(Duration::from_millis(50), merge_every, &QUIT)?;
 
@@ -298,24 +303,24 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             inbox,
             outboxes,
         };
-        work.push((store, rxq, txq, handoff));
+        work.push((store, rxq, txq, handoff, ctl.worker(w)));
     }
     let mut handles = Vec::new();
     let mut main_work = None;
-    for (w, (store, rxq, txq, handoff)) in work.into_iter().enumerate() {
+    for (w, (store, rxq, txq, handoff, mut wctl)) in work.into_iter().enumerate() {
         match worker_lcores[w] {
-            None => main_work = Some((store, rxq, txq, handoff)),
+            None => main_work = Some((store, rxq, txq, handoff, wctl)),
             Some(lcore) => {
                 let (pool, st, wc) = (pool.clone(), stats[w].clone(), wcfg.clone());
                 handles.push(dpdk::lcore::launch_on(lcore, move || {
-                    worker::run(store, rxq, txq, handoff, &pool, &st, &wc, &QUIT)
+                    worker::run(store, rxq, txq, handoff, &pool, &st, &wc, &QUIT, &mut wctl)
                 })?);
             }
         }
     }
-    let (store0, rxq, txq, handoff) = main_work.ok_or("no worker on the main lcore")?;
+    let (store0, rxq, txq, handoff, mut wctl) = main_work.ok_or("no worker on the main lcore")?;
     let mut stores = vec![worker::run(
-        store0, rxq, txq, handoff, &pool, &stats[0], &wcfg, &QUIT,
+        store0, rxq, txq, handoff, &pool, &stats[0], &wcfg, &QUIT, &mut wctl,
     )];
     // The main worker stopped (Ctrl-C or deadline): make sure the others stop too.
     QUIT.store(true, Ordering::Relaxed);

@@ -7,11 +7,11 @@
 //! and values stay in the rx buffers) and the operations of the whole burst are
 //! executed in chunks of [`CHUNK`]:
 //!
-//! * a chunk of GET/PUT/DELETE whose keys all fall in distinct reservation-station slots
-//!   has no dependency: it runs straight through the engine's pipelined batch (which
-//!   prefetches across packets) and its results stream into the responses;
+//! * a chunk of GET/PUT/DELETE in which no key appears twice has no dependency: it runs
+//!   straight through the engine's pipelined batch (which prefetches across packets)
+//!   and its results stream into the responses;
 //! * any other chunk (a read-modify-write op — atomic, vector update, reduce, filter — or
-//!   two ops in one slot) goes through the per-worker reservation station
+//!   a key seen twice) goes through the per-worker reservation station
 //!   (`kvops::Station`, docs/OPERATIONS.md), which orders dependent ops, forwards values
 //!   between them and merges their updates into one write-back — or, with `ooo = false`,
 //!   stalls on each conflict. Its completions (by chain, not in arrival order) are
@@ -159,39 +159,75 @@ struct StationResults {
     arena: Box<[u8]>,
 }
 
-/// Which ops of the chunk being built may depend on each other.
+/// Which ops of the chunk being built depend on each other: an open-addressing table
+/// over the station's slots keyed by the full key hash, so two different keys that
+/// share a slot (near certain for 256 ops in 1024 slots) do not count, and only a key
+/// seen twice — or a read-modify-write op — sends the chunk to the station.
 struct ChunkDeps {
-    /// Station slots used by the chunk's ops.
-    slots: [u64; SLOTS / 64],
-    /// The chunk needs the station (a read-modify-write op or a shared slot).
+    /// Op index + 1 of the first op of each key (0: empty).
+    table: [u16; SLOTS],
+    /// Table entries in use, to clear them.
+    used: [u16; CHUNK],
+    n_used: usize,
+    /// Key hash of each op noted.
+    hashes: [u64; CHUNK],
+    /// The chunk needs the station.
     dependent: bool,
 }
 
 impl ChunkDeps {
     const fn new() -> Self {
         ChunkDeps {
-            slots: [0; SLOTS / 64],
+            table: [0; SLOTS],
+            used: [0; CHUNK],
+            n_used: 0,
+            hashes: [0; CHUNK],
             dependent: false,
         }
     }
 
-    /// Notes an op whose key hash is `hash`.
+    /// Notes op number `earlier.len()` of the chunk, whose key hash is `hash`.
     #[inline]
-    fn note(&mut self, op: &Op<'_>, hash: u64) {
+    fn note(&mut self, op: &Op<'_>, hash: u64, earlier: &[Op<'_>]) {
+        if self.dependent {
+            return;
+        }
         if !matches!(op, Op::Get { .. } | Op::Put { .. } | Op::Delete { .. }) {
             self.dependent = true;
+            return;
         }
-        if !self.dependent {
-            let s = slot_of(hash);
-            let (w, b) = (s / 64, 1u64 << (s % 64));
-            self.dependent = self.slots[w] & b != 0;
-            self.slots[w] |= b;
+        let i = earlier.len();
+        let Some(h) = self.hashes.get_mut(i) else {
+            self.dependent = true;
+            return;
+        };
+        *h = hash;
+        let mut s = slot_of(hash);
+        // Terminates: at most CHUNK (256) of the SLOTS (1024) entries are ever used.
+        loop {
+            let e = self.table[s];
+            if e == 0 {
+                self.table[s] = i as u16 + 1;
+                self.used[self.n_used] = s as u16;
+                self.n_used += 1;
+                return;
+            }
+            let j = usize::from(e - 1);
+            if self.hashes[j] == hash && earlier.get(j).is_some_and(|o| o.key() == op.key()) {
+                self.dependent = true;
+                return;
+            }
+            s = (s + 1) % SLOTS;
         }
     }
 
     #[inline]
     fn reset(&mut self) {
-        *self = ChunkDeps::new();
+        for &s in &self.used[..self.n_used] {
+            self.table[usize::from(s)] = 0;
+        }
+        self.n_used = 0;
+        self.dependent = false;
     }
 }
 
@@ -273,6 +309,36 @@ impl Server {
     /// The storage engine (for stats).
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The storage engine, mutable (slow-path maintenance such as slab merging).
+    pub fn engine_mut(&mut self) -> &mut Engine {
+        &mut self.engine
+    }
+
+    /// Replaces the admitted clients with `clients` (QPN, R_Key) between bursts.
+    /// A client whose QPN stays keeps its PSN state (and takes the new R_Key); a
+    /// removed one is forgotten, so its frames drop as `UnknownQp` from the next
+    /// burst on; a new one starts fresh. Allocates: call it off the hot path.
+    pub fn set_clients(&mut self, clients: &[(u32, u32)]) {
+        let old = std::mem::take(&mut self.clients);
+        let mut v: Vec<Client> = clients
+            .iter()
+            .map(
+                |&(qpn, rkey)| match old.binary_search_by_key(&qpn, |c| c.qpn) {
+                    Ok(i) => Client { rkey, ..old[i] },
+                    Err(_) => Client {
+                        qpn,
+                        rkey,
+                        expected_psn: None,
+                        resp_psn: 0,
+                    },
+                },
+            )
+            .collect();
+        v.sort_by_key(|c| c.qpn);
+        v.dedup_by_key(|c| c.qpn);
+        self.clients = v;
     }
 
     /// Checks a frame up to the batch payload; returns the request and client index.
@@ -406,7 +472,7 @@ impl Server {
                         if sharded && partition_of_hash(hash, self.partitions) != self.partition {
                             Source::Immediate(Status::WrongPartition)
                         } else {
-                            deps.note(&op, hash);
+                            deps.note(&op, hash, &ops[..n_ops]);
                             ops[n_ops] = op;
                             n_ops += 1;
                             Source::Engine

@@ -2,6 +2,7 @@
 //! rx burst → [`Server::handle_burst`] → tx burst, with a TSC-timed tx drain so a
 //! half-full tx batch never waits longer than `drain_us`.
 
+use dataplane::control::{self, WorkerControl};
 use dataplane::server::{Server, TxFrame};
 use dataplane::stats::WorkerStats;
 use dpdk::{
@@ -177,6 +178,7 @@ fn serve(
 }
 
 /// Runs the loop until `quit` is set or the deadline passes; returns the store.
+/// `ctl` connects the worker to the control plane (client admission, snapshots).
 #[allow(clippy::too_many_arguments)]
 pub fn run(
     mut store: Store,
@@ -187,6 +189,7 @@ pub fn run(
     stats: &WorkerStats,
     cfg: &WorkerConfig,
     quit: &AtomicBool,
+    ctl: &mut WorkerControl,
 ) -> Store {
     let burst = cfg.burst.clamp(1, MAX_BURST);
     let hz = tsc::hz();
@@ -202,8 +205,11 @@ pub fn run(
     let mut last_drain = tsc::now();
     let mut last_check = last_drain;
     let mut last_print = Instant::now();
+    control_tick(ctl, &mut store.server);
 
     loop {
+        // Admission changes take effect before the next rx burst (one atomic load).
+        ctl.poll_clients(|clients| store.server.set_clients(clients));
         let n = rxq.rx_burst(&mut rx);
         if n > 0 {
             if cfg.echo {
@@ -256,6 +262,7 @@ pub fn run(
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
+            control_tick(ctl, &mut store.server);
             if !cfg.stats_interval.is_zero() && last_print.elapsed() >= cfg.stats_interval {
                 last_print = Instant::now();
                 print_line(stats, pool);
@@ -275,6 +282,16 @@ pub fn run(
         stats.drop(DropReason::TxFull);
     }
     store
+}
+
+/// Slow-path control work: publish the engine snapshot, serve a slab merge request.
+fn control_tick(ctl: &WorkerControl, server: &mut Server) {
+    ctl.publish_engine(|s| s.fill_from(&server.engine().stats()));
+    if let Some(request) = ctl.merge_requested() {
+        let summary = control::merge_now(server.engine_mut());
+        ctl.merge_done(request, summary);
+        ctl.publish_engine(|s| s.fill_from(&server.engine().stats()));
+    }
 }
 
 fn print_line(s: &WorkerStats, pool: &Mempool) {

@@ -469,3 +469,44 @@ proptest! {
         prop_assert!(out.len() as u64 + drops >= 1);
     }
 }
+
+#[test]
+fn set_clients_keeps_psn_of_staying_clients() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let get = [KvOp::Get { key: b"a" }];
+    let out = run(
+        &mut s,
+        &st,
+        &[
+            request(&get, 1, QPN, RKEY, VA, 10),
+            request(&get, 2, QPN, RKEY, VA, 11),
+            request(&get, 3, 18, 99, VA, 0),
+        ],
+    );
+    assert_eq!(out.len(), 3);
+    let resp_psn = parse_response(&out[1]).unwrap().psn;
+    // QPN 17 stays, 18 goes, 20 comes.
+    s.set_clients(&[(20, 5), (QPN, RKEY)]);
+    let dup = run(&mut s, &st, &[request(&get, 4, QPN, RKEY, VA, 11)]);
+    assert!(dup.is_empty(), "expected PSN kept: 11 is a duplicate");
+    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
+    let out = run(&mut s, &st, &[request(&get, 5, QPN, RKEY, VA, 12)]);
+    assert_eq!(
+        parse_response(&out[0]).unwrap().psn,
+        (resp_psn + 1) & 0xff_ffff,
+        "response PSN continues"
+    );
+    assert_eq!(st.drops[DropReason::PsnGap.index()].get(), 0);
+    let out = run(&mut s, &st, &[request(&get, 6, 18, 99, VA, 1)]);
+    assert!(out.is_empty());
+    assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);
+    let out = run(&mut s, &st, &[request(&get, 7, 20, 5, VA, 0)]);
+    let r = parse_response(&out[0]).unwrap();
+    assert_eq!((r.dest_qp, r.psn), (20, 0), "a new client starts fresh");
+    // Re-admitted later, 18 starts fresh too (any first PSN is served).
+    s.set_clients(&[(18, 99), (20, 5), (QPN, RKEY)]);
+    let out = run(&mut s, &st, &[request(&get, 8, 18, 99, VA, 0)]);
+    assert_eq!(parse_response(&out[0]).unwrap().psn, 0);
+    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
+}

@@ -96,6 +96,10 @@ struct Args {
     /// Client QPs to spread packets over (from the config's clients list).
     #[arg(long, default_value_t = 1)]
     qps: usize,
+    /// Index in the config's clients list of the first QP used (the run uses
+    /// `--qps` QPs from there on).
+    #[arg(long, default_value_t = 0)]
+    qp_first: usize,
     /// Load phase: PUT every key before the run.
     #[arg(long)]
     load: bool,
@@ -294,9 +298,9 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     if args.ops_per_packet == 0 || args.ops_per_packet > MAX_OPS {
         return Err(format!("--ops-per-packet must be 1..={MAX_OPS}").into());
     }
-    if args.qps == 0 || args.qps > cfg.clients.len() {
+    if args.qps == 0 || args.qp_first + args.qps > cfg.clients.len() {
         return Err(format!(
-            "--qps must be 1..={} (clients in the config)",
+            "--qp-first + --qps must be 1..={} (clients in the config)",
             cfg.clients.len()
         )
         .into());
@@ -352,6 +356,7 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let qps: Vec<(u32, u32)> = cfg
         .clients
         .iter()
+        .skip(args.qp_first)
         .take(args.qps)
         .map(|c| (c.qpn, c.rkey))
         .collect();

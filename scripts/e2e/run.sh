@@ -2,8 +2,11 @@
 # Runs every end-to-end test and prints "e2e: N passed, M failed".
 set -uo pipefail
 cd "$(dirname "$0")/../.."
+# ctlplane on its own: it enables the engine's accounting feature, which must not reach
+# the dataplane binary (Cargo unifies features within one build).
 cargo build --release -q -p dataplane -p pktgen || exit 1
-tests=(memif_verify atomics backpressure tap_capture malformed)
+cargo build --release -q -p ctlplane || exit 1
+tests=(memif_verify atomics backpressure tap_capture malformed ctlplane)
 passed=0; failed=0
 for t in "${tests[@]}"; do
   [ -x "scripts/e2e/$t.sh" ] || { echo "missing scripts/e2e/$t.sh"; failed=$((failed+1)); continue; }

@@ -33,7 +33,9 @@ impl TelDict<'_> {
         Ok(())
     }
 
-    /// Adds `name: "value"` (`rte_tel_data_add_dict_string`).
+    /// Adds `name: "value"` (`rte_tel_data_add_dict_string`). DPDK keeps at most
+    /// [`MAX_STRING_LEN`]` - 1` bytes of the value: a longer one is cut there and the
+    /// call reports `E2BIG` (the truncated entry is still added).
     pub fn add_str(&mut self, name: &str, value: &str) -> Result<()> {
         let n = cstring("rte_tel_data_add_dict_string", name)?;
         let v = cstring("rte_tel_data_add_dict_string", value)?;
@@ -41,6 +43,108 @@ impl TelDict<'_> {
         unsafe { dpdk_sys::rte_tel_data_add_dict_string(self.raw, n.as_ptr(), v.as_ptr()) }
             .neg_errno("rte_tel_data_add_dict_string")?;
         Ok(())
+    }
+
+    /// Adds `name: {...}`, a nested dictionary filled by `fill`
+    /// (`rte_tel_data_add_dict_container`). DPDK 22.11 renders nested dicts at any
+    /// depth, but an array can hold only flat arrays, not dicts.
+    pub fn add_dict<F>(&mut self, name: &str, fill: F) -> Result<()>
+    where
+        F: FnOnce(&mut TelDict<'_>),
+    {
+        const OP: &str = "rte_tel_data_add_dict_container";
+        let n = cstring(OP, name)?;
+        let child = Container::alloc()?;
+        // SAFETY: `child.raw` is a fresh container owned by `child`.
+        unsafe { dpdk_sys::rte_tel_data_start_dict(child.raw) }.neg_errno(OP)?;
+        fill(&mut TelDict {
+            raw: child.raw,
+            _life: std::marker::PhantomData,
+        });
+        // SAFETY: `self.raw` is a live dict; on success telemetry takes ownership of
+        // the container (keep = 0: it frees it after rendering), so `child` must not
+        // free it.
+        unsafe { dpdk_sys::rte_tel_data_add_dict_container(self.raw, n.as_ptr(), child.raw, 0) }
+            .neg_errno(OP)?;
+        std::mem::forget(child);
+        Ok(())
+    }
+
+    /// Adds `name: [v0, v1, ...]`, an array of u64 (at most [`MAX_ARRAY_ENTRIES`]
+    /// values; `ENOSPC` beyond).
+    pub fn add_u64_array(&mut self, name: &str, values: &[u64]) -> Result<()> {
+        const OP: &str = "rte_tel_data_add_array_u64";
+        self.add_array(name, dpdk_sys::RTE_TEL_U64_VAL, |raw| {
+            for &v in values {
+                // SAFETY: `raw` is a live container started as a u64 array.
+                unsafe { dpdk_sys::rte_tel_data_add_array_u64(raw, v) }.neg_errno(OP)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Adds `name: ["s0", "s1", ...]`, an array of strings (each cut at
+    /// [`MAX_STRING_LEN`]` - 1` bytes).
+    pub fn add_str_array<S: AsRef<str>>(&mut self, name: &str, values: &[S]) -> Result<()> {
+        const OP: &str = "rte_tel_data_add_array_string";
+        self.add_array(name, dpdk_sys::RTE_TEL_STRING_VAL, |raw| {
+            for v in values {
+                let c = cstring(OP, v.as_ref())?;
+                // SAFETY: `raw` is a live container started as a string array; the
+                // string is copied.
+                unsafe { dpdk_sys::rte_tel_data_add_array_string(raw, c.as_ptr()) }
+                    .neg_errno(OP)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn add_array<F>(&mut self, name: &str, ty: dpdk_sys::rte_tel_value_type, fill: F) -> Result<()>
+    where
+        F: FnOnce(*mut dpdk_sys::rte_tel_data) -> Result<()>,
+    {
+        const OP: &str = "rte_tel_data_add_dict_container";
+        let n = cstring(OP, name)?;
+        let child = Container::alloc()?;
+        // SAFETY: `child.raw` is a fresh container owned by `child`.
+        unsafe { dpdk_sys::rte_tel_data_start_array(child.raw, ty) }.neg_errno(OP)?;
+        fill(child.raw)?;
+        // SAFETY: as in add_dict.
+        unsafe { dpdk_sys::rte_tel_data_add_dict_container(self.raw, n.as_ptr(), child.raw, 0) }
+            .neg_errno(OP)?;
+        std::mem::forget(child);
+        Ok(())
+    }
+}
+
+/// Longest string (NUL included) DPDK keeps in a dict entry or array.
+pub const MAX_STRING_LEN: usize = dpdk_sys::RTE_TEL_MAX_STRING_LEN as usize;
+/// Most entries of one dict.
+pub const MAX_DICT_ENTRIES: usize = dpdk_sys::RTE_TEL_MAX_DICT_ENTRIES as usize;
+/// Most entries of one array.
+pub const MAX_ARRAY_ENTRIES: usize = dpdk_sys::RTE_TEL_MAX_ARRAY_ENTRIES as usize;
+
+/// A container not yet handed to telemetry (freed on drop).
+struct Container {
+    raw: *mut dpdk_sys::rte_tel_data,
+}
+
+impl Container {
+    fn alloc() -> Result<Container> {
+        // SAFETY: no preconditions; returns NULL on allocation failure.
+        let raw = unsafe { dpdk_sys::rte_tel_data_alloc() };
+        if raw.is_null() {
+            return Err(DpdkError::new("rte_tel_data_alloc", libc::ENOMEM));
+        }
+        Ok(Container { raw })
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        // SAFETY: `raw` came from rte_tel_data_alloc and was not handed to telemetry
+        // (handing it over forgets the Container).
+        unsafe { dpdk_sys::rte_tel_data_free(self.raw) };
     }
 }
 

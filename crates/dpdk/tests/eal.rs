@@ -360,6 +360,25 @@ fn telemetry_and_pdump(_pool: &Mempool) {
         reply.contains("\"hits\":5") && reply.contains("\"misses\":3"),
         "telemetry reply: {reply}"
     );
+    telemetry::register_cmd("/kvdtest/nested", "nested containers", |params, d| {
+        let _ = d.add_str("params", params);
+        let _ = d.add_dict("inner", |i| {
+            let _ = i.add_u64("x", 1);
+            let _ = i.add_dict("deeper", |j| {
+                let _ = j.add_u64("y", 2);
+            });
+            let _ = i.add_u64_array("list", &[4, 5]);
+        });
+        let _ = d.add_str_array("names", &["a", "b"]);
+    })
+    .unwrap();
+    let reply = query_telemetry("/kvdtest/nested,p1");
+    assert!(
+        reply.contains(r#""params":"p1""#)
+            && reply.contains(r#""inner":{"x":1,"deeper":{"y":2},"list":[4,5]}"#)
+            && reply.contains(r#""names":["a","b"]"#),
+        "telemetry reply: {reply}"
+    );
     pdump::init().unwrap();
     pdump::uninit().unwrap();
 }

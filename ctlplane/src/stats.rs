@@ -1,0 +1,246 @@
+//! `ctlplane stats`, `watch` and `engine`: live counters of a running dataplane.
+
+use crate::target::Target;
+use serde_json::{Map, Value};
+use std::io::IsTerminal;
+use std::time::{Duration, Instant};
+
+/// Counter rows in display order (the `/kvd/stats` names).
+const ROWS: &[&str] = &[
+    "rx_packets",
+    "tx_packets",
+    "requests",
+    "responses",
+    "ops",
+    "gets",
+    "get_hits",
+    "get_misses",
+    "puts",
+    "deletes",
+    "op_errors",
+    "batches",
+    "echoed",
+    "drops",
+];
+
+fn num(v: &Value) -> u64 {
+    v.as_u64().unwrap_or(0)
+}
+
+/// The columns of a `/kvd/stats` reply: (label, counters) per worker, then the total.
+fn columns(v: &Value) -> Vec<(String, &Value)> {
+    let mut cols: Vec<(String, &Value)> = Vec::new();
+    if let Some(pw) = v["per_worker"].as_object() {
+        let mut ids: Vec<&String> = pw.keys().collect();
+        ids.sort_by_key(|k| k.parse::<u64>().unwrap_or(u64::MAX));
+        for id in ids {
+            cols.push((format!("worker{id}"), &pw[id]));
+        }
+    }
+    if !v["total"].is_null() {
+        cols.push(("total".into(), &v["total"]));
+    }
+    cols
+}
+
+/// Row names: the fixed counters, then `drop.<reason>` for every reason any column
+/// counted.
+fn row_names(cols: &[(String, &Value)]) -> Vec<String> {
+    let mut rows: Vec<String> = ROWS.iter().map(|s| s.to_string()).collect();
+    let mut reasons: Vec<String> = Vec::new();
+    for (_, c) in cols {
+        if let Some(d) = c["drop"].as_object() {
+            for (k, x) in d {
+                if num(x) > 0 && !reasons.contains(k) {
+                    reasons.push(k.clone());
+                }
+            }
+        }
+    }
+    reasons.sort();
+    rows.extend(reasons.into_iter().map(|r| format!("drop.{r}")));
+    rows
+}
+
+fn cell<'a>(c: &'a Value, row: &str) -> &'a Value {
+    match row.strip_prefix("drop.") {
+        Some(r) => &c["drop"][r],
+        None => &c[row],
+    }
+}
+
+/// `ctlplane stats`: one table, a column per worker plus the total.
+pub fn stats(target: &Target, json: bool) -> Result<(), String> {
+    let v = target.connect()?.query("/kvd/stats")?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    let cols = columns(&v);
+    print!("{:<24}", "counter");
+    for (name, _) in &cols {
+        print!(" {name:>16}");
+    }
+    println!();
+    for row in row_names(&cols) {
+        print!("{row:<24}");
+        for (_, c) in &cols {
+            print!(" {:>16}", num(cell(c, &row)));
+        }
+        println!();
+    }
+    Ok(())
+}
+
+/// `ctlplane watch`: the totals and per-second rates (total and per worker),
+/// refreshed every `interval`; `count` samples (0: until interrupted).
+pub fn watch(target: &Target, interval: f64, count: u64) -> Result<(), String> {
+    if !(interval.is_finite() && interval >= 0.05) {
+        return Err("--interval must be at least 0.05 s".into());
+    }
+    let mut t = target.connect()?;
+    let tty = std::io::stdout().is_terminal();
+    let mut prev: Option<(Instant, Value)> = None;
+    let mut n = 0u64;
+    loop {
+        let v = t.query("/kvd/stats")?;
+        let now = Instant::now();
+        let cols = columns(&v);
+        if tty {
+            print!("\x1b[2J\x1b[H");
+        }
+        println!(
+            "dataplane pid {} — {} worker(s){}",
+            t.pid,
+            v["workers"],
+            if prev.is_some() {
+                ""
+            } else {
+                " (rates from the next sample)"
+            }
+        );
+        print!("{:<24} {:>16}", "counter", "total");
+        let per_s: Vec<String> = cols.iter().map(|(c, _)| format!("{c}/s")).collect();
+        for c in &per_s {
+            print!(" {c:>16}");
+        }
+        println!();
+        for row in row_names(&cols) {
+            let total = cols.last().map(|(_, c)| num(cell(c, &row))).unwrap_or(0);
+            print!("{row:<24} {total:>16}");
+            for (name, c) in &cols {
+                let rate = prev.as_ref().map(|(t0, pv)| {
+                    let pc = columns(pv)
+                        .into_iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, x)| num(cell(x, &row)))
+                        .unwrap_or(0);
+                    let dt = now.duration_since(*t0).as_secs_f64();
+                    num(cell(c, &row)).saturating_sub(pc) as f64 / dt
+                });
+                match rate {
+                    Some(r) => print!(" {r:>16.0}"),
+                    None => print!(" {:>16}", "-"),
+                }
+            }
+            println!();
+        }
+        n += 1;
+        if count > 0 && n >= count {
+            return Ok(());
+        }
+        prev = Some((now, v));
+        std::thread::sleep(Duration::from_secs_f64(interval));
+    }
+}
+
+/// `ctlplane engine`: each worker's published engine snapshot.
+pub fn engine(target: &Target, json: bool) -> Result<(), String> {
+    let v = target.connect()?.query("/kvd/engine")?;
+    if json {
+        println!("{v}");
+        return Ok(());
+    }
+    let empty = Map::new();
+    for (w, e) in v["per_worker"].as_object().unwrap_or(&empty) {
+        println!("worker {w} (snapshot #{})", e["published"]);
+        for k in [
+            "stored_kvs",
+            "stored_kv_bytes",
+            "region_bytes",
+            "hash_buckets",
+            "chained_buckets",
+            "slab_allocs",
+            "slab_frees",
+            "pool_refills",
+            "pool_spills",
+            "frontier_bytes",
+        ] {
+            println!("  {k:<22} {}", num(&e[k]));
+        }
+        println!(
+            "  {:<22} {:.4} %",
+            "memory_utilization",
+            num(&e["utilization_ppm"]) as f64 / 1e4
+        );
+        for k in ["lines_per_get_milli", "lines_per_put_milli"] {
+            if let Some(x) = e[k].as_u64() {
+                println!(
+                    "  {:<22} {:.3}",
+                    k.trim_end_matches("_milli"),
+                    x as f64 / 1e3
+                );
+            }
+        }
+        let col = |k: &str| -> Vec<u64> {
+            e["slab"][k]
+                .as_array()
+                .map(|a| a.iter().map(num).collect())
+                .unwrap_or_default()
+        };
+        println!(
+            "  {:>8} {:>14} {:>14} {:>14}",
+            "class B", "worker_cached", "shared_free", "allocated"
+        );
+        let (b, wc, sf, al) = (
+            col("class_bytes"),
+            col("worker_cached"),
+            col("shared_free"),
+            col("allocated"),
+        );
+        for (i, b) in b.iter().enumerate() {
+            let at = |c: &[u64]| c.get(i).copied().unwrap_or(0);
+            println!("  {b:>8} {:>14} {:>14} {:>14}", at(&wc), at(&sf), at(&al));
+        }
+        if let Some(x) = e["extra"].as_object().filter(|x| !x.is_empty()) {
+            for (k, n) in x {
+                println!("  {k:<22} {}", num(n));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_columns_and_rows_from_a_reply() {
+        let v: Value = serde_json::from_str(
+            r#"{"workers":2,
+                "total":{"rx_packets":5,"drop":{"unknown_qp":2,"bad_icrc":0}},
+                "per_worker":{"1":{"rx_packets":2,"drop":{"unknown_qp":0}},
+                              "0":{"rx_packets":3,"drop":{"unknown_qp":2}}}}"#,
+        )
+        .unwrap();
+        let cols = columns(&v);
+        let names: Vec<&str> = cols.iter().map(|c| c.0.as_str()).collect();
+        assert_eq!(names, ["worker0", "worker1", "total"]);
+        let rows = row_names(&cols);
+        assert_eq!(rows.last().unwrap(), "drop.unknown_qp");
+        assert!(!rows.iter().any(|r| r == "drop.bad_icrc"));
+        assert_eq!(num(cell(cols[0].1, "drop.unknown_qp")), 2);
+        assert_eq!(num(cell(cols[2].1, "rx_packets")), 5);
+    }
+}

@@ -1,0 +1,386 @@
+//! The dataplane's DPDK telemetry commands (`/kvd/...`), served on DPDK's telemetry
+//! thread from the shared [`ControlState`]; `ctlplane` and `dpdk-telemetry.py` query
+//! them over `/var/run/dpdk/<file-prefix>/dpdk_telemetry.v2`.
+//!
+//! Every reply is a dict; a refused command answers `{"error": "..."}` (and never
+//! panics). Per-worker entries are dicts keyed by worker id (`"0"`, `"1"`, ...):
+//! DPDK 22.11 arrays cannot hold dicts.
+
+use dataplane::control::{ControlState, EngineSnapshot, MergeSummary};
+use dataplane::slab_daemon::SlabDaemon;
+use dataplane::stats::WorkerStats;
+use dpdk::telemetry::{register_cmd, TelDict};
+use kvwire::DropReason;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How long an admission change may take to reach every worker.
+pub const APPLY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the workers may take to serve a slab merge request.
+pub const MERGE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Registers every `/kvd/...` command. `config` is the configuration the dataplane
+/// runs with (after command-line overrides).
+pub fn register(
+    ctl: &Arc<ControlState>,
+    config: serde_json::Value,
+    slab: SlabDaemon,
+) -> dpdk::Result<()> {
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/stats",
+        "Counters: total and per worker. Param: a worker id (optional)",
+        move |p, d| stats(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/engine",
+        "Engine snapshot per worker: stored KVs, utilization, slab levels",
+        move |_, d| engine(&c, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/clients",
+        "Admitted client QPs and the admission generation",
+        move |_, d| clients(&c, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/clients/add",
+        "Admit a client QP. Params: QPN,RKEY (decimal or 0x hex)",
+        move |p, d| clients_add(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/clients/remove",
+        "Revoke a client QP. Param: QPN",
+        move |p, d| clients_remove(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/slab_merge",
+        "Flush the worker slab caches and merge free slabs (off the workers); per worker",
+        move |_, d| slab_merge(&c, &slab, d),
+    )?;
+    register_cmd(
+        "/kvd/config",
+        "The configuration the dataplane runs with",
+        move |_, d| json_into(d, &config),
+    )?;
+    Ok(())
+}
+
+fn error(d: &mut TelDict<'_>, msg: &str) {
+    let _ = d.add_str("error", msg);
+}
+
+/// A u32 in decimal or `0x` hex.
+fn parse_u32(s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|_| format!("{t:?} is not a 32-bit number (decimal or 0x hex)"))
+}
+
+/// The comma-separated parameters, exactly `n` of them.
+fn params<const N: usize>(p: &str, usage: &str) -> Result<[u32; N], String> {
+    let parts: Vec<&str> = p.split(',').filter(|s| !s.trim().is_empty()).collect();
+    if parts.len() != N {
+        return Err(format!("expected parameters {usage}, got {p:?}"));
+    }
+    let mut out = [0u32; N];
+    for (o, s) in out.iter_mut().zip(parts) {
+        *o = parse_u32(s)?;
+    }
+    Ok(out)
+}
+
+/// Sum of the drop counters.
+fn drops_total(s: &WorkerStats) -> u64 {
+    s.drops.iter().map(|c| c.get()).sum()
+}
+
+/// The counters of one worker (or the sum over all) as (name, value).
+fn counters(ws: &[&WorkerStats]) -> (Vec<(&'static str, u64)>, Vec<u64>) {
+    let sum = |f: &dyn Fn(&WorkerStats) -> u64| ws.iter().map(|s| f(s)).sum::<u64>();
+    let v = vec![
+        ("rx_packets", sum(&|s| s.rx_packets.get())),
+        ("tx_packets", sum(&|s| s.tx_packets.get())),
+        ("requests", sum(&|s| s.requests.get())),
+        ("responses", sum(&|s| s.responses.get())),
+        ("ops", sum(&|s| s.ops())),
+        ("gets", sum(&|s| s.gets.get())),
+        ("get_hits", sum(&|s| s.get_hits.get())),
+        (
+            "get_misses",
+            sum(&|s| s.gets.get().saturating_sub(s.get_hits.get())),
+        ),
+        ("puts", sum(&|s| s.puts.get())),
+        ("deletes", sum(&|s| s.deletes.get())),
+        ("op_errors", sum(&|s| s.op_errors.get())),
+        ("atomics", sum(&|s| s.atomics.get())),
+        ("vector_updates", sum(&|s| s.vector_updates.get())),
+        ("reduces", sum(&|s| s.reduces.get())),
+        ("filters", sum(&|s| s.filters.get())),
+        ("batches", sum(&|s| s.batches.get())),
+        ("station_chunks", sum(&|s| s.station_chunks.get())),
+        ("station_forwarded", sum(&|s| s.forwarded.get())),
+        ("station_merged", sum(&|s| s.merged.get())),
+        ("station_write_backs", sum(&|s| s.write_backs.get())),
+        ("station_stalls", sum(&|s| s.stalls.get())),
+        ("handed_off", sum(&|s| s.handed_off.get())),
+        ("handed_in", sum(&|s| s.handed_in.get())),
+        ("echoed", sum(&|s| s.echoed.get())),
+        ("drops", sum(&|s| drops_total(s))),
+    ];
+    let drops = DropReason::ALL
+        .iter()
+        .map(|r| sum(&|s| s.drops[r.index()].get()))
+        .collect();
+    (v, drops)
+}
+
+fn add_counters(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
+    let (v, drops) = counters(ws);
+    for (k, x) in v {
+        let _ = d.add_u64(k, x);
+    }
+    let _ = d.add_dict("drop", |dd| {
+        for (r, n) in DropReason::ALL.iter().zip(drops) {
+            let _ = dd.add_u64(r.name(), n);
+        }
+    });
+}
+
+fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let n = ctl.workers();
+    let only = if p.trim().is_empty() {
+        None
+    } else {
+        match parse_u32(p) {
+            Ok(w) if (w as usize) < n => Some(w as usize),
+            Ok(w) => return error(d, &format!("no worker {w} (there are {n})")),
+            Err(e) => return error(d, &e),
+        }
+    };
+    let all: Vec<&WorkerStats> = (0..n).map(|w| ctl.stats(w)).collect();
+    let _ = d.add_u64("workers", n as u64);
+    if only.is_none() {
+        let _ = d.add_dict("total", |t| add_counters(t, &all));
+    }
+    let _ = d.add_dict("per_worker", |pw| {
+        for w in (0..n).filter(|w| only.is_none_or(|o| o == *w)) {
+            let _ = pw.add_dict(&w.to_string(), |x| add_counters(x, &all[w..w + 1]));
+        }
+    });
+}
+
+fn add_engine(d: &mut TelDict<'_>, s: &EngineSnapshot) {
+    for (k, v) in [
+        ("published", s.seq),
+        ("stored_kvs", s.stored_kvs),
+        ("stored_kv_bytes", s.stored_kv_bytes),
+        ("region_bytes", s.region_bytes),
+        ("utilization_ppm", s.utilization_ppm),
+        ("hash_buckets", s.hash_buckets),
+        ("chained_buckets", s.chained_buckets),
+        ("slab_allocs", s.slab_allocs),
+        ("slab_frees", s.slab_frees),
+        ("pool_refills", s.pool_refills),
+        ("pool_spills", s.pool_spills),
+        ("frontier_bytes", s.frontier_bytes),
+    ] {
+        let _ = d.add_u64(k, v);
+    }
+    if let Some(x) = s.lines_per_get_milli {
+        let _ = d.add_u64("lines_per_get_milli", x);
+    }
+    if let Some(x) = s.lines_per_put_milli {
+        let _ = d.add_u64("lines_per_put_milli", x);
+    }
+    let col = |f: fn(&dataplane::control::ClassLevel) -> u64| -> Vec<u64> {
+        s.classes.iter().map(f).collect()
+    };
+    let _ = d.add_dict("slab", |sd| {
+        let _ = sd.add_u64_array("class_bytes", &col(|c| c.class_bytes));
+        let _ = sd.add_u64_array("worker_cached", &col(|c| c.worker_cached));
+        let _ = sd.add_u64_array("shared_free", &col(|c| c.shared_free));
+        let _ = sd.add_u64_array("allocated", &col(|c| c.allocated));
+    });
+    let _ = d.add_dict("extra", |e| {
+        for (k, v) in &s.extra {
+            let _ = e.add_u64(k, *v);
+        }
+    });
+}
+
+fn engine(ctl: &ControlState, d: &mut TelDict<'_>) {
+    let n = ctl.workers();
+    let _ = d.add_u64("workers", n as u64);
+    let _ = d.add_dict("per_worker", |pw| {
+        for w in 0..n {
+            let s = ctl.engine_snapshot(w);
+            let _ = pw.add_dict(&w.to_string(), |x| add_engine(x, &s));
+        }
+    });
+}
+
+fn clients(ctl: &ControlState, d: &mut TelDict<'_>) {
+    let (generation, list) = ctl.clients();
+    let _ = d.add_u64("generation", generation);
+    let _ = d.add_u64("count", list.len() as u64);
+    let qpn: Vec<u64> = list.iter().map(|c| c.0 as u64).collect();
+    let rkey: Vec<u64> = list.iter().map(|c| c.1 as u64).collect();
+    let _ = d.add_u64_array("qpn", &qpn);
+    let _ = d.add_u64_array("rkey", &rkey);
+    let applied: Vec<u64> = (0..ctl.workers())
+        .map(|w| ctl.applied_generation(w))
+        .collect();
+    let _ = d.add_u64_array("applied_generation", &applied);
+}
+
+/// Waits for the workers to apply `generation` and reports it.
+fn report_applied(ctl: &ControlState, generation: u64, d: &mut TelDict<'_>) {
+    let _ = d.add_u64("generation", generation);
+    match ctl.wait_applied(generation, APPLY_TIMEOUT) {
+        Ok(()) => {
+            let _ = d.add_u64("applied_by_workers", ctl.workers() as u64);
+        }
+        Err(lag) => error(
+            d,
+            &format!(
+                "workers {lag:?} did not apply generation {generation} within {} ms",
+                APPLY_TIMEOUT.as_millis()
+            ),
+        ),
+    }
+}
+
+fn clients_add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let [qpn, rkey] = match params::<2>(p, "QPN,RKEY") {
+        Ok(x) => x,
+        Err(e) => return error(d, &e),
+    };
+    match ctl.add_client(qpn, rkey) {
+        Ok(g) => {
+            let _ = d.add_str("action", "add");
+            let _ = d.add_u64("qpn", qpn as u64);
+            let _ = d.add_u64("rkey", rkey as u64);
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn clients_remove(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let [qpn] = match params::<1>(p, "QPN") {
+        Ok(x) => x,
+        Err(e) => return error(d, &e),
+    };
+    match ctl.remove_client(qpn) {
+        Ok((g, rkey)) => {
+            let _ = d.add_str("action", "remove");
+            let _ = d.add_u64("qpn", qpn as u64);
+            let _ = d.add_u64("rkey", rkey as u64);
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn add_merge(d: &mut TelDict<'_>, m: &MergeSummary) {
+    let _ = d.add_u64("request", m.request);
+    let _ = d.add_u64("scanned", m.scanned);
+    let _ = d.add_u64("merged_total", m.merged.iter().sum());
+    let _ = d.add_u64_array("class_bytes", &m.class_bytes);
+    let _ = d.add_u64_array("merged", &m.merged);
+    let _ = d.add_u64("elapsed_us", m.elapsed_us);
+}
+
+/// The workers return their cached slabs to their shared pools (a short step on each
+/// worker's slow path), then the merges run here, on the telemetry thread, through the
+/// slab daemon: the workers keep serving while the free lists are sorted and merged.
+fn slab_merge(ctl: &ControlState, slab: &SlabDaemon, d: &mut TelDict<'_>) {
+    let r = ctl.request_merge();
+    let _ = d.add_u64("request", r);
+    match ctl.wait_merged(r, MERGE_TIMEOUT) {
+        Ok(mut all) => {
+            for (m, svc) in all.iter_mut().zip(slab.services()) {
+                let t0 = std::time::Instant::now();
+                let rep = svc.merge_now();
+                m.scanned = rep.scanned;
+                for (dst, src) in m.merged.iter_mut().zip(rep.merged.iter()) {
+                    *dst = *src;
+                }
+                m.elapsed_us += t0.elapsed().as_micros() as u64;
+            }
+            let _ = d.add_dict("per_worker", |pw| {
+                for (w, m) in all.iter().enumerate() {
+                    let _ = pw.add_dict(&w.to_string(), |x| add_merge(x, m));
+                }
+            });
+        }
+        Err(lag) => error(
+            d,
+            &format!(
+                "workers {lag:?} did not merge within {} s",
+                MERGE_TIMEOUT.as_secs()
+            ),
+        ),
+    }
+}
+
+/// Renders a JSON object as telemetry dicts: objects nest, numbers that are u64
+/// stay numbers, other scalars become strings, arrays of scalars become string
+/// arrays and arrays holding objects become dicts keyed by index.
+fn json_into(d: &mut TelDict<'_>, v: &serde_json::Value) {
+    use serde_json::Value;
+    let Value::Object(m) = v else {
+        return error(d, "configuration is not an object");
+    };
+    let scalar = |x: &Value| match x {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    for (k, x) in m {
+        let _ = match x {
+            Value::Object(_) => d.add_dict(k, |c| json_into(c, x)),
+            Value::Number(n) if n.is_u64() => d.add_u64(k, n.as_u64().unwrap_or_default()),
+            Value::Array(a) if a.iter().any(|e| e.is_object() || e.is_array()) => {
+                d.add_dict(k, |c| {
+                    for (i, e) in a.iter().enumerate() {
+                        let _ = match e {
+                            Value::Object(_) => c.add_dict(&i.to_string(), |cc| json_into(cc, e)),
+                            other => c.add_str(&i.to_string(), &scalar(other)),
+                        };
+                    }
+                })
+            }
+            Value::Array(a) => d.add_str_array(k, &a.iter().map(scalar).collect::<Vec<_>>()),
+            other => d.add_str(k, &scalar(other)),
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn params_parse_or_explain() {
+        assert_eq!(
+            params::<2>("17,0x12345678", "QPN,RKEY"),
+            Ok([17, 0x1234_5678])
+        );
+        assert_eq!(params::<1>(" 20 ", "QPN"), Ok([20]));
+        assert!(params::<2>("17", "QPN,RKEY")
+            .unwrap_err()
+            .contains("QPN,RKEY"));
+        assert!(params::<1>("x", "QPN")
+            .unwrap_err()
+            .contains("not a 32-bit"));
+        assert!(params::<1>("99999999999", "QPN").is_err());
+    }
+}
