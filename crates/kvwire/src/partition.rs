@@ -18,7 +18,7 @@
 /// partition does not thin out the buckets a partition uses.
 #[inline]
 pub const fn partition_of_hash(hash: u64, n: u32) -> u32 {
-    ((hash & 0xffff_ffff) * n as u64 >> 32) as u32
+    (((hash & 0xffff_ffff) * n as u64) >> 32) as u32
 }
 
 /// The partition that serves client QP `qpn` among `n` (`n >= 1`).
