@@ -20,8 +20,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DP = os.path.join(ROOT, "target/release/dataplane")
-PG = os.path.join(ROOT, "target/release/pktgen")
+# KVD_BIN_DIR: run binaries copied elsewhere (so a rebuild cannot swap them mid-run).
+BIN = os.environ.get("KVD_BIN_DIR", os.path.join(ROOT, "target/release"))
+DP = os.path.join(BIN, "dataplane")
+PG = os.path.join(BIN, "pktgen")
 CFG = os.path.join(ROOT, "configs/memif.json")
 
 

@@ -6,9 +6,15 @@
 //! keeps `--window` packets outstanding; open loop (`--rate`) sends on a schedule and
 //! measures latency from each packet's *intended* send time, so a stalled server is
 //! charged for the queueing it causes (no coordinated omission).
+//!
+//! With `--partitions N` the dataplane runs N workers, each owning a key partition
+//! and polling its own queue pair: every packet carries one partition's keys, from a
+//! QP of that partition, on that partition's queue (`steer.rs` keeps the drawn key
+//! sequence intact while doing so).
 
 mod model;
 mod report;
+mod steer;
 mod workload;
 
 use clap::{Parser, ValueEnum};
@@ -16,6 +22,7 @@ use dpdk::{tsc, Eal, Mbuf, MbufBurst, Mempool, Port, PortConfig, RxQueue, TxQueu
 use hdrhistogram::Histogram;
 use kvconf::Config;
 use kvwire::frame::FrameParams;
+use kvwire::partition::{partition_of_hash, partition_of_qp};
 use kvwire::{
     emit_request_headers, finalize, parse_request_unverified, parse_response, request_frame_len,
     request_payload_capacity, BatchReader, BatchWriter, KvOp, ResponseReader, Status, DEFAULT_MTU,
@@ -27,6 +34,7 @@ use serde_json::json;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+use steer::{Drawn, Steer};
 use workload::{Distribution, KeyChooser, Mix, OpType, Rng, SizeDist};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -100,6 +108,20 @@ struct Args {
     /// `--qps` QPs from there on).
     #[arg(long, default_value_t = 0)]
     qp_first: usize,
+    /// Key partitions of the dataplane (its worker lcores). pktgen opens N rx/tx queue
+    /// pairs and sends each packet with the keys of one partition p only, on queue p,
+    /// from a QP with `qpn % N == p` (each partition needs one among the first --qps).
+    #[arg(long, default_value_t = 1)]
+    partitions: u32,
+    /// Send partition p's packets on queue (p+1) % N instead of p (whole QPs, so
+    /// per-QP order holds): the dataplane must hand them to their owner.
+    #[arg(long)]
+    misdirect: bool,
+    /// Also tally the measured ops by key partition among K (default: --partitions),
+    /// whatever N is: reports partition_ops_k and hottest_partition_ratio_k. With K
+    /// different from N this hashes every op's key once more.
+    #[arg(long)]
+    count_partitions: Option<u32>,
     /// Load phase: PUT every key before the run.
     #[arg(long)]
     load: bool,
@@ -203,6 +225,8 @@ struct Counts {
     stale: u64,
     rx_drops: u64,
     status_not_ok: u64,
+    /// Results with status WRONG_PARTITION (the op's key is not its QP's partition).
+    wrong_partition: u64,
     oom: u64,
 }
 
@@ -226,17 +250,58 @@ impl Phase {
     }
 }
 
+/// The client QPs of each partition: indices into `qps` with `qpn % N == p`, in
+/// config order. Errors when a partition has none.
+fn qps_by_partition(qps: &[(u32, u32)], n: u32) -> Result<Vec<Vec<usize>>, String> {
+    let mut by: Vec<Vec<usize>> = vec![Vec::new(); n as usize];
+    for (i, &(qpn, _)) in qps.iter().enumerate() {
+        by[partition_of_qp(qpn, n) as usize].push(i);
+    }
+    if let Some(p) = by.iter().position(Vec::is_empty) {
+        let qpns: Vec<u32> = qps.iter().map(|q| q.0).collect();
+        return Err(format!(
+            "--partitions {n}: no client QP for partition {p} among the first --qps {} \
+             (qpns {qpns:?}); partition p needs a qpn with qpn % {n} == {p}: raise --qps \
+             or add clients to the config",
+            qps.len()
+        ));
+    }
+    Ok(by)
+}
+
+/// Largest over mean of per-partition counts (1.0 is perfectly even); `None` when
+/// nothing was counted.
+fn hottest_ratio(counts: &[u64]) -> Option<f64> {
+    let sum: u64 = counts.iter().sum();
+    let max = counts.iter().copied().max()?;
+    (sum > 0).then(|| max as f64 * counts.len() as f64 / sum as f64)
+}
+
 struct Gen<'a> {
     args: &'a Args,
     pool: Mempool,
-    rxq: RxQueue,
-    txq: TxQueue,
+    /// Rx queue p is partition p's (all are polled).
+    rxqs: Vec<RxQueue>,
+    txqs: Vec<TxQueue>,
+    /// Tx queue of each partition (p, or (p+1) % N with --misdirect).
+    tx_of: Vec<usize>,
     qps: Vec<(u32, u32)>,
+    /// `qps` indices per partition, and the next one to use.
+    part_qps: Vec<Vec<usize>>,
+    part_qp_next: Vec<usize>,
+    /// Parked ops per partition; `None` with one partition (no steering at all).
+    steer: Option<Steer>,
+    /// Partition of the next empty (calibration) batch: they rotate over all.
+    ping_next: usize,
+    /// Ops sent in the measurement per partition of N, and per partition of K.
+    part_ops: Vec<u64>,
+    part_ops_k: Vec<u64>,
+    /// K of --count-partitions.
+    count_k: u32,
     params: FrameParams,
     region_va: u64,
     region_len: u64,
     psn: Vec<u32>,
-    next_qp: usize,
     slots: Vec<Slot>,
     exp: Vec<ExpOp>,
     /// Expectations per slot (the largest ops per packet of any phase).
@@ -305,6 +370,27 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         )
         .into());
     }
+    // memif supports up to 255 queue pairs; far more than the workers we run.
+    if !(1..=64).contains(&args.partitions) {
+        return Err("--partitions must be 1..=64".into());
+    }
+    let nparts = args.partitions;
+    let count_k = args.count_partitions.unwrap_or(nparts);
+    if !(1..=1024).contains(&count_k) {
+        return Err("--count-partitions must be 1..=1024".into());
+    }
+    if args.misdirect && nparts == 1 {
+        eprintln!("pktgen: --misdirect has no effect with one partition");
+    }
+    let qps: Vec<(u32, u32)> = cfg
+        .clients
+        .iter()
+        .skip(args.qp_first)
+        .take(args.qps)
+        .map(|c| (c.qpn, c.rkey))
+        .collect();
+    // Checked before EAL init: a missing QP is a usage error.
+    let part_qps = qps_by_partition(&qps, nparts)?;
     let window = args.window.clamp(1, MAX_SLOTS);
     let p = &cfg.pktgen;
     let huge = !args.no_huge && kvconf::resolve_hugepages(p.hugepages, p.memory_mb)?;
@@ -316,9 +402,10 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let pool =
         Mempool::create_pktmbuf("pktgen_pool", p.mbufs, 256, 2048 + 128, dpdk::SOCKET_ID_ANY)?;
     let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
+    // One queue pair per partition; memif negotiates the ring count with the server.
     let pcfg = PortConfig {
-        nb_rxq: 1,
-        nb_txq: 1,
+        nb_rxq: nparts as u16,
+        nb_txq: nparts as u16,
         rxd: p.rxd,
         txd: p.txd,
         ..PortConfig::default()
@@ -337,11 +424,19 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
             Err(e) => return Err(e.into()),
         }
     };
-    let (rxq, txq) = (q.rx.remove(0), q.tx.remove(0));
+    let (rxqs, txqs) = (std::mem::take(&mut q.rx), std::mem::take(&mut q.tx));
     let t0 = Instant::now();
     while !port.link()?.up {
         if t0.elapsed() > Duration::from_secs(30) || QUIT.load(Ordering::Relaxed) {
-            return Err("link did not come up in 30 s (is the dataplane running?)".into());
+            // A memif server with fewer queue pairs than we ask for refuses the rings.
+            let hint = if nparts > 1 {
+                format!(", with {nparts} queue pairs as --partitions {nparts} needs?")
+            } else {
+                "?".to_string()
+            };
+            return Err(
+                format!("link did not come up in 30 s (is the dataplane running{hint})").into(),
+            );
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -353,13 +448,6 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         cfg.dataplane.ip,
         0xC000,
     );
-    let qps: Vec<(u32, u32)> = cfg
-        .clients
-        .iter()
-        .skip(args.qp_first)
-        .take(args.qps)
-        .map(|c| (c.qpn, c.rkey))
-        .collect();
     let dist = match args.dist {
         Dist::Uniform => Distribution::Uniform,
         Dist::Zipf => Distribution::Zipf(args.theta),
@@ -370,19 +458,32 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         window
     });
     let seed = args.seed;
+    let exp_stride = args.ops_per_packet.max(LOAD_OPS);
+    let n = nparts as usize;
     let mut g = Gen {
         args: &args,
         pool,
-        rxq,
-        txq,
+        rxqs,
+        txqs,
+        tx_of: (0..n)
+            .map(|p| if args.misdirect { (p + 1) % n } else { p })
+            .collect(),
         psn: (0..qps.len())
             .map(|i| (splitmix(seed ^ i as u64 ^ now_nanos()) & 0xff_ffff) as u32)
             .collect(),
         qps,
+        part_qp_next: vec![0; n],
+        part_qps,
+        // Room for a few packets' worth per partition: a queue that fills closes the
+        // packet being built, so it must not fill often.
+        steer: (nparts > 1).then(|| Steer::new(nparts, 4 * exp_stride)),
+        ping_next: 0,
+        part_ops: vec![0; n],
+        part_ops_k: vec![0; count_k as usize],
+        count_k,
         params,
         region_va: cfg.server.request_region_va,
         region_len: cfg.server.request_region_len,
-        next_qp: 0,
         slots: vec![Slot::default(); slots_n],
         exp: vec![
             ExpOp {
@@ -390,9 +491,9 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
                 op: OpType::Get,
                 expect: Expect::Any
             };
-            slots_n * args.ops_per_packet.max(LOAD_OPS)
+            slots_n * exp_stride
         ],
-        exp_stride: args.ops_per_packet.max(LOAD_OPS),
+        exp_stride,
         free: (0..slots_n as u16).rev().collect(),
         model: Model::new(args.keys),
         rng: Rng::new(seed),
@@ -474,6 +575,13 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         args.duration,
         None,
     )?;
+    // The read-back below resets the tallies: keep the measurement's.
+    let part_ops = g.part_ops.clone();
+    let part_ops_k = if count_k == nparts {
+        part_ops.clone()
+    } else {
+        g.part_ops_k.clone()
+    };
     // 4. Verify: read every key back (after atomics this checks the final counts:
     // Q QPs x M fetch-adds on a key must leave exactly Q x M on it).
     let mut readback = json!(null);
@@ -529,16 +637,37 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
                 Some(r) => format!("open loop {r} Mops"),
                 None => format!("closed loop window {window}"),
             }
-        )
+        ) + &match (nparts, args.misdirect) {
+            (1, _) => String::new(),
+            (n, false) => format!(", {n} partitions"),
+            (n, true) => format!(", {n} partitions misdirected"),
+        }
     });
     report::print_table(&label, mops, c.done_ops, &lat, &raw, calib_ns / 1e3);
     println!(
         "  timeouts {} ops, mismatches {}, errors {}, stale {}, rx drops {}",
         c.timeouts_ops, c.mismatches, c.errors, c.stale, c.rx_drops
     );
+    let hot = hottest_ratio(&part_ops);
+    let hot_k = hottest_ratio(&part_ops_k);
+    if nparts > 1 || count_k > 1 {
+        println!(
+            "  ops per partition (of {nparts}): {part_ops:?}, hottest/mean {:.3}",
+            hot.unwrap_or(0.0)
+        );
+        if count_k != nparts {
+            println!(
+                "  ops per partition (of {count_k}): {part_ops_k:?}, hottest/mean {:.3}",
+                hot_k.unwrap_or(0.0)
+            );
+        }
+    }
+    if c.wrong_partition > 0 {
+        println!("  WRONG_PARTITION results: {}", c.wrong_partition);
+    }
 
     if let Some(path) = &args.json {
-        let out = json!({
+        let mut out = json!({
             "label": label,
             "command": std::env::args().collect::<Vec<_>>().join(" "),
             "config_file": args.config.display().to_string(),
@@ -567,6 +696,21 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
                 "echo": args.echo, "seed": args.seed,
             },
         });
+        // Top-level keys of their own (one json! call would exceed the macro
+        // recursion limit).
+        let parts = json!({
+            "wrong_partition": c.wrong_partition,
+            "partitions": nparts,
+            "misdirect": args.misdirect,
+            "partition_ops": part_ops,
+            "hottest_partition_ratio": hot,
+            "count_partitions": count_k,
+            "partition_ops_k": part_ops_k,
+            "hottest_partition_ratio_k": hot_k,
+        });
+        if let (Some(o), serde_json::Value::Object(p)) = (out.as_object_mut(), parts) {
+            o.extend(p);
+        }
         std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
         let png = path.with_extension("png");
         if let Err(e) = report::plot_latency(&png, &label, &hist, calib_ns) {
@@ -613,6 +757,11 @@ impl Gen<'_> {
     ) -> Result<(Counts, Histogram<u64>), Box<dyn std::error::Error>> {
         self.counts = Counts::default();
         self.hist.reset();
+        self.part_ops.fill(0);
+        self.part_ops_k.fill(0);
+        if let Some(s) = self.steer.as_mut() {
+            s.clear();
+        }
         let hz = self.hz as f64;
         let start = tsc::now();
         let rec_start = start + (warmup * hz) as u64;
@@ -623,7 +772,10 @@ impl Gen<'_> {
         let mut next_send = start;
         let mut last_scan = start;
         let mut last_progress = Instant::now();
-        let mut tx = MbufBurst::<BURST>::new();
+        // One tx burst per queue: a queue's packets leave in build order, which keeps
+        // per-partition (so per-key) order for the verify model.
+        let mut txb: Vec<MbufBurst<BURST>> =
+            (0..self.txqs.len()).map(|_| MbufBurst::new()).collect();
         let mut rx = MbufBurst::<BURST>::new();
         let mut in_flight = 0usize;
         let mut sending = true;
@@ -634,8 +786,7 @@ impl Gen<'_> {
             }
             let done_by_count =
                 max_pkts.is_some_and(|m| self.counts.done_pkts + self.counts.timeouts_pkts >= m);
-            let done_by_load =
-                phase.sweeps() && (self.load_next >= self.args.keys || self.load_stop);
+            let done_by_load = phase.sweeps() && (self.sweep_done() || self.load_stop);
             if now >= end || done_by_count || done_by_load {
                 sending = false;
             }
@@ -644,23 +795,27 @@ impl Gen<'_> {
             }
             // Send.
             if sending {
-                while tx.remaining() > 0 && in_flight < window && !self.free.is_empty() {
+                // Every burst must have room: the next packet's queue is not known yet.
+                while txb.iter().all(|b| b.remaining() > 0)
+                    && in_flight < window
+                    && !self.free.is_empty()
+                {
                     let intended = match interval {
                         Some(_) if now < next_send => break,
                         Some(_) => next_send,
                         None => now,
                     };
-                    if phase.sweeps() && self.load_next >= self.args.keys {
+                    if phase.sweeps() && self.sweep_done() {
                         break;
                     }
                     let record = intended >= rec_start && intended < end;
                     match self.build(phase, intended, record) {
-                        Some(m) => {
+                        Some((m, p)) => {
                             if let Some(iv) = interval {
                                 next_send += iv;
                             }
                             // Cannot fail: remaining() > 0 was checked.
-                            let _ = tx.push(m);
+                            let _ = txb[self.tx_of[p]].push(m);
                             in_flight += 1;
                         }
                         None => break,
@@ -669,17 +824,21 @@ impl Gen<'_> {
                         break; // calibration: one at a time
                     }
                 }
-                if !tx.is_empty() {
-                    let sent = self.txq.tx_burst(&mut tx);
-                    self.counts.sent_pkts += sent as u64;
+                for (b, q) in txb.iter_mut().zip(self.txqs.iter_mut()) {
+                    if !b.is_empty() {
+                        let sent = q.tx_burst(b);
+                        self.counts.sent_pkts += sent as u64;
+                    }
                 }
             }
-            // Receive.
-            let n = self.rxq.rx_burst(&mut rx);
-            if n > 0 {
-                let now = tsc::now();
-                for m in rx.drain() {
-                    in_flight -= self.complete(m.data(), now, phase, rec_start, end);
+            // Receive (responses come back on the queue the request was served from).
+            for q in 0..self.rxqs.len() {
+                let n = self.rxqs[q].rx_burst(&mut rx);
+                if n > 0 {
+                    let now = tsc::now();
+                    for m in rx.drain() {
+                        in_flight -= self.complete(m.data(), now, phase, rec_start, end);
+                    }
                 }
             }
             // Timeouts, every ~1 ms.
@@ -697,17 +856,34 @@ impl Gen<'_> {
                 }
             }
         }
-        // Anything the NIC did not take is freed with `tx`; count those slots lost.
-        for m in tx.drain() {
-            drop(m);
+        // Anything the NIC did not take is freed with `txb`; count those slots lost.
+        for b in txb.iter_mut() {
+            for m in b.drain() {
+                drop(m);
+            }
+        }
+        if phase.sweeps() {
+            if let Some(s) = self.steer.as_mut() {
+                // Keys parked when the sweep stopped early were drawn but never sent:
+                // do not count them as loaded.
+                self.load_next -= s.total() as u64;
+                s.clear();
+            }
         }
         let mut h = report::new_histogram();
         std::mem::swap(&mut h, &mut self.hist);
         Ok((self.counts, h))
     }
 
-    /// Builds one request packet; `None` when no mbuf or slot is available.
-    fn build(&mut self, phase: Phase, intended: u64, record: bool) -> Option<Mbuf> {
+    /// Whether a sweep (load, read-back) has sent every key: none left to draw and
+    /// none parked.
+    fn sweep_done(&self) -> bool {
+        self.load_next >= self.args.keys && self.steer.as_ref().map_or(0, Steer::total) == 0
+    }
+
+    /// Builds one request packet and returns it with its partition; `None` when no
+    /// mbuf or slot is available (or a sweep has nothing left to send).
+    fn build(&mut self, phase: Phase, intended: u64, record: bool) -> Option<(Mbuf, usize)> {
         let mut m = Mbuf::alloc(&self.pool)?;
         let slot_idx = self.free.pop()?;
         let s = &mut self.slots[slot_idx as usize];
@@ -722,7 +898,14 @@ impl Gen<'_> {
         let payload_end = (REQUEST_HEADER_LEN + self.payload_cap).min(buf.len());
         let exp_base = slot_idx as usize * self.exp_stride;
         let verify = self.args.verify;
+        let sizes = self.sizes;
+        let key_size = self.args.key_size;
+        // Tally ops by partition of K only when it differs from N (otherwise the
+        // per-packet tally is the same thing): it costs a key hash per op.
+        let tally_k = record && self.count_k != self.part_ops.len() as u32;
+        let count_k = self.count_k;
         let mut nops = 0usize;
+        let mut part = 0usize;
         let plen = {
             let Ok(mut w) = BatchWriter::new(&mut buf[REQUEST_HEADER_LEN..payload_end], batch_id)
             else {
@@ -730,76 +913,112 @@ impl Gen<'_> {
                 return None;
             };
             let mut key = [0u8; kvwire::MAX_KEY_LEN];
-            let key = &mut key[..self.args.key_size];
+            let key = &mut key[..key_size];
             let mut val = [0u8; 2048];
+            let mut model = verify.then_some(&mut self.model);
             let target = if phase == Phase::Ping {
                 0
             } else {
                 self.ops_per_packet
             };
-            while nops < target {
-                let (op, k) = match phase {
-                    Phase::Load | Phase::Readback => {
-                        if self.load_next >= self.args.keys {
-                            break;
+            if phase == Phase::Ping {
+                // Empty batches rotate over the partitions: every queue pair is used.
+                part = self.ping_next;
+                self.ping_next = (part + 1) % self.part_qps.len();
+            } else if let Some(steer) = self.steer.as_mut() {
+                let keys = self.args.keys;
+                let load_next = &mut self.load_next;
+                let rng = &mut self.rng;
+                let (mix, chooser) = (&self.mix, &self.chooser);
+                let mut hkey = [0u8; kvwire::MAX_KEY_LEN];
+                let hkey = &mut hkey[..key_size];
+                let draw = || {
+                    let (op, k) = match phase {
+                        Phase::Load | Phase::Readback => {
+                            if *load_next >= keys {
+                                return None;
+                            }
+                            *load_next += 1;
+                            let op = if phase == Phase::Load {
+                                OpType::Put
+                            } else {
+                                OpType::Get
+                            };
+                            (op, *load_next - 1)
                         }
-                        let op = if phase == Phase::Load {
-                            OpType::Put
-                        } else {
-                            OpType::Get
-                        };
-                        (op, self.load_next)
-                    }
-                    _ => (
-                        self.mix.next(&mut self.rng),
-                        self.chooser.next(&mut self.rng),
-                    ),
+                        _ => (mix.next(rng), chooser.next(rng)),
+                    };
+                    workload::write_key(k, hkey);
+                    Some(Drawn {
+                        key: k,
+                        hash32: kvengine::key_hash(hkey) as u32,
+                        op,
+                    })
                 };
-                workload::write_key(k, key);
-                let pushed = match op {
-                    OpType::Get => w.push(&KvOp::Get { key }),
-                    OpType::Delete => w.push(&KvOp::Delete { key }),
-                    OpType::Atomic => w.push(&KvOp::UpdateS2S {
+                let exp = &mut self.exp;
+                let part_ops_k = &mut self.part_ops_k;
+                let nops = &mut nops;
+                let emit = |d: &Drawn| {
+                    let Some(expect) = push_op(
+                        &mut w,
+                        d.op,
+                        d.key,
                         key,
-                        atomic: U64_ADD,
-                        param: 1,
-                        param2: 0,
-                    }),
-                    OpType::Vector => w.push(&KvOp::UpdateS2V {
-                        key,
-                        atomic: U64_ADD,
-                        param: 1,
-                        param2: 0,
-                    }),
-                    OpType::Reduce => w.push(&KvOp::Reduce {
-                        key,
-                        atomic: U64_ADD,
-                        init: 0,
-                    }),
-                    OpType::Put => {
-                        // Without verify the model is not kept: no per-op cache miss.
-                        let v = if verify { self.model.peek_version() } else { 1 };
-                        let len = self.sizes.len_of(k, v).min(val.len());
-                        workload::write_value(k, v, &mut val[..len]);
-                        w.push(&KvOp::Put {
-                            key,
-                            value: &val[..len],
-                        })
+                        &mut val,
+                        sizes,
+                        model.as_deref_mut(),
+                    ) else {
+                        return false;
+                    };
+                    exp[exp_base + *nops] = ExpOp {
+                        key: d.key,
+                        op: d.op,
+                        expect,
+                    };
+                    *nops += 1;
+                    if tally_k {
+                        part_ops_k[partition_of_hash(u64::from(d.hash32), count_k) as usize] += 1;
                     }
+                    true
                 };
-                if pushed.is_err() {
-                    break; // packet full
+                if let Some((p, _)) = steer.fill(target, draw, emit) {
+                    part = p;
                 }
-                let expect = if verify {
-                    let sizes = self.sizes;
-                    self.model.on_send(op, k, |v| sizes.len_of(k, v)).1
-                } else {
-                    Expect::Any
-                };
-                self.exp[exp_base + nops] = ExpOp { key: k, op, expect };
-                nops += 1;
-                if phase.sweeps() {
-                    self.load_next += 1;
+            } else {
+                // One partition: no steering, no per-op partition work. A drawn op
+                // that does not fit the packet is dropped (a sweep retries its key).
+                while nops < target {
+                    let (op, k) = match phase {
+                        Phase::Load | Phase::Readback => {
+                            if self.load_next >= self.args.keys {
+                                break;
+                            }
+                            let op = if phase == Phase::Load {
+                                OpType::Put
+                            } else {
+                                OpType::Get
+                            };
+                            (op, self.load_next)
+                        }
+                        _ => (
+                            self.mix.next(&mut self.rng),
+                            self.chooser.next(&mut self.rng),
+                        ),
+                    };
+                    let Some(expect) =
+                        push_op(&mut w, op, k, key, &mut val, sizes, model.as_deref_mut())
+                    else {
+                        break; // packet full
+                    };
+                    self.exp[exp_base + nops] = ExpOp { key: k, op, expect };
+                    nops += 1;
+                    if phase.sweeps() {
+                        self.load_next += 1;
+                    }
+                    if tally_k {
+                        let h = kvengine::key_hash(key);
+                        self.part_ops_k[partition_of_hash(h, count_k) as usize] += 1;
+                    }
                 }
             }
             w.finish()
@@ -808,8 +1027,14 @@ impl Gen<'_> {
             self.free.push(slot_idx);
             return None;
         }
-        let qi = self.next_qp;
-        self.next_qp = (self.next_qp + 1) % self.qps.len();
+        if record {
+            self.part_ops[part] += nops as u64;
+        }
+        // Round robin over the partition's QPs (over all QPs with one partition).
+        let qps_of = &self.part_qps[part];
+        let cursor = &mut self.part_qp_next[part];
+        let qi = qps_of[*cursor];
+        *cursor = (*cursor + 1) % qps_of.len();
         let (qpn, rkey) = self.qps[qi];
         let psn = self.psn[qi];
         self.psn[qi] = (psn + 1) & 0xff_ffff;
@@ -834,7 +1059,7 @@ impl Gen<'_> {
             got: 0,
             record,
         };
-        Some(m)
+        Some((m, part))
     }
 
     /// Handles one received frame; returns 1 if it completed a packet in flight.
@@ -945,6 +1170,9 @@ impl Gen<'_> {
         let expected_error = e.expect == Expect::BadLength && status == Status::BadLength;
         if !matches!(status, Status::Ok | Status::NotFound) && !expected_error {
             self.counts.status_not_ok += 1;
+            if status == Status::WrongPartition {
+                self.counts.wrong_partition += 1;
+            }
             self.counts.errors += 1;
             if self.verbose_left > 0 {
                 self.verbose_left -= 1;
@@ -1012,6 +1240,61 @@ impl Gen<'_> {
         }
         n
     }
+}
+
+/// Writes one op into the batch: key `k`'s bytes into `key`, a PUT's value into `val`.
+/// With a `model` (verify mode) the op is applied to it and its expected answer
+/// returned, else `Expect::Any`. `None` when the packet is full (nothing recorded).
+#[inline]
+fn push_op(
+    w: &mut BatchWriter<'_>,
+    op: OpType,
+    k: u64,
+    key: &mut [u8],
+    val: &mut [u8],
+    sizes: SizeDist,
+    model: Option<&mut Model>,
+) -> Option<Expect> {
+    workload::write_key(k, key);
+    let key = &*key;
+    let pushed = match op {
+        OpType::Get => w.push(&KvOp::Get { key }),
+        OpType::Delete => w.push(&KvOp::Delete { key }),
+        OpType::Atomic => w.push(&KvOp::UpdateS2S {
+            key,
+            atomic: U64_ADD,
+            param: 1,
+            param2: 0,
+        }),
+        OpType::Vector => w.push(&KvOp::UpdateS2V {
+            key,
+            atomic: U64_ADD,
+            param: 1,
+            param2: 0,
+        }),
+        OpType::Reduce => w.push(&KvOp::Reduce {
+            key,
+            atomic: U64_ADD,
+            init: 0,
+        }),
+        OpType::Put => {
+            // Without verify the model is not kept: no per-op cache miss.
+            let v = model.as_ref().map_or(1, |m| m.peek_version());
+            let len = sizes.len_of(k, v).min(val.len());
+            workload::write_value(k, v, &mut val[..len]);
+            w.push(&KvOp::Put {
+                key,
+                value: &val[..len],
+            })
+        }
+    };
+    if pushed.is_err() {
+        return None;
+    }
+    Some(match model {
+        Some(m) => m.on_send(op, k, |v| sizes.len_of(k, v)).1,
+        None => Expect::Any,
+    })
 }
 
 #[inline]
