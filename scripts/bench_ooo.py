@@ -5,8 +5,11 @@ over memif, the station out of order (`--ooo true`) vs stall mode (`--ooo false`
 1. Atomics (KV-Direct Fig. 13a): fetch-add (UPDATE_S2S, +1 on an 8-byte value) on
    1, 2, 4 ... 1024 keys and on 100 000 uniformly chosen keys, station on and off.
 2. Long tail (Fig. 13b): Zipf 0.99 over 100 000 keys of 10 B, PUT share 0 ... 100 %
-   (the rest GETs), station on and off; the share of operations served by data
-   forwarding comes from the dataplane's counters (forwarded / ops of the run).
+   (the rest GETs), station on and off, with `--station-kv true` (chunks of plain ops
+   with a repeated key go through the station; by default they run in the engine's
+   batch); the share of operations served by data forwarding comes from the
+   dataplane's counters (forwarded / ops of the run). The same mix with the default
+   routing is recorded for comparison (`zipf_default_routing`).
 3. Vector updates (Table 2) of 64 ... 1024 B vectors, in GB/s of vector data updated:
    UPDATE_S2V (+1 on every 8-byte element) vs one key per element (a fetch-add per
    element) vs the client fetching the vector and writing it back (a GET and a PUT
@@ -36,7 +39,7 @@ VECTOR_SIZES = [64, 128, 256, 512, 1024]
 PAYLOAD = 1400  # bytes of KV payload a packet carries comfortably (1500 B MTU)
 
 
-def run_point(tmp, tag, ooo, args, reps):
+def run_point(tmp, tag, ooo, args, reps, dp_extra=()):
     """`reps` runs of pktgen `args`, each against a fresh dataplane; returns
     (median Mops, runs, dataplane stats of each run)."""
     runs, stats = [], []
@@ -45,7 +48,7 @@ def run_point(tmp, tag, ooo, args, reps):
         sj = os.path.join(tmp, f"{name}.stats.json")
         for attempt in range(2):
             dp = Dataplane(tmp, name, ["--ooo", "true" if ooo else "false", "--mem-mb", "128",
-                                       "--stats-json", sj])
+                                       "--stats-json", sj] + list(dp_extra))
             try:
                 r = pktgen(dp, tmp, args + ["--seed", str(rep + 1)])
                 break
@@ -98,7 +101,10 @@ def main():
             args = common + ["--keys", str(UNIFORM_KEYS), "--value-size", "2", "--dist", "zipf",
                              "--get", str(round(1 - put, 3)), "--put", str(put),
                              "--ops-per-packet", "32"]
-            mops, runs, st = run_point(tmp, f"zipf-{mode}-{put}", ooo, args, a.reps)
+            # --station-kv: plain GET/PUT/DELETE chunks with repeated keys go through the
+            # station too (by default the engine's batch runs them: see docs).
+            mops, runs, st = run_point(tmp, f"zipf-{mode}-{put}", ooo, args, a.reps,
+                                       ["--station-kv", "true"])
             # The run's ops at the dataplane: everything it executed minus the load phase.
             shares = []
             for r, s in zip(runs, st):
@@ -111,6 +117,16 @@ def main():
                                     "stalls": [s.get("stalls", 0) for s in st]}
             log(f"  zipf {mode} put={put}: {mops:.2f} Mops, forwarded "
                 f"{statistics.median(shares) * 100:.1f}%")
+
+    # The same long-tail mix with the default routing (station only for RMW chunks).
+    zipf_default = {}
+    for put in put_shares:
+        args = common + ["--keys", str(UNIFORM_KEYS), "--value-size", "2", "--dist", "zipf",
+                         "--get", str(round(1 - put, 3)), "--put", str(put),
+                         "--ops-per-packet", "32"]
+        mops, runs, _ = run_point(tmp, f"zipf-default-{put}", True, args, a.reps)
+        zipf_default[str(put)] = {"mops": mops, "runs": [r["throughput_mops"] for r in runs]}
+        log(f"  zipf default routing put={put}: {mops:.2f} Mops")
 
     # 3. Vector updates vs the alternatives.
     vectors = {}
@@ -164,6 +180,7 @@ def main():
         "forwarded_share_zipf_put": put_shares[len(put_shares) // 2],
         "atomics": atomics,
         "zipf": zipf,
+        "zipf_default_routing": zipf_default,
         "vectors": vectors,
     }
     os.makedirs(os.path.dirname(a.out), exist_ok=True)

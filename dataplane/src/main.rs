@@ -71,6 +71,10 @@ struct Args {
     /// workers' throughput while merges run.
     #[arg(long, default_value_t = 0)]
     merge_every_ms: u64,
+    /// Also route GET/PUT/DELETE chunks with a repeated key through the reservation
+    /// station (overrides server.station_kv; default off: the engine's batch is faster).
+    #[arg(long)]
+    station_kv: Option<bool>,
 }
 
 static QUIT: AtomicBool = AtomicBool::new(false);
@@ -190,6 +194,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let engine = Engine::new(region, &ecfg).map_err(|e| format!("engine config: {e:?}"))?;
         let mut server = Server::with_station(id.clone(), &clients, engine, ooo, registry.clone());
         server.set_partition(w as u32, nw as u32);
+        server.set_station_kv(args.station_kv.unwrap_or(cfg.server.station_kv));
         stores.push(worker::Store {
             server,
             _mem: dpdk_mem,

@@ -7,11 +7,11 @@
 //! and values stay in the rx buffers) and the operations of the whole burst are
 //! executed in chunks of [`CHUNK`]:
 //!
-//! * a chunk of GET/PUT/DELETE in which no key appears twice has no dependency: it runs
-//!   straight through the engine's pipelined batch (which prefetches across packets)
-//!   and its results stream into the responses;
-//! * any other chunk (a read-modify-write op — atomic, vector update, reduce, filter — or
-//!   a key seen twice) goes through the per-worker reservation station
+//! * a chunk of GET/PUT/DELETE runs straight through the engine's pipelined batch (which
+//!   prefetches across packets and executes repeated keys in order) and its results
+//!   stream into the responses — unless `station_kv` is on and a key repeats;
+//! * any other chunk (a read-modify-write op — atomic, vector update, reduce, filter — or,
+//!   with `station_kv`, a key seen twice) goes through the per-worker reservation station
 //!   (`kvops::Station`, docs/OPERATIONS.md), which orders dependent ops, forwards values
 //!   between them and merges their updates into one write-back — or, with `ooo = false`,
 //!   stalls on each conflict. Its completions (by chain, not in arrival order) are
@@ -186,14 +186,19 @@ impl ChunkDeps {
         }
     }
 
-    /// Notes op number `earlier.len()` of the chunk, whose key hash is `hash`.
+    /// Notes op number `earlier.len()` of the chunk, whose key hash is `hash`. With
+    /// `kv_repeats` false only read-modify-write ops make the chunk dependent (the
+    /// engine's batch executes repeated GET/PUT/DELETE keys in order by itself).
     #[inline]
-    fn note(&mut self, op: &Op<'_>, hash: u64, earlier: &[Op<'_>]) {
+    fn note(&mut self, op: &Op<'_>, hash: u64, earlier: &[Op<'_>], kv_repeats: bool) {
         if self.dependent {
             return;
         }
         if !matches!(op, Op::Get { .. } | Op::Put { .. } | Op::Delete { .. }) {
             self.dependent = true;
+            return;
+        }
+        if !kv_repeats {
             return;
         }
         let i = earlier.len();
@@ -243,6 +248,8 @@ pub struct Server {
     /// This worker's partition and the number of partitions (`kvwire::partition`).
     partition: u32,
     partitions: u32,
+    /// Send GET/PUT/DELETE chunks with a repeated key through the station too.
+    station_kv: bool,
 }
 
 impl Server {
@@ -291,7 +298,17 @@ impl Server {
             },
             partition: 0,
             partitions: 1,
+            station_kv: false,
         }
+    }
+
+    /// With `on`, a chunk of GET/PUT/DELETE in which a key repeats also goes through
+    /// the reservation station (data forwarding between those ops); off (the default),
+    /// only chunks with a read-modify-write op do, and repeated keys of plain ops are
+    /// left to the engine's batch, which executes them in order and was measured
+    /// faster (docs/OPERATIONS.md, results/ooo.json).
+    pub fn set_station_kv(&mut self, on: bool) {
+        self.station_kv = on;
     }
 
     /// Makes this server partition `me` of `n`: ops whose key belongs to another
@@ -464,7 +481,7 @@ impl Server {
                     Ok(op) => {
                         let op = station_op(&op);
                         let sharded = self.partitions > 1;
-                        let hash = if sharded || !deps.dependent {
+                        let hash = if sharded || (self.station_kv && !deps.dependent) {
                             kvengine::key_hash(op.key())
                         } else {
                             0
@@ -472,7 +489,7 @@ impl Server {
                         if sharded && partition_of_hash(hash, self.partitions) != self.partition {
                             Source::Immediate(Status::WrongPartition)
                         } else {
-                            deps.note(&op, hash, &ops[..n_ops]);
+                            deps.note(&op, hash, &ops[..n_ops], self.station_kv);
                             ops[n_ops] = op;
                             n_ops += 1;
                             Source::Engine

@@ -40,6 +40,12 @@ impl TxFrame for VecFrame {
 }
 
 fn server(ooo: bool) -> Server {
+    server_kv(ooo, false)
+}
+
+/// A server; `station_kv`: GET/PUT/DELETE chunks with a repeated key go through the
+/// station too.
+fn server_kv(ooo: bool, station_kv: bool) -> Server {
     let cfg = EngineConfig {
         mem_bytes: 1 << 20,
         ..EngineConfig::default()
@@ -61,7 +67,9 @@ fn server(ooo: bool) -> Server {
     )
     .expect("registry");
     let clients: Vec<(u32, u32)> = QPNS.iter().map(|&q| (q, RKEY)).collect();
-    Server::with_station(id, &clients, engine, ooo, reg)
+    let mut s = Server::with_station(id, &clients, engine, ooo, reg);
+    s.set_station_kv(station_kv);
+    s
 }
 
 fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, psn: u32) -> Vec<u8> {
@@ -314,8 +322,12 @@ fn top() -> impl Strategy<Value = TOp> {
 
 /// Runs bursts of batches (each batch on a QP of its own PSN sequence) through a
 /// server and the model; every result must match.
-fn check(ooo: bool, bursts: &[Vec<Vec<TOp>>]) -> Result<WorkerStats, TestCaseError> {
-    let mut s = server(ooo);
+fn check(
+    ooo: bool,
+    station_kv: bool,
+    bursts: &[Vec<Vec<TOp>>],
+) -> Result<WorkerStats, TestCaseError> {
+    let mut s = server_kv(ooo, station_kv);
     let st = WorkerStats::default();
     let mut model = HashMap::new();
     let mut psn = [0u32; 4];
@@ -351,7 +363,8 @@ proptest! {
     fn ooo_matches_sequential_model(
         bursts in prop::collection::vec(prop::collection::vec(prop::collection::vec(top(), 0..40), 1..6), 1..5)
     ) {
-        check(true, &bursts)?;
+        check(true, false, &bursts)?;
+        check(true, true, &bursts)?;
     }
 
     /// The same in stall mode.
@@ -359,7 +372,8 @@ proptest! {
     fn stall_matches_sequential_model(
         bursts in prop::collection::vec(prop::collection::vec(prop::collection::vec(top(), 0..40), 1..6), 1..5)
     ) {
-        check(false, &bursts)?;
+        check(false, false, &bursts)?;
+        check(false, true, &bursts)?;
     }
 }
 
@@ -560,4 +574,27 @@ fn errors_change_nothing() {
     );
     assert_eq!(r[&(QPNS[0], 5)][8].1, v);
     assert_eq!(st.op_errors.get(), 6);
+}
+
+/// GET/PUT/DELETE only, few keys: with `station_kv` the repeated keys go through the
+/// station (and some GETs are served by forwarding); without, through the engine's
+/// batch; both match the model.
+#[test]
+fn plain_ops_with_and_without_station_kv() {
+    for station_kv in [false, true] {
+        let ops: Vec<TOp> = (0..200u32)
+            .map(|i| match i % 5 {
+                0 | 1 => TOp::Get((i % 3) as u8),
+                2 | 3 => TOp::Put((i % 3) as u8, vec![i as u8; 8]),
+                _ => TOp::Del((i % 3) as u8),
+            })
+            .collect();
+        let bursts = vec![vec![ops[..100].to_vec(), ops[100..].to_vec()]];
+        let st = check(true, station_kv, &bursts).expect("matches the model");
+        if station_kv {
+            assert!(st.station_chunks.get() > 0 && st.forwarded.get() > 0);
+        } else {
+            assert_eq!(st.station_chunks.get(), 0);
+        }
+    }
 }

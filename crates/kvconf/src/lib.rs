@@ -116,6 +116,11 @@ pub struct ServerConfig {
     /// conflict instead (the paper's baseline). See docs/OPERATIONS.md.
     #[serde(default = "default_ooo")]
     pub ooo: bool,
+    /// Route GET/PUT/DELETE chunks in which a key repeats through the reservation
+    /// station as well (default `false`: only chunks with read-modify-write ops; the
+    /// engine's batch runs repeated plain ops in order and was measured faster).
+    #[serde(default)]
+    pub station_kv: bool,
     /// User functions to register at start-up, by ID (128–255) and catalog name.
     #[serde(default)]
     pub functions: Vec<FunctionConfig>,
