@@ -18,9 +18,7 @@ case "$suite" in
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p dataplane --example server_scale
-    python3 scripts/bench_scale.py "$@"
-    # Request processing alone (no pktgen competing for the 2 cores): 1 vs 2 workers.
-    target/release/examples/server_scale 3 1000000 | tee results/server_scale.json ;;
+    exec python3 scripts/bench_scale.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|all}" >&2; exit 2 ;;
 esac

@@ -5,7 +5,11 @@ over memif.
 1. Throughput with 1 worker lcore (dataplane on core 1, pktgen on core 0) and with 2
    worker lcores (dataplane on cores 0 and 1: this machine has 2 cores, so pktgen
    shares core 0 with worker 0). 10 B KVs, 95 % GET, uniform, 32 ops/packet; pktgen
-   steers every op to its partition's QP and queue (`--partitions`).
+   steers every op to its partition's QP and queue (`--partitions`). The 2-worker
+   run is repeated with pure busy polling on both sides (`--idle-yield-polls 0`): the
+   threads sharing core 0 then keep it for whole scheduler slices.
+   Request processing alone, without pktgen competing for a core: the server_scale
+   example feeds pre-built request frames to 1 and then 2 workers (threads).
 2. Per-partition load under Zipf 0.99: the ops each of the 2 workers executed, and the
    skew over 10 hash partitions of the same key stream (pktgen `--count-partitions
    10`; the paper: the hottest of 10 partitions carries 1.5x the average).
@@ -20,6 +24,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -71,6 +76,18 @@ def main():
     m2, runs2, st2 = run(tmp, "w2", ["--mem-mb", "256", "--lcores", "0,1"],
                          uniform + ["--partitions", "2"], a.reps)
     log(f"  2 workers: {m2:.2f} Mops, worker ops {[s.get('worker_ops') for s in st2]}")
+    m2_busy, _, _ = run(tmp, "w2-busy", ["--mem-mb", "256", "--lcores", "0,1", "--idle-yield-polls", "0"],
+                        uniform + ["--partitions", "2", "--idle-yield-polls", "0"], a.reps)
+    log(f"  2 workers, pure busy polling (no idle yield): {m2_busy:.2f} Mops")
+    srv = []
+    for rep in range(a.reps):
+        r = subprocess.run([os.path.join(ROOT, "target/release/examples/server_scale"), "3", "1000000"],
+                           stdout=subprocess.PIPE, text=True, check=True, timeout=300)
+        srv.append(json.loads(r.stdout))
+        log(f"  server alone: 1 worker {srv[-1]['server_mops_1_worker']:.2f} Mops, "
+            f"2 workers {srv[-1]['server_mops_2_workers']:.2f} Mops")
+    srv1 = statistics.median(r["server_mops_1_worker"] for r in srv)
+    srv2 = statistics.median(r["server_mops_2_workers"] for r in srv)
     mis, _, st_mis = run(tmp, "w2-misdirect", ["--mem-mb", "256", "--lcores", "0,1"],
                          uniform + ["--partitions", "2", "--misdirect"], a.reps)
     log(f"  2 workers, every request on the wrong queue (handed off): {mis:.2f} Mops")
@@ -109,10 +126,20 @@ def main():
         "config": {"reps": a.reps, "duration_s": a.duration, "keys": a.keys, "kv_bytes": 10,
                    "one_worker": "dataplane core 1, pktgen core 0",
                    "two_workers": "dataplane cores 0 and 1, pktgen core 0 (shared with worker 0)",
+                   "idle_yield_polls": "64 on both sides (default) unless *_busy_poll",
+                   "server_alone": "examples/server_scale: pre-built 32-op frames (95% GET, 5% PUT, "
+                                   "uniform over 1 M 10 B keys) fed to Server::handle_burst in bursts "
+                                   "of 32, 1 worker then 2 worker threads; rate = ops / time in "
+                                   "handle_burst, summed over workers",
                    "churn": "20-1000 B values, 50% GET 30% PUT 20% DELETE, 200k keys, 1 worker"},
         "mops_1_lcore": m1,
         "mops_2_lcores": m2,
         "scaling_2_over_1": m2 / m1 if m1 else None,
+        "mops_2_lcores_busy_poll": m2_busy,
+        "server_mops_1_worker": srv1,
+        "server_mops_2_workers": srv2,
+        "server_scaling_2_over_1": srv2 / srv1 if srv1 else None,
+        "server_runs": srv,
         "mops_2_lcores_all_misdirected": mis,
         "handed_off_per_run": [s.get("handed_off") for s in st_mis],
         "zipf_mops_2_lcores": mz,

@@ -56,6 +56,10 @@ struct Args {
     /// Print stats every N seconds (overrides server.stats_interval_s; 0 = only at exit).
     #[arg(long)]
     stats_interval: Option<u64>,
+    /// Yield the CPU on empty polls after this many in a row (overrides
+    /// server.idle_yield_polls; 0 = pure busy polling).
+    #[arg(long)]
+    idle_yield_polls: Option<u32>,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
     #[arg(long)]
     pdump: bool,
@@ -287,6 +291,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         echo: args.echo,
         stats_interval: Duration::from_secs(interval),
         deadline,
+        idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
     };
 
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));

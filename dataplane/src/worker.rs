@@ -6,7 +6,8 @@ use dataplane::control::{self, WorkerControl};
 use dataplane::server::{Server, TxFrame};
 use dataplane::stats::WorkerStats;
 use dpdk::{
-    tsc, DpdkRegion, Mbuf, MbufBurst, Mempool, RingConsumer, RingProducer, RxQueue, TxQueue,
+    tsc, DpdkRegion, IdleBackoff, Mbuf, MbufBurst, Mempool, RingConsumer, RingProducer, RxQueue,
+    TxQueue,
 };
 use kvwire::partition::{partition_of_qp, peek_dest_qp};
 use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
@@ -43,6 +44,9 @@ pub struct WorkerConfig {
     pub stats_interval: Duration,
     /// Stop at this time, if set.
     pub deadline: Option<Instant>,
+    /// Consecutive empty polls after which every further empty poll yields the CPU
+    /// (0: never).
+    pub idle_yield_polls: u32,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -206,6 +210,7 @@ pub fn run(
     let mut last_check = last_drain;
     let mut last_print = Instant::now();
     control_tick(ctl, &mut store.server);
+    let mut idle = IdleBackoff::new(cfg.idle_yield_polls);
 
     loop {
         // Admission changes take effect before the next rx burst (one atomic load).
@@ -257,6 +262,7 @@ pub fn run(
                 tx.last_progress = now;
             }
         }
+        idle.poll(n == 0 && tx.burst.is_empty());
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {

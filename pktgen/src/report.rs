@@ -57,6 +57,21 @@ impl Percentiles {
     }
 }
 
+/// Share of recorded latencies at most `limit_ns` after subtracting `offset_ns` (the
+/// loop-back calibration), i.e. raw values `<= limit_ns + offset_ns`; 0 when empty.
+pub fn share_within(h: &Histogram<u64>, limit_ns: f64, offset_ns: f64) -> f64 {
+    if h.is_empty() {
+        return 0.0;
+    }
+    let bound = (limit_ns + offset_ns).max(0.0) as u64;
+    let within: u64 = h
+        .iter_recorded()
+        .filter(|v| v.value_iterated_to() <= bound)
+        .map(|v| v.count_at_value())
+        .sum();
+    within as f64 / h.len() as f64
+}
+
 /// A new latency histogram in nanoseconds: 1 ns .. 60 s, 3 significant digits.
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("static histogram bounds are valid")
@@ -142,6 +157,19 @@ pub fn plot_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn share_within_counts_calibrated_values() {
+        let mut h = new_histogram();
+        assert_eq!(share_within(&h, 10_000.0, 0.0), 0.0);
+        for v in [1_000u64, 5_000, 11_000, 20_000] {
+            h.record(v).unwrap();
+        }
+        assert_eq!(share_within(&h, 10_000.0, 0.0), 0.5);
+        // With 2 us of calibration, 11 us raw is 9 us calibrated: within.
+        assert_eq!(share_within(&h, 10_000.0, 2_000.0), 0.75);
+        assert_eq!(share_within(&h, 100_000.0, 0.0), 1.0);
+    }
 
     #[test]
     fn percentiles_subtract_calibration() {

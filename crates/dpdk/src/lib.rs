@@ -29,6 +29,7 @@
 
 pub mod eal;
 pub mod error;
+pub mod idle;
 pub mod lcore;
 pub mod malloc;
 pub mod mbuf;
@@ -41,6 +42,7 @@ pub mod tsc;
 
 pub use eal::Eal;
 pub use error::{DpdkError, Result};
+pub use idle::IdleBackoff;
 pub use lcore::{LaunchError, LaunchHandle, LcoreId};
 pub use malloc::{DpdkRegion, Memzone};
 pub use mbuf::{Mbuf, MbufBurst};

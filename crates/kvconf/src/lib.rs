@@ -111,6 +111,12 @@ pub struct ServerConfig {
     /// Statistics print interval in seconds (0 = only at exit).
     #[serde(default)]
     pub stats_interval_s: u64,
+    /// After this many consecutive empty polls a worker yields its CPU on every further
+    /// empty poll (`sched_yield`), so a thread sharing its core (pktgen on a 2-core
+    /// host) runs instead of waiting out a scheduler slice; 0 = never yield (pure
+    /// busy polling). Costs nothing under load: a busy worker never polls empty.
+    #[serde(default = "default_idle_yield_polls")]
+    pub idle_yield_polls: u32,
     /// Reservation station mode: `true` (default) executes dependent operations out of
     /// order with data forwarding (KV-Direct); `false` stalls the pipeline on every key
     /// conflict instead (the paper's baseline). See docs/OPERATIONS.md.
@@ -124,6 +130,10 @@ pub struct ServerConfig {
     /// User functions to register at start-up, by ID (128–255) and catalog name.
     #[serde(default)]
     pub functions: Vec<FunctionConfig>,
+}
+
+fn default_idle_yield_polls() -> u32 {
+    64
 }
 
 fn default_ooo() -> bool {
