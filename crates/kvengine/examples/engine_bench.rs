@@ -856,12 +856,13 @@ fn main() {
                 return;
             }
             for _ in 0..3 {
-                variant!("8/4", 8, 4);
-                variant!("12/6", 12, 6);
                 variant!("16/8", 16, 8);
-                variant!("24/12", 24, 12);
-                variant!("16/4", 16, 4);
                 variant!("24/8", 24, 8);
+                variant!("32/8", 32, 8);
+                variant!("32/12", 32, 12);
+                variant!("40/8", 40, 8);
+                variant!("48/12", 48, 12);
+                variant!("48/16", 48, 16);
                 let (g, _) = engine_batched_with(&mut e, &seq, None, BATCH, true);
                 eprintln!("grouped {g:.2}");
             }

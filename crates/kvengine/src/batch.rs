@@ -29,12 +29,12 @@ use crate::{accounting::OpClass, BatchOp, Engine, OpKind, ResultSink, Status};
 /// Operations per prefetch group (grouped variant).
 pub const GROUP: usize = 16;
 /// Pipelined variant: how many ops ahead the primary bucket is prefetched.
-pub const BUCKET_AHEAD: usize = 16;
+pub const BUCKET_AHEAD: usize = 32;
 /// Pipelined variant: how many ops ahead the bucket is peeked and the
 /// chained bucket / slab record prefetched.
-pub const SECOND_AHEAD: usize = 8;
+pub const SECOND_AHEAD: usize = 12;
 /// Ring of precomputed hashes (power of two > BUCKET_AHEAD).
-const RING: usize = 32;
+const RING: usize = 64;
 const _: () = assert!(RING.is_power_of_two() && RING > BUCKET_AHEAD && BUCKET_AHEAD > SECOND_AHEAD);
 
 /// Issues a prefetch of the cache line holding `mem[off]` (no-op off x86-64).

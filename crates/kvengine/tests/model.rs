@@ -138,7 +138,7 @@ proptest! {
     #[test]
     fn batch_equals_sequential(cfg in config(),
                                batches in prop::collection::vec(prop::collection::vec(
-                                   (0u8..3, 0u8..12, value_len(), any::<u8>()), 0..70), 1..6)) {
+                                   (0u8..3, 0u8..12, value_len(), any::<u8>()), 0..160), 1..6)) {
         let mut a = Engine::new(Region::owned(cfg.mem_bytes), &cfg).unwrap();
         let mut b = Engine::new(Region::owned(cfg.mem_bytes), &cfg).unwrap();
         for batch in &batches {
