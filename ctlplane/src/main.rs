@@ -4,7 +4,7 @@
 //! DPDK's telemetry socket ([`telemetry`]): live counters (`stats`, `watch`), engine
 //! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`).
 
-// The only unsafe code is the socket connect in `telemetry`.
+// The only unsafe code is the socket connect in `telemetry` and `restore_sigpipe`.
 #![deny(unsafe_code)]
 
 mod clients;
@@ -101,7 +101,20 @@ fn exit_on_err(r: Result<(), String>) {
     }
 }
 
+/// Lets the tool end quietly when its reader goes away (`ctlplane stats | head`), as
+/// Unix tools do. Rust ignores SIGPIPE by default, so `println!` would then panic on
+/// the broken pipe.
+#[allow(unsafe_code)]
+fn restore_sigpipe() {
+    // SAFETY: runs first thing in `main`, before any other thread exists, and only
+    // sets a signal's disposition back to the default (no handler code is involved).
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
+    restore_sigpipe();
     let args = Args::parse();
     match args.cmd {
         Cmd::Config {

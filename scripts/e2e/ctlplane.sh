@@ -75,7 +75,10 @@ req=$(json_field "$E2E_TMP/merge.json" 'd["request"]')
 scanned=$(json_field "$E2E_TMP/merge.json" 'd["per_worker"]["0"]["scanned"]')
 merged=$(json_field "$E2E_TMP/merge.json" 'd["per_worker"]["0"]["merged_total"]')
 [ "$req" -ge 1 ] && [ "$scanned" -gt 0 ] || { cat "$E2E_TMP/merge.json"; fail "slab merge report"; }
-ctl slab merge | grep -q '^worker 0: scanned' || fail "slab merge table"
+# Into a file, not a pipe: `grep -q` exits at its first match, and with pipefail the
+# writer's broken pipe would fail the step.
+ctl slab merge >"$E2E_TMP/merge.txt" || fail "slab merge table: ctlplane failed"
+grep -q '^worker 0: scanned' "$E2E_TMP/merge.txt" || { cat "$E2E_TMP/merge.txt"; fail "slab merge table"; }
 pass "slab merge: request $req, worker 0 scanned $scanned free blocks, merged $merged pairs"
 
 # DPDK's own client reads the same commands.
