@@ -25,6 +25,7 @@
 
 use crate::stage::{station_op, EngineStage};
 use crate::stats::WorkerStats;
+use arrayvec::ArrayVec;
 use kvengine::{BatchOp, Engine, OpKind};
 use kvops::station::{slot_of, SLOTS};
 use kvops::{FunctionRegistry, Op, Station, StationConfig};
@@ -32,8 +33,8 @@ use kvwire::frame::FrameParams;
 use kvwire::partition::partition_of_hash;
 use kvwire::psn;
 use kvwire::{
-    emit_response_headers, finalize, parse_request, response_payload_capacity, BatchReader,
-    DropReason, MacAddr, ResponseWriter, Status, RESPONSE_HEADER_LEN,
+    emit_response_headers, finalize, parse_request, put_result, response_payload_capacity,
+    BatchReader, DropReason, KvOp, MacAddr, ResponseWriter, Status, RESPONSE_HEADER_LEN,
 };
 use std::net::Ipv4Addr;
 
@@ -123,18 +124,6 @@ struct PktCtx {
     batch_id: u32,
 }
 
-const EMPTY_CTX: PktCtx = PktCtx {
-    params: FrameParams::new(
-        [0; 6],
-        [0; 6],
-        Ipv4Addr::UNSPECIFIED,
-        Ipv4Addr::UNSPECIFIED,
-        0,
-    ),
-    client: 0,
-    batch_id: 0,
-};
-
 /// What produces the result of one entry of a chunk.
 #[derive(Clone, Copy)]
 enum Source {
@@ -148,8 +137,62 @@ enum Source {
 
 #[derive(Clone, Copy)]
 struct Tag {
+    /// Index of the request in the burst's admitted packets.
     pkt: u8,
     src: Source,
+}
+
+/// The chunk being built: what the engine (or the station) runs and, in order, where
+/// each result goes. Lives on the stack of one `handle_burst`; `ArrayVec` leaves the
+/// unused entries uninitialized, so a small burst does not pay for clearing 256 slots.
+struct Chunk<'f> {
+    /// Every executed op in engine form (GET/PUT/DELETE); a read-modify-write op is
+    /// here as a GET of its key, and in `rich` with the same index.
+    bops: ArrayVec<BatchOp<'f>, CHUNK>,
+    /// Read-modify-write ops (atomics, vector ops, reduce, filter) by index in `bops`.
+    rich: ArrayVec<(u16, Op<'f>), CHUNK>,
+    /// One per result in chunk order: executed ops (`Source::Engine`, in `bops` order),
+    /// immediate statuses and empty requests.
+    tags: ArrayVec<Tag, CHUNK>,
+}
+
+impl<'f> Chunk<'f> {
+    fn new() -> Self {
+        Chunk {
+            bops: ArrayVec::new(),
+            rich: ArrayVec::new(),
+            tags: ArrayVec::new(),
+        }
+    }
+
+    fn clear(&mut self) {
+        self.bops.clear();
+        self.rich.clear();
+        self.tags.clear();
+    }
+
+    /// The chunk's ops in station form (the station path only).
+    fn station_ops(&self) -> ArrayVec<Op<'f>, CHUNK> {
+        let mut rich = self.rich.iter().peekable();
+        self.bops
+            .iter()
+            .enumerate()
+            .map(|(i, b)| match rich.peek() {
+                Some(&&(j, op)) if usize::from(j) == i => {
+                    rich.next();
+                    op
+                }
+                _ => match b.kind {
+                    OpKind::Get => Op::Get { key: b.key },
+                    OpKind::Put => Op::Put {
+                        key: b.key,
+                        value: b.value,
+                    },
+                    OpKind::Delete => Op::Delete { key: b.key },
+                },
+            })
+            .collect()
+    }
 }
 
 /// Results of one station chunk by op index: status, offset and length in the arena.
@@ -162,7 +205,8 @@ struct StationResults {
 /// Which ops of the chunk being built depend on each other: an open-addressing table
 /// over the station's slots keyed by the full key hash, so two different keys that
 /// share a slot (near certain for 256 ops in 1024 slots) do not count, and only a key
-/// seen twice — or a read-modify-write op — sends the chunk to the station.
+/// seen twice — or a read-modify-write op — sends the chunk to the station. Kept in the
+/// server (not rebuilt per burst) and cleared entry by entry after each chunk.
 struct ChunkDeps {
     /// Op index + 1 of the first op of each key (0: empty).
     table: [u16; SLOTS],
@@ -176,7 +220,7 @@ struct ChunkDeps {
 }
 
 impl ChunkDeps {
-    const fn new() -> Self {
+    fn new() -> Self {
         ChunkDeps {
             table: [0; SLOTS],
             used: [0; CHUNK],
@@ -186,19 +230,11 @@ impl ChunkDeps {
         }
     }
 
-    /// Notes op number `earlier.len()` of the chunk, whose key hash is `hash`. With
-    /// `kv_repeats` false only read-modify-write ops make the chunk dependent (the
-    /// engine's batch executes repeated GET/PUT/DELETE keys in order by itself).
+    /// Notes a GET/PUT/DELETE of `key` (hash `hash`) as op number `earlier.len()` of
+    /// the chunk: a key seen before in the chunk makes it dependent.
     #[inline]
-    fn note(&mut self, op: &Op<'_>, hash: u64, earlier: &[Op<'_>], kv_repeats: bool) {
+    fn note_repeat(&mut self, key: &[u8], hash: u64, earlier: &[BatchOp<'_>]) {
         if self.dependent {
-            return;
-        }
-        if !matches!(op, Op::Get { .. } | Op::Put { .. } | Op::Delete { .. }) {
-            self.dependent = true;
-            return;
-        }
-        if !kv_repeats {
             return;
         }
         let i = earlier.len();
@@ -218,7 +254,7 @@ impl ChunkDeps {
                 return;
             }
             let j = usize::from(e - 1);
-            if self.hashes[j] == hash && earlier.get(j).is_some_and(|o| o.key() == op.key()) {
+            if self.hashes[j] == hash && earlier.get(j).is_some_and(|o| o.key == key) {
                 self.dependent = true;
                 return;
             }
@@ -236,6 +272,36 @@ impl ChunkDeps {
     }
 }
 
+/// Per-chunk op counters, kept in registers while the engine runs and added to the
+/// shared [`WorkerStats`] once per chunk.
+#[derive(Default)]
+struct OpCounts {
+    /// GETs, PUTs, DELETEs by `OpKind as usize`.
+    kinds: [u64; 3],
+    get_hits: u64,
+    errors: u64,
+}
+
+impl OpCounts {
+    #[inline(always)]
+    fn count(&mut self, kind: OpKind, status: kvengine::Status) {
+        self.kinds[kind as usize] += 1;
+        self.get_hits += u64::from(kind == OpKind::Get && status == kvengine::Status::Ok);
+        self.errors += u64::from(!matches!(
+            status,
+            kvengine::Status::Ok | kvengine::Status::NotFound
+        ));
+    }
+
+    fn add_to(&self, stats: &WorkerStats) {
+        stats.gets.add(self.kinds[OpKind::Get as usize]);
+        stats.puts.add(self.kinds[OpKind::Put as usize]);
+        stats.deletes.add(self.kinds[OpKind::Delete as usize]);
+        stats.get_hits.add(self.get_hits);
+        stats.op_errors.add(self.errors);
+    }
+}
+
 /// Request processing state of one worker: identity, clients, engine, reservation
 /// station, counters.
 pub struct Server {
@@ -250,6 +316,8 @@ pub struct Server {
     partitions: u32,
     /// Send GET/PUT/DELETE chunks with a repeated key through the station too.
     station_kv: bool,
+    /// Dependencies within the chunk being built.
+    deps: Box<ChunkDeps>,
 }
 
 impl Server {
@@ -299,6 +367,7 @@ impl Server {
             partition: 0,
             partitions: 1,
             station_kv: false,
+            deps: Box::new(ChunkDeps::new()),
         }
     }
 
@@ -399,22 +468,18 @@ impl Server {
         S: FnMut(B),
     {
         let frames = &frames[..frames.len().min(MAX_BURST)];
-        let mut pkts = [EMPTY_CTX; MAX_BURST];
-        let mut ops = [Op::Get { key: &[] }; CHUNK];
-        let mut deps = ChunkDeps::new();
-        let mut tags = [Tag {
-            pkt: 0,
-            src: Source::Empty,
-        }; CHUNK];
-        let (mut n_ops, mut n_tags) = (0usize, 0usize);
+        // At most one entry per frame, so never more than MAX_BURST.
+        let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
+        let mut chunk = Chunk::new();
         let mut out = Responder {
             cur: None,
             alloc,
             send,
             payload_cap: response_payload_capacity(self.id.mtu),
+            limit: RESPONSE_HEADER_LEN + response_payload_capacity(self.id.mtu),
         };
 
-        for (fi, frame) in frames.iter().enumerate() {
+        for frame in frames {
             stats.rx_packets.inc();
             let (req, ci) = match self.admit(frame) {
                 Ok(x) => x,
@@ -439,117 +504,105 @@ impl Server {
                 }
             };
             stats.requests.inc();
-            pkts[fi] = PktCtx {
+            let pkt = pkts.len() as u8;
+            pkts.push(PktCtx {
                 params: req.reply_params(RESPONSE_UDP_SRC_PORT),
                 client: ci as u16,
                 batch_id: reader.batch_id(),
-            };
+            });
             if reader.op_count() == 0 {
-                if n_tags == CHUNK {
-                    self.flush(
-                        &ops[..n_ops],
-                        &tags[..n_tags],
-                        &pkts,
-                        stats,
-                        &mut out,
-                        &deps,
-                    );
-                    (n_ops, n_tags) = (0, 0);
-                    deps.reset();
+                if chunk.tags.is_full() {
+                    self.flush(&mut chunk, &pkts, stats, &mut out);
                 }
-                tags[n_tags] = Tag {
-                    pkt: fi as u8,
+                chunk.tags.push(Tag {
+                    pkt,
                     src: Source::Empty,
-                };
-                n_tags += 1;
+                });
                 continue;
             }
             for item in reader {
-                if n_tags == CHUNK {
-                    self.flush(
-                        &ops[..n_ops],
-                        &tags[..n_tags],
-                        &pkts,
-                        stats,
-                        &mut out,
-                        &deps,
-                    );
-                    (n_ops, n_tags) = (0, 0);
-                    deps.reset();
+                if chunk.tags.is_full() {
+                    self.flush(&mut chunk, &pkts, stats, &mut out);
                 }
                 let src = match item {
-                    Ok(op) => {
-                        let op = station_op(&op);
-                        let sharded = self.partitions > 1;
-                        let hash = if sharded || (self.station_kv && !deps.dependent) {
-                            kvengine::key_hash(op.key())
-                        } else {
-                            0
-                        };
-                        if sharded && partition_of_hash(hash, self.partitions) != self.partition {
-                            Source::Immediate(Status::WrongPartition)
-                        } else {
-                            deps.note(&op, hash, &ops[..n_ops], self.station_kv);
-                            ops[n_ops] = op;
-                            n_ops += 1;
-                            Source::Engine
-                        }
-                    }
+                    Ok(op) => self.stage(&mut chunk, op),
                     // The failing op is answered; later ops are not executed.
                     Err(e) => Source::Immediate(e.status()),
                 };
-                let stop = matches!(src, Source::Immediate(s) if s == Status::Malformed || s == Status::UnknownOpcode);
-                tags[n_tags] = Tag { pkt: fi as u8, src };
-                n_tags += 1;
-                if stop {
+                chunk.tags.push(Tag { pkt, src });
+                if matches!(
+                    src,
+                    Source::Immediate(Status::Malformed | Status::UnknownOpcode)
+                ) {
                     break;
                 }
             }
         }
-        if n_tags > 0 {
-            self.flush(
-                &ops[..n_ops],
-                &tags[..n_tags],
-                &pkts,
-                stats,
-                &mut out,
-                &deps,
-            );
+        if !chunk.tags.is_empty() {
+            self.flush(&mut chunk, &pkts, stats, &mut out);
         }
         out.close(&mut self.clients, &self.id, &pkts, stats, false);
     }
 
-    /// Runs one chunk — straight through the engine when `deps` found no dependency,
-    /// else through the reservation station — and writes the results (executed and
-    /// immediate) into responses in chunk order.
+    /// Adds a decoded op to the chunk (the caller made room) and says where its result
+    /// comes from: the engine/station, or `WRONG_PARTITION` for another partition's key.
+    #[inline(always)]
+    fn stage<'f>(&mut self, chunk: &mut Chunk<'f>, op: KvOp<'f>) -> Source {
+        let (bop, rich) = match op {
+            KvOp::Get { key } => (BatchOp::get(key), None),
+            KvOp::Put { key, value } => (BatchOp::put(key, value), None),
+            KvOp::Delete { key } => (BatchOp::delete(key), None),
+            ref o => (BatchOp::get(o.key()), Some(station_op(o))),
+        };
+        let sharded = self.partitions > 1;
+        let repeats = self.station_kv && !self.deps.dependent;
+        if sharded || repeats {
+            let hash = kvengine::key_hash(bop.key);
+            if sharded && partition_of_hash(hash, self.partitions) != self.partition {
+                return Source::Immediate(Status::WrongPartition);
+            }
+            if repeats && rich.is_none() {
+                self.deps.note_repeat(bop.key, hash, &chunk.bops);
+            }
+        }
+        if let Some(r) = rich {
+            chunk.rich.push((chunk.bops.len() as u16, r));
+            self.deps.dependent = true;
+        }
+        chunk.bops.push(bop);
+        Source::Engine
+    }
+
+    /// Runs one chunk — straight through the engine when no dependency was found, else
+    /// through the reservation station — writes the results (executed and immediate)
+    /// into responses in chunk order, and empties the chunk.
     fn flush<B, A, S>(
         &mut self,
-        ops: &[Op<'_>],
-        tags: &[Tag],
-        pkts: &[PktCtx; MAX_BURST],
+        chunk: &mut Chunk<'_>,
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         out: &mut Responder<B, A, S>,
-        deps: &ChunkDeps,
     ) where
         B: TxFrame,
         A: FnMut() -> Option<B>,
         S: FnMut(B),
     {
         stats.batches.inc();
-        if deps.dependent {
-            self.flush_station(ops, tags, pkts, stats, out);
+        if self.deps.dependent {
+            self.flush_station(chunk, pkts, stats, out);
         } else {
-            self.flush_engine(ops, tags, pkts, stats, out);
+            self.flush_engine(chunk, pkts, stats, out);
         }
+        chunk.clear();
+        self.deps.reset();
     }
 
     /// A chunk of independent GET/PUT/DELETE: the engine's pipelined batch, results
     /// streamed into the responses.
     fn flush_engine<B, A, S>(
         &mut self,
-        ops: &[Op<'_>],
-        tags: &[Tag],
-        pkts: &[PktCtx; MAX_BURST],
+        chunk: &Chunk<'_>,
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         out: &mut Responder<B, A, S>,
     ) where
@@ -557,33 +610,32 @@ impl Server {
         A: FnMut() -> Option<B>,
         S: FnMut(B),
     {
-        let mut bops = [BatchOp::get(&[]); CHUNK];
-        for (b, op) in bops.iter_mut().zip(ops) {
-            *b = match *op {
-                Op::Put { key, value } => BatchOp::put(key, value),
-                Op::Delete { key } => BatchOp::delete(key),
-                // Only GETs are left: `ChunkDeps` sends every other op to the station.
-                ref o => BatchOp::get(o.key()),
-            };
-        }
-        let bops = &bops[..ops.len()];
         let Server {
             id,
             clients,
             engine,
             ..
         } = self;
+        let (bops, tags) = (&chunk.bops[..], &chunk.tags[..]);
+        let mut counts = OpCounts::default();
         let mut next_tag = 0usize;
         drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
         let mut sink = |i: usize, status: kvengine::Status, value: &[u8]| {
             let t = tags[next_tag];
             debug_assert!(matches!(t.src, Source::Engine));
-            count_op(stats, bops[i].kind, status);
+            counts.count(bops[i].kind, status);
             out.result(clients, id, pkts, stats, t.pkt, wire_status(status), value);
             next_tag += 1;
-            drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
+            // Immediates between executed ops are rare: test inline, emit out of line.
+            if tags
+                .get(next_tag)
+                .is_some_and(|t| !matches!(t.src, Source::Engine))
+            {
+                drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
+            }
         };
         engine.execute_batch(bops, &mut sink);
+        counts.add_to(stats);
     }
 
     /// A chunk with dependencies: the reservation station over the engine. Its
@@ -591,9 +643,8 @@ impl Server {
     /// emitted in chunk order.
     fn flush_station<B, A, S>(
         &mut self,
-        ops: &[Op<'_>],
-        tags: &[Tag],
-        pkts: &[PktCtx; MAX_BURST],
+        chunk: &Chunk<'_>,
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         out: &mut Responder<B, A, S>,
     ) where
@@ -602,6 +653,8 @@ impl Server {
         S: FnMut(B),
     {
         stats.station_chunks.inc();
+        let ops = chunk.station_ops();
+        let tags = &chunk.tags[..];
         let Server {
             id,
             clients,
@@ -629,7 +682,7 @@ impl Server {
                 *e = r;
             }
         };
-        station.process_batch(ops, &mut EngineStage(engine), &mut sink);
+        station.process_batch(&ops, &mut EngineStage(engine), &mut sink);
         let st = station.stats();
         stats.forwarded.set(st.forwarded);
         stats.merged.set(st.merged);
@@ -658,7 +711,7 @@ fn drain_immediates<B, A, S>(
     out: &mut Responder<B, A, S>,
     clients: &mut [Client],
     id: &Identity,
-    pkts: &[PktCtx; MAX_BURST],
+    pkts: &[PktCtx],
     stats: &WorkerStats,
 ) where
     B: TxFrame,
@@ -701,23 +754,6 @@ fn count_station_op(stats: &WorkerStats, op: &Op<'_>, status: Status) {
     }
 }
 
-#[inline]
-fn count_op(stats: &WorkerStats, kind: OpKind, status: kvengine::Status) {
-    match kind {
-        OpKind::Get => {
-            stats.gets.inc();
-            if status == kvengine::Status::Ok {
-                stats.get_hits.inc();
-            }
-        }
-        OpKind::Put => stats.puts.inc(),
-        OpKind::Delete => stats.deletes.inc(),
-    }
-    if !matches!(status, kvengine::Status::Ok | kvengine::Status::NotFound) {
-        stats.op_errors.inc();
-    }
-}
-
 /// The wire status of an engine status.
 #[inline]
 pub fn wire_status(s: kvengine::Status) -> Status {
@@ -749,6 +785,8 @@ struct Responder<B, A, S> {
     alloc: A,
     send: S,
     payload_cap: usize,
+    /// `RESPONSE_HEADER_LEN + payload_cap`: where a response frame's payload ends.
+    limit: usize,
 }
 
 impl<B, A, S> Responder<B, A, S>
@@ -758,7 +796,7 @@ where
     S: FnMut(B),
 {
     /// Starts a response frame for packet `pkt`, first result index `first`.
-    fn open(&mut self, pkts: &[PktCtx; MAX_BURST], stats: &WorkerStats, pkt: u8, first: u16) {
+    fn open(&mut self, pkts: &[PktCtx], stats: &WorkerStats, pkt: u8, first: u16) {
         let mut buf = (self.alloc)();
         if let Some(b) = buf.as_mut() {
             let room = b.room();
@@ -788,7 +826,7 @@ where
         &mut self,
         clients: &mut [Client],
         id: &Identity,
-        pkts: &[PktCtx; MAX_BURST],
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         more: bool,
     ) {
@@ -834,7 +872,7 @@ where
         &mut self,
         clients: &mut [Client],
         id: &Identity,
-        pkts: &[PktCtx; MAX_BURST],
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         pkt: u8,
     ) {
@@ -843,13 +881,48 @@ where
         self.close(clients, id, pkts, stats, false);
     }
 
-    /// Appends one result of packet `pkt`.
+    /// Appends one result of packet `pkt`: inline while it fits the open frame of the
+    /// same packet (the common case), else through [`Responder::result_slow`].
     #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
     fn result(
         &mut self,
         clients: &mut [Client],
         id: &Identity,
-        pkts: &[PktCtx; MAX_BURST],
+        pkts: &[PktCtx],
+        stats: &WorkerStats,
+        pkt: u8,
+        status: Status,
+        value: &[u8],
+    ) {
+        if let Some(open) = self.cur.as_mut() {
+            if let (true, Some(buf)) = (open.pkt == pkt, open.buf.as_mut()) {
+                let room = buf.room();
+                let lim = self.limit.min(room.len());
+                let pos = RESPONSE_HEADER_LEN + open.len;
+                if open.count < u16::MAX {
+                    if let Some(end) = put_result(&mut room[..lim], pos, status, value) {
+                        open.len = end - RESPONSE_HEADER_LEN;
+                        open.count += 1;
+                        open.next_index = open.next_index.wrapping_add(1);
+                        return;
+                    }
+                }
+            }
+        }
+        self.result_slow(clients, id, pkts, stats, pkt, status, value);
+    }
+
+    /// [`Responder::result`] when a frame must be opened or closed first, the frame is
+    /// full, or there is no frame (no mbuf).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    fn result_slow(
+        &mut self,
+        clients: &mut [Client],
+        id: &Identity,
+        pkts: &[PktCtx],
         stats: &WorkerStats,
         pkt: u8,
         status: Status,

@@ -1256,7 +1256,7 @@ impl Gen<'_> {
 /// Writes one op into the batch: key `k`'s bytes into `key`, a PUT's value into `val`.
 /// With a `model` (verify mode) the op is applied to it and its expected answer
 /// returned, else `Expect::Any`. `None` when the packet is full (nothing recorded).
-#[inline]
+#[inline(always)]
 fn push_op(
     w: &mut BatchWriter<'_>,
     op: OpType,

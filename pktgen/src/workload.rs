@@ -167,9 +167,15 @@ impl OpType {
 /// The operation mix, as cumulative thresholds over [0, 1).
 #[derive(Clone, Copy, Debug)]
 pub struct Mix {
-    /// (cumulative share, op), DELETE is the rest.
-    cuts: [(f64, OpType); 5],
+    /// (cumulative share × 2^53, op), DELETE is the rest: a draw compares the 53 random
+    /// bits of [`Rng::next_f64`] as an integer, with no conversion to floating point.
+    cuts: [(u64, OpType); 5],
+    /// The cumulative share of all ops but DELETE.
+    non_delete: f64,
 }
+
+/// 2^53: the resolution of a draw.
+const DRAW_ONE: f64 = (1u64 << 53) as f64;
 
 impl Mix {
     /// A mix with the given GET, PUT, atomic, vector-update and reduce shares; the rest
@@ -190,24 +196,28 @@ impl Mix {
             OpType::Vector,
             OpType::Reduce,
         ];
-        let mut cuts = [(0.0, OpType::Get); 5];
+        let mut cuts = [(0, OpType::Get); 5];
         let mut acc = 0.0;
         for (c, (s, op)) in cuts.iter_mut().zip(shares.iter().zip(ops)) {
             acc += s;
-            *c = (acc, op);
+            // u / 2^53 < acc  <=>  u < acc * 2^53 for the integer u of a draw.
+            *c = ((acc * DRAW_ONE).ceil().min(DRAW_ONE) as u64, op);
         }
-        Ok(Mix { cuts })
+        Ok(Mix {
+            cuts,
+            non_delete: acc,
+        })
     }
 
     /// The DELETE share.
     pub fn delete_share(&self) -> f64 {
-        (1.0 - self.cuts[4].0).max(0.0)
+        (1.0 - self.non_delete).max(0.0)
     }
 
     /// Draws an operation type.
     #[inline]
     pub fn next(&self, rng: &mut Rng) -> OpType {
-        let u = rng.next_f64();
+        let u = rng.next_u64() >> 11;
         for &(cut, op) in &self.cuts {
             if u < cut {
                 return op;

@@ -43,8 +43,9 @@ pub use frame::{
 };
 pub use icrc::ICRC_LEN;
 pub use payload::{
-    func, op, pred, Atomic, BatchReader, BatchWriter, KvOp, KvResult, PayloadError, ResponseReader,
-    ResponseWriter, Status, Width, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN,
+    copy_small, func, op, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvResult,
+    PayloadError, ResponseReader, ResponseWriter, Status, Width, MAX_KEY_LEN, MAX_OPS_PER_BATCH,
+    MAX_VALUE_LEN,
 };
 pub use psn::{PsnClass, PsnTracker};
 pub use view::Error as HeaderError;

@@ -655,6 +655,66 @@ impl<'a> BatchReader<'a> {
 
     #[inline]
     fn decode(&mut self) -> Result<KvOp<'a>, PayloadError> {
+        let opb = *self.buf.get(self.pos).ok_or(PayloadError::Truncated)?;
+        let opcode = opb & OPCODE_MASK;
+        if opb & (FLAG_RESERVED | FLAG_COPY_VALUE) == 0
+            && matches!(opcode, op::GET | op::PUT | op::DELETE)
+        {
+            return self.decode_plain(opb);
+        }
+        self.decode_general()
+    }
+
+    /// GET, PUT or DELETE with at most `COPY_SIZES` (the bulk of real traffic): the
+    /// same checks, in the same order, as [`Self::decode_general`], without the
+    /// atomic fields.
+    #[inline(always)]
+    fn decode_plain(&mut self, opb: u8) -> Result<KvOp<'a>, PayloadError> {
+        let opcode = opb & OPCODE_MASK;
+        let copy_sizes = opb & FLAG_COPY_SIZES != 0;
+        if copy_sizes && !self.have_prev {
+            return Err(PayloadError::BadFlags);
+        }
+        let buf = self.buf;
+        let mut p = self.pos + 1;
+        let key_len = if copy_sizes {
+            self.prev_key_len
+        } else {
+            let k = *buf.get(p).ok_or(PayloadError::Truncated)?;
+            p += 1;
+            usize::from(k)
+        };
+        let is_put = opcode == op::PUT;
+        let value_len = if !is_put {
+            0
+        } else if copy_sizes {
+            self.prev_value.map_or(0, <[u8]>::len)
+        } else {
+            let v = buf.get(p..p + 2).ok_or(PayloadError::Truncated)?;
+            p += 2;
+            usize::from(u16::from_be_bytes([v[0], v[1]]))
+        };
+        if key_len == 0 {
+            return Err(PayloadError::EmptyKey);
+        }
+        let key = buf.get(p..p + key_len).ok_or(PayloadError::Truncated)?;
+        p += key_len;
+        let value = buf.get(p..p + value_len).ok_or(PayloadError::Truncated)?;
+        p += value_len;
+        self.pos = p;
+        self.prev_key_len = key_len;
+        self.prev_value = if is_put { Some(value) } else { None };
+        self.have_prev = true;
+        Ok(match opcode {
+            op::GET => KvOp::Get { key },
+            op::DELETE => KvOp::Delete { key },
+            _ => KvOp::Put { key, value },
+        })
+    }
+
+    /// Any op (the read-modify-write opcodes, `COPY_VALUE`, and every malformed case).
+    #[inline(never)]
+    fn decode_general(&mut self) -> Result<KvOp<'a>, PayloadError> {
         let mut c = Cursor {
             buf: self.buf,
             pos: self.pos,
@@ -855,6 +915,7 @@ impl<'b> BatchWriter<'b> {
     }
 
     /// Appends one op. On error nothing is written and the writer is unchanged.
+    #[inline]
     pub fn push(&mut self, kv: &KvOp<'_>) -> Result<(), PayloadError> {
         if usize::from(self.count) >= MAX_OPS_PER_BATCH {
             return Err(PayloadError::TooManyOps);
@@ -932,12 +993,12 @@ impl<'b> BatchWriter<'b> {
                 p += wbytes;
             }
         }
-        b[p..p + key.len()].copy_from_slice(key);
+        copy_small(&mut b[p..p + key.len()], key);
         p += key.len();
         let new_prev_value = match value {
             Some(_) if copy_value => self.prev_value,
             Some(v) => {
-                b[p..p + v.len()].copy_from_slice(v);
+                copy_small(&mut b[p..p + v.len()], v);
                 let r = (p, p + v.len());
                 p += v.len();
                 Some(r)
@@ -1039,7 +1100,7 @@ impl<'b> ResponseWriter<'b> {
     }
     /// Appends a result. On `NoSpace` nothing is written.
     pub fn push(&mut self, status: Status, value: &[u8]) -> Result<(), PayloadError> {
-        self.push_with(status, value.len(), |dst| dst.copy_from_slice(value))
+        self.push_with(status, value.len(), |dst| copy_small(dst, value))
     }
     /// Appends a result whose `value_len` value bytes are written in place by `fill`.
     pub fn push_with(
@@ -1069,6 +1130,51 @@ impl<'b> ResponseWriter<'b> {
     pub fn finish(self) -> usize {
         self.buf[resp_field::COUNT].copy_from_slice(&self.count.to_be_bytes());
         self.pos
+    }
+}
+
+/// Encodes one result (`status`, `value_len` BE, `value`) at byte `pos` of a response
+/// payload `buf` and returns the position after it, or `None` (nothing written) when it
+/// does not fit or the value is longer than [`MAX_VALUE_LEN`]. The result count in the
+/// header is the caller's to keep ([`ResponseWriter`] does it for you); this is the
+/// per-result step of a server that keeps only `(pos, count)` between results.
+#[inline(always)]
+pub fn put_result(buf: &mut [u8], pos: usize, status: Status, value: &[u8]) -> Option<usize> {
+    let n = value.len();
+    if n > MAX_VALUE_LEN {
+        return None;
+    }
+    let end = pos.checked_add(RESULT_HEADER_LEN + n)?;
+    let dst = buf.get_mut(pos..end)?;
+    let (hdr, val) = dst.split_at_mut(RESULT_HEADER_LEN);
+    hdr[0] = status as u8;
+    hdr[1..3].copy_from_slice(&(n as u16).to_be_bytes());
+    copy_small(val, value);
+    Some(end)
+}
+
+/// `dst.copy_from_slice(src)` that stays inline for short slices (values of a few
+/// bytes are the common case; a call into `memcpy` costs more than the copy). Two
+/// overlapping fixed-size moves cover every length in a size class.
+///
+/// Panics if the lengths differ, like `copy_from_slice`.
+#[inline(always)]
+pub fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    assert_eq!(dst.len(), n, "copy_small: length mismatch");
+    if n > 16 {
+        dst.copy_from_slice(src);
+    } else if n >= 8 {
+        dst[..8].copy_from_slice(&src[..8]);
+        dst[n - 8..].copy_from_slice(&src[n - 8..]);
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else if n >= 2 {
+        dst[..2].copy_from_slice(&src[..2]);
+        dst[n - 2..].copy_from_slice(&src[n - 2..]);
+    } else if n == 1 {
+        dst[0] = src[0];
     }
 }
 
@@ -1170,6 +1276,39 @@ impl core::iter::FusedIterator for ResponseReader<'_> {}
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn copy_small_copies_every_length() {
+        for n in 0..=40usize {
+            let src: Vec<u8> = (0..n as u8).map(|b| b.wrapping_mul(37) ^ 0x5a).collect();
+            let mut dst = vec![0u8; n + 2];
+            copy_small(&mut dst[1..n + 1], &src);
+            assert_eq!(&dst[1..n + 1], &src[..], "length {n}");
+            assert_eq!((dst[0], dst[n + 1]), (0, 0), "length {n} wrote outside");
+        }
+    }
+
+    #[test]
+    fn put_result_matches_response_writer() {
+        let mut a = [0u8; 64];
+        let mut b = [0u8; 64];
+        let mut w = ResponseWriter::new(&mut a, 9, 0).unwrap();
+        w.push(Status::Ok, &[1, 2, 3, 4, 5]).unwrap();
+        w.push(Status::NotFound, &[]).unwrap();
+        let len = w.finish();
+        let h = RESPONSE_BATCH_HEADER_LEN;
+        ResponseWriter::new(&mut b, 9, 0).unwrap().finish();
+        let p = put_result(&mut b, h, Status::Ok, &[1, 2, 3, 4, 5]).unwrap();
+        let p = put_result(&mut b, p, Status::NotFound, &[]).unwrap();
+        b[2..4].copy_from_slice(&2u16.to_be_bytes());
+        assert_eq!(p, len);
+        assert_eq!(a[..len], b[..len]);
+        // Does not fit: nothing written, None.
+        let before = b;
+        assert_eq!(put_result(&mut b, 60, Status::Ok, &[7; 2]), None);
+        assert_eq!(before, b);
+        assert_eq!(put_result(&mut b, 61, Status::Ok, &[]), Some(64));
+    }
 
     #[test]
     fn resume_continues_a_response() {
@@ -1643,6 +1782,37 @@ mod tests {
             prop_assert_eq!(r.batch_id(), id);
             let back: Result<Vec<_>, _> = r.collect();
             prop_assert_eq!(back.unwrap(), views);
+        }
+
+        /// The GET/PUT/DELETE fast path decodes exactly as the general decoder, on
+        /// any bytes: same ops, same error at the same op, same position after each.
+        #[test]
+        fn plain_fast_path_matches_general(
+            body in prop::collection::vec(
+                prop_oneof![
+                    4 => prop::sample::select(vec![1u8, 2, 3, 0x81, 0x82, 0x83, 0x42, 0xc2, 0x21, 4, 0]),
+                    1 => any::<u8>(),
+                    3 => 0u8..12,
+                ],
+                0..200,
+            ),
+            count in 0u16..40,
+        ) {
+            let mut payload = vec![REQUEST_MAGIC, VERSION];
+            payload.extend_from_slice(&count.to_be_bytes());
+            payload.extend_from_slice(&7u32.to_be_bytes());
+            payload.extend_from_slice(&body);
+            let mut fast = BatchReader::new(&payload).unwrap();
+            let mut general = fast.clone();
+            for _ in 0..count {
+                let a = fast.decode();
+                let b = general.decode_general();
+                prop_assert_eq!(&a, &b);
+                prop_assert_eq!(fast.pos, general.pos);
+                if a.is_err() {
+                    break;
+                }
+            }
         }
 
         #[test]
