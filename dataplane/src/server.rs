@@ -471,12 +471,12 @@ impl Server {
         // At most one entry per frame, so never more than MAX_BURST.
         let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
         let mut chunk = Chunk::new();
+        let payload_cap = response_payload_capacity(self.id.mtu);
         let mut out = Responder {
             cur: None,
             alloc,
             send,
-            payload_cap: response_payload_capacity(self.id.mtu),
-            limit: RESPONSE_HEADER_LEN + response_payload_capacity(self.id.mtu),
+            limit: RESPONSE_HEADER_LEN + payload_cap,
         };
 
         for frame in frames {
@@ -784,8 +784,8 @@ struct Responder<B, A, S> {
     cur: Option<Open<B>>,
     alloc: A,
     send: S,
-    payload_cap: usize,
-    /// `RESPONSE_HEADER_LEN + payload_cap`: where a response frame's payload ends.
+    /// `RESPONSE_HEADER_LEN` + the MTU's response payload capacity: where a response
+    /// frame's payload ends.
     limit: usize,
 }
 
@@ -800,7 +800,7 @@ where
         let mut buf = (self.alloc)();
         if let Some(b) = buf.as_mut() {
             let room = b.room();
-            let end = (RESPONSE_HEADER_LEN + self.payload_cap).min(room.len());
+            let end = self.limit.min(room.len());
             let ok = room
                 .get_mut(RESPONSE_HEADER_LEN..end)
                 .map(|p| ResponseWriter::new(p, pkts[pkt as usize].batch_id, first).is_ok())
@@ -835,7 +835,7 @@ where
         let ctx = &pkts[open.pkt as usize];
         let client = &mut clients[ctx.client as usize];
         let room = buf.room();
-        let end = (RESPONSE_HEADER_LEN + self.payload_cap).min(room.len());
+        let end = self.limit.min(room.len());
         let frame_len = {
             let payload = &mut room[RESPONSE_HEADER_LEN..end];
             let Ok(mut w) = ResponseWriter::resume(payload, open.len, open.count) else {
@@ -934,14 +934,14 @@ where
         }
         let (mut status, mut value) = (status, value);
         loop {
-            let cap = self.payload_cap;
+            let limit = self.limit;
             let open = self.cur.as_mut().expect("opened above");
             let Some(buf) = open.buf.as_mut() else {
                 open.next_index = open.next_index.wrapping_add(1);
                 return;
             };
             let room = buf.room();
-            let end = (RESPONSE_HEADER_LEN + cap).min(room.len());
+            let end = limit.min(room.len());
             let payload = &mut room[RESPONSE_HEADER_LEN..end];
             let Ok(mut w) = ResponseWriter::resume(payload, open.len, open.count) else {
                 return;

@@ -1100,7 +1100,15 @@ impl<'b> ResponseWriter<'b> {
     }
     /// Appends a result. On `NoSpace` nothing is written.
     pub fn push(&mut self, status: Status, value: &[u8]) -> Result<(), PayloadError> {
-        self.push_with(status, value.len(), |dst| copy_small(dst, value))
+        if value.len() > MAX_VALUE_LEN {
+            return Err(PayloadError::ValueTooLarge);
+        }
+        if self.count == u16::MAX {
+            return Err(PayloadError::TooManyOps);
+        }
+        self.pos = put_result(self.buf, self.pos, status, value).ok_or(PayloadError::NoSpace)?;
+        self.count += 1;
+        Ok(())
     }
     /// Appends a result whose `value_len` value bytes are written in place by `fill`.
     pub fn push_with(
