@@ -7,6 +7,7 @@
 #![deny(unsafe_code)]
 
 pub mod control;
+mod respond;
 pub mod server;
 pub mod slab_daemon;
 pub mod stage;

@@ -23,6 +23,7 @@
 //! Every frame that is not answered is counted under a [`DropReason`]; every op that
 //! is answered with an error is counted under its status.
 
+use crate::respond::{Ctx, EngineSink, Responder, MIN_PAYLOAD};
 use crate::stage::{station_op, EngineStage};
 use crate::stats::WorkerStats;
 use arrayvec::ArrayVec;
@@ -33,8 +34,7 @@ use kvwire::frame::FrameParams;
 use kvwire::partition::partition_of_hash;
 use kvwire::psn;
 use kvwire::{
-    emit_response_headers, finalize, parse_request, put_result, response_payload_capacity,
-    BatchReader, DropReason, KvOp, MacAddr, ResponseWriter, Status, RESPONSE_HEADER_LEN,
+    parse_request, response_payload_capacity, BatchReader, DropReason, KvOp, MacAddr, Status,
 };
 use std::net::Ipv4Addr;
 
@@ -48,14 +48,7 @@ pub const PSN_DUP_WINDOW: i32 = 128;
 /// UDP source port of responses.
 pub const RESPONSE_UDP_SRC_PORT: u16 = 0xC001;
 
-/// A buffer a response frame is written into (an mbuf in the dataplane, a `Vec` in
-/// tests).
-pub trait TxFrame {
-    /// The writable bytes, from the start of the frame to the end of the buffer.
-    fn room(&mut self) -> &mut [u8];
-    /// Sets the frame length (at most `room().len()`).
-    fn set_len(&mut self, len: usize);
-}
+pub use crate::respond::TxFrame;
 
 /// The server's own identity and limits.
 #[derive(Clone, Debug)]
@@ -78,13 +71,13 @@ pub struct Identity {
 
 /// One admitted client QP.
 #[derive(Clone, Copy, Debug)]
-struct Client {
-    qpn: u32,
+pub(crate) struct Client {
+    pub qpn: u32,
     rkey: u32,
     /// Next expected request PSN (`None` until the first request).
     expected_psn: Option<u32>,
     /// PSN of the next response sent to this client.
-    resp_psn: u32,
+    pub resp_psn: u32,
 }
 
 /// What to do with a received PSN.
@@ -118,15 +111,17 @@ type KeyHash = fn(&[u8]) -> u64;
 
 /// Per-frame context kept while its ops run.
 #[derive(Clone, Copy)]
-struct PktCtx {
-    params: FrameParams,
-    client: u16,
-    batch_id: u32,
+pub(crate) struct PktCtx {
+    /// Addresses of the reply.
+    pub params: FrameParams,
+    /// Index of the client in the server's client list.
+    pub client: u16,
+    pub batch_id: u32,
 }
 
 /// What produces the result of one entry of a chunk.
 #[derive(Clone, Copy)]
-enum Source {
+pub(crate) enum Source {
     /// The engine (the next engine op).
     Engine,
     /// A status decided at decode time (an op the engine does not run).
@@ -136,10 +131,10 @@ enum Source {
 }
 
 #[derive(Clone, Copy)]
-struct Tag {
+pub(crate) struct Tag {
     /// Index of the request in the burst's admitted packets.
-    pkt: u8,
-    src: Source,
+    pub pkt: u8,
+    pub src: Source,
 }
 
 /// The chunk being built: what the engine (or the station) runs and, in order, where
@@ -272,36 +267,6 @@ impl ChunkDeps {
     }
 }
 
-/// Per-chunk op counters, kept in registers while the engine runs and added to the
-/// shared [`WorkerStats`] once per chunk.
-#[derive(Default)]
-struct OpCounts {
-    /// GETs, PUTs, DELETEs by `OpKind as usize`.
-    kinds: [u64; 3],
-    get_hits: u64,
-    errors: u64,
-}
-
-impl OpCounts {
-    #[inline(always)]
-    fn count(&mut self, kind: OpKind, status: kvengine::Status) {
-        self.kinds[kind as usize] += 1;
-        self.get_hits += u64::from(kind == OpKind::Get && status == kvengine::Status::Ok);
-        self.errors += u64::from(!matches!(
-            status,
-            kvengine::Status::Ok | kvengine::Status::NotFound
-        ));
-    }
-
-    fn add_to(&self, stats: &WorkerStats) {
-        stats.gets.add(self.kinds[OpKind::Get as usize]);
-        stats.puts.add(self.kinds[OpKind::Put as usize]);
-        stats.deletes.add(self.kinds[OpKind::Delete as usize]);
-        stats.get_hits.add(self.get_hits);
-        stats.op_errors.add(self.errors);
-    }
-}
-
 /// Request processing state of one worker: identity, clients, engine, reservation
 /// station, counters.
 pub struct Server {
@@ -318,6 +283,8 @@ pub struct Server {
     station_kv: bool,
     /// Dependencies within the chunk being built.
     deps: Box<ChunkDeps>,
+    /// The payload of the response frame being built (`respond`).
+    resp: Box<[u8]>,
 }
 
 impl Server {
@@ -347,6 +314,7 @@ impl Server {
             .collect();
         v.sort_by_key(|c| c.qpn);
         v.dedup_by_key(|c| c.qpn);
+        let mtu = id.mtu;
         let max_value_len = engine.max_value_len().max(8);
         let cfg = StationConfig {
             ooo,
@@ -368,6 +336,7 @@ impl Server {
             partitions: 1,
             station_kv: false,
             deps: Box::new(ChunkDeps::new()),
+            resp: vec![0; response_payload_capacity(mtu).max(MIN_PAYLOAD)].into_boxed_slice(),
         }
     }
 
@@ -471,13 +440,10 @@ impl Server {
         // At most one entry per frame, so never more than MAX_BURST.
         let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
         let mut chunk = Chunk::new();
-        let payload_cap = response_payload_capacity(self.id.mtu);
-        let mut out = Responder {
-            cur: None,
-            alloc,
-            send,
-            limit: RESPONSE_HEADER_LEN + payload_cap,
-        };
+        // The responder borrows the payload buffer for the whole burst while `self` is
+        // borrowed by each step; taking the box out (and back) moves no bytes.
+        let mut resp = std::mem::take(&mut self.resp);
+        let mut out = Responder::new(&mut resp, alloc, send);
 
         for frame in frames {
             stats.rx_packets.inc();
@@ -541,7 +507,17 @@ impl Server {
         if !chunk.tags.is_empty() {
             self.flush(&mut chunk, &pkts, stats, &mut out);
         }
-        out.close(&mut self.clients, &self.id, &pkts, stats, false);
+        out.close(
+            &mut Ctx {
+                clients: &mut self.clients,
+                id: &self.id,
+                pkts: &pkts,
+                stats,
+            },
+            false,
+        );
+        drop(out);
+        self.resp = resp;
     }
 
     /// Adds a decoded op to the chunk (the caller made room) and says where its result
@@ -581,7 +557,7 @@ impl Server {
         chunk: &mut Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<B, A, S>,
+        out: &mut Responder<'_, B, A, S>,
     ) where
         B: TxFrame,
         A: FnMut() -> Option<B>,
@@ -598,13 +574,14 @@ impl Server {
     }
 
     /// A chunk of independent GET/PUT/DELETE: the engine's pipelined batch, results
-    /// streamed into the responses.
+    /// streamed into the responses. The op counters come from the engine's own
+    /// counters, once per chunk, so the per-result step only encodes.
     fn flush_engine<B, A, S>(
         &mut self,
         chunk: &Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<B, A, S>,
+        out: &mut Responder<'_, B, A, S>,
     ) where
         B: TxFrame,
         A: FnMut() -> Option<B>,
@@ -616,26 +593,32 @@ impl Server {
             engine,
             ..
         } = self;
-        let (bops, tags) = (&chunk.bops[..], &chunk.tags[..]);
-        let mut counts = OpCounts::default();
-        let mut next_tag = 0usize;
-        drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
-        let mut sink = |i: usize, status: kvengine::Status, value: &[u8]| {
-            let t = tags[next_tag];
-            debug_assert!(matches!(t.src, Source::Engine));
-            counts.count(bops[i].kind, status);
-            out.result(clients, id, pkts, stats, t.pkt, wire_status(status), value);
-            next_tag += 1;
-            // Immediates between executed ops are rare: test inline, emit out of line.
-            if tags
-                .get(next_tag)
-                .is_some_and(|t| !matches!(t.src, Source::Engine))
-            {
-                drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
-            }
+        let before = engine.op_counters();
+        let mut sink = EngineSink {
+            out,
+            ctx: Ctx {
+                clients,
+                id,
+                pkts,
+                stats,
+            },
+            tags: &chunk.tags,
+            next_tag: 0,
+            run_left: 0,
+            run_pkt: 0,
         };
-        engine.execute_batch(bops, &mut sink);
-        counts.add_to(stats);
+        engine.execute_batch(&chunk.bops, &mut sink);
+        sink.finish();
+        let after = engine.op_counters();
+        stats.gets.add(after.gets - before.gets);
+        stats.puts.add(after.puts - before.puts);
+        stats.deletes.add(after.deletes - before.deletes);
+        stats.get_hits.add(after.get_hits - before.get_hits);
+        // A batch answers an error status exactly for a refused op or a PUT out of
+        // memory (`Engine::execute_batch`).
+        stats
+            .op_errors
+            .add((after.refused - before.refused) + (after.put_oom - before.put_oom));
     }
 
     /// A chunk with dependencies: the reservation station over the engine. Its
@@ -646,7 +629,7 @@ impl Server {
         chunk: &Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<B, A, S>,
+        out: &mut Responder<'_, B, A, S>,
     ) where
         B: TxFrame,
         A: FnMut() -> Option<B>,
@@ -689,46 +672,24 @@ impl Server {
         stats.write_backs.set(st.write_backs);
         stats.stalls.set(st.stalls);
 
+        let mut ctx = Ctx {
+            clients,
+            id,
+            pkts,
+            stats,
+        };
         let mut next_tag = 0usize;
         for (op, &(status, off, len)) in ops.iter().zip(slots.iter()) {
-            drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
-            let t = tags[next_tag];
+            out.drain_immediates(&mut ctx, tags, &mut next_tag);
+            let Some(t) = tags.get(next_tag) else { break };
             count_station_op(stats, op, status);
             let value = arena
                 .get(off as usize..off as usize + len as usize)
                 .unwrap_or_default();
-            out.result(clients, id, pkts, stats, t.pkt, status, value);
+            out.result(&mut ctx, t.pkt, status, value);
             next_tag += 1;
         }
-        drain_immediates(tags, &mut next_tag, out, clients, id, pkts, stats);
-    }
-}
-
-/// Emits the tags before the next executed op (immediate statuses and empty requests).
-fn drain_immediates<B, A, S>(
-    tags: &[Tag],
-    next_tag: &mut usize,
-    out: &mut Responder<B, A, S>,
-    clients: &mut [Client],
-    id: &Identity,
-    pkts: &[PktCtx],
-    stats: &WorkerStats,
-) where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
-    while *next_tag < tags.len() {
-        let t = tags[*next_tag];
-        match t.src {
-            Source::Engine => return,
-            Source::Immediate(status) => {
-                stats.op_errors.inc();
-                out.result(clients, id, pkts, stats, t.pkt, status, &[]);
-            }
-            Source::Empty => out.empty(clients, id, pkts, stats, t.pkt),
-        }
-        *next_tag += 1;
+        out.drain_immediates(&mut ctx, tags, &mut next_tag);
     }
 }
 
@@ -751,220 +712,5 @@ fn count_station_op(stats: &WorkerStats, op: &Op<'_>, status: Status) {
     }
     if !matches!(status, Status::Ok | Status::NotFound) {
         stats.op_errors.inc();
-    }
-}
-
-/// The wire status of an engine status.
-#[inline]
-pub fn wire_status(s: kvengine::Status) -> Status {
-    match s {
-        kvengine::Status::Ok => Status::Ok,
-        kvengine::Status::NotFound => Status::NotFound,
-        kvengine::Status::OutOfMemory => Status::OutOfMemory,
-        kvengine::Status::KeyTooLarge => Status::KeyTooLarge,
-        kvengine::Status::ValueTooLarge => Status::ValueTooLarge,
-        kvengine::Status::BufferTooSmall => Status::Internal,
-    }
-}
-
-/// The response frame being filled.
-struct Open<B> {
-    /// `None` when no mbuf could be had: this packet's results are discarded.
-    buf: Option<B>,
-    pkt: u8,
-    /// Payload bytes written (response header included).
-    len: usize,
-    count: u16,
-    /// Index within the request of the next result.
-    next_index: u16,
-}
-
-/// Streams results into response frames.
-struct Responder<B, A, S> {
-    cur: Option<Open<B>>,
-    alloc: A,
-    send: S,
-    /// `RESPONSE_HEADER_LEN` + the MTU's response payload capacity: where a response
-    /// frame's payload ends.
-    limit: usize,
-}
-
-impl<B, A, S> Responder<B, A, S>
-where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
-    /// Starts a response frame for packet `pkt`, first result index `first`.
-    fn open(&mut self, pkts: &[PktCtx], stats: &WorkerStats, pkt: u8, first: u16) {
-        let mut buf = (self.alloc)();
-        if let Some(b) = buf.as_mut() {
-            let room = b.room();
-            let end = self.limit.min(room.len());
-            let ok = room
-                .get_mut(RESPONSE_HEADER_LEN..end)
-                .map(|p| ResponseWriter::new(p, pkts[pkt as usize].batch_id, first).is_ok())
-                .unwrap_or(false);
-            if !ok {
-                buf = None;
-            }
-        }
-        if buf.is_none() {
-            stats.drop(DropReason::NoMbuf);
-        }
-        self.cur = Some(Open {
-            buf,
-            pkt,
-            len: kvwire::payload::RESPONSE_BATCH_HEADER_LEN,
-            count: 0,
-            next_index: first,
-        });
-    }
-
-    /// Finishes the open frame (if any) and hands it to `send`.
-    fn close(
-        &mut self,
-        clients: &mut [Client],
-        id: &Identity,
-        pkts: &[PktCtx],
-        stats: &WorkerStats,
-        more: bool,
-    ) {
-        let Some(open) = self.cur.take() else { return };
-        let Some(mut buf) = open.buf else { return };
-        let ctx = &pkts[open.pkt as usize];
-        let client = &mut clients[ctx.client as usize];
-        let room = buf.room();
-        let end = self.limit.min(room.len());
-        let frame_len = {
-            let payload = &mut room[RESPONSE_HEADER_LEN..end];
-            let Ok(mut w) = ResponseWriter::resume(payload, open.len, open.count) else {
-                stats.drop(DropReason::NoMbuf);
-                return;
-            };
-            w.set_more(more);
-            let plen = w.finish();
-            let hdr = emit_response_headers(
-                room,
-                &ctx.params,
-                client.qpn,
-                client.resp_psn,
-                id.qkey,
-                id.qpn,
-                plen,
-            );
-            match hdr.and_then(|_| finalize(room)) {
-                Ok(n) => n,
-                Err(_) => {
-                    stats.drop(DropReason::NoMbuf);
-                    return;
-                }
-            }
-        };
-        client.resp_psn = psn::add(client.resp_psn, 1);
-        buf.set_len(frame_len);
-        stats.responses.inc();
-        (self.send)(buf);
-    }
-
-    /// A request without ops: an empty response.
-    fn empty(
-        &mut self,
-        clients: &mut [Client],
-        id: &Identity,
-        pkts: &[PktCtx],
-        stats: &WorkerStats,
-        pkt: u8,
-    ) {
-        self.close(clients, id, pkts, stats, false);
-        self.open(pkts, stats, pkt, 0);
-        self.close(clients, id, pkts, stats, false);
-    }
-
-    /// Appends one result of packet `pkt`: inline while it fits the open frame of the
-    /// same packet (the common case), else through [`Responder::result_slow`].
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn result(
-        &mut self,
-        clients: &mut [Client],
-        id: &Identity,
-        pkts: &[PktCtx],
-        stats: &WorkerStats,
-        pkt: u8,
-        status: Status,
-        value: &[u8],
-    ) {
-        if let Some(open) = self.cur.as_mut() {
-            if let (true, Some(buf)) = (open.pkt == pkt, open.buf.as_mut()) {
-                let room = buf.room();
-                let lim = self.limit.min(room.len());
-                let pos = RESPONSE_HEADER_LEN + open.len;
-                if open.count < u16::MAX {
-                    if let Some(end) = put_result(&mut room[..lim], pos, status, value) {
-                        open.len = end - RESPONSE_HEADER_LEN;
-                        open.count += 1;
-                        open.next_index = open.next_index.wrapping_add(1);
-                        return;
-                    }
-                }
-            }
-        }
-        self.result_slow(clients, id, pkts, stats, pkt, status, value);
-    }
-
-    /// [`Responder::result`] when a frame must be opened or closed first, the frame is
-    /// full, or there is no frame (no mbuf).
-    #[allow(clippy::too_many_arguments)]
-    #[cold]
-    #[inline(never)]
-    fn result_slow(
-        &mut self,
-        clients: &mut [Client],
-        id: &Identity,
-        pkts: &[PktCtx],
-        stats: &WorkerStats,
-        pkt: u8,
-        status: Status,
-        value: &[u8],
-    ) {
-        if self.cur.as_ref().is_none_or(|o| o.pkt != pkt) {
-            self.close(clients, id, pkts, stats, false);
-            self.open(pkts, stats, pkt, 0);
-        }
-        let (mut status, mut value) = (status, value);
-        loop {
-            let limit = self.limit;
-            let open = self.cur.as_mut().expect("opened above");
-            let Some(buf) = open.buf.as_mut() else {
-                open.next_index = open.next_index.wrapping_add(1);
-                return;
-            };
-            let room = buf.room();
-            let end = limit.min(room.len());
-            let payload = &mut room[RESPONSE_HEADER_LEN..end];
-            let Ok(mut w) = ResponseWriter::resume(payload, open.len, open.count) else {
-                return;
-            };
-            match w.push(status, value) {
-                Ok(()) => {
-                    open.len = w.len();
-                    open.count = w.count();
-                    open.next_index = open.next_index.wrapping_add(1);
-                    return;
-                }
-                Err(_) if open.count == 0 => {
-                    // Even an empty frame cannot hold this value.
-                    status = Status::ResponseTooLarge;
-                    value = &[];
-                    stats.op_errors.inc();
-                }
-                Err(_) => {
-                    let next = open.next_index;
-                    self.close(clients, id, pkts, stats, true);
-                    self.open(pkts, stats, pkt, next);
-                }
-            }
-        }
     }
 }

@@ -442,6 +442,48 @@ proptest! {
         }
     }
 
+    /// The op counters agree with the statuses answered, op by op: GET/PUT/DELETE
+    /// counts, GET hits, and errors (engine refusals for an oversized value, mixed
+    /// with valid ops across packets, chunks and split responses).
+    #[test]
+    fn op_counters_match_answered_statuses(batches in prop::collection::vec(prop::collection::vec((mop(), any::<bool>()), 1..40), 1..12)) {
+        // Slab classes up to 64 B: a PUT of more than ~60 B is refused (VALUE_TOO_LARGE).
+        let cfg = EngineConfig { mem_bytes: 1 << 20, max_slab_class: 64, ..EngineConfig::default() };
+        let engine = Engine::new(Region::owned(cfg.mem_bytes), &cfg).expect("engine");
+        let id = Identity { mac: SERVER_MAC, ip: SERVER_IP, qpn: 1, qkey: 0x8001_0000, region_va: VA, region_len: 1 << 20, mtu: 1500 };
+        let mut s = Server::new(id, &[(QPN, RKEY)], engine);
+        let st = WorkerStats::default();
+        let big = vec![7u8; 70];
+        let mut frames = Vec::new();
+        let mut kinds = Vec::new();
+        for (bi, batch) in batches.iter().enumerate() {
+            let keys: Vec<Vec<u8>> = batch.iter().map(|(o, _)| match o { MOp::Get(k) | MOp::Put(k, _) | MOp::Del(k) => vec![b'k', *k] }).collect();
+            let mut ops = Vec::new();
+            for (i, (o, large)) in batch.iter().enumerate() {
+                let k = &keys[i];
+                ops.push(match o {
+                    MOp::Get(_) => KvOp::Get { key: k },
+                    MOp::Put(_, n) => KvOp::Put { key: k, value: if *large { &big } else { &big[..n % 8] } },
+                    MOp::Del(_) => KvOp::Delete { key: k },
+                });
+                kinds.push(match o { MOp::Get(_) => 0usize, MOp::Put(..) => 1, MOp::Del(_) => 2 });
+            }
+            frames.push(request(&ops, bi as u32, QPN, RKEY, VA, bi as u32));
+        }
+        let out = run(&mut s, &st, &frames);
+        let statuses: Vec<Status> = out.iter().flat_map(|f| decode(f).3).map(|(s, _)| s).collect();
+        prop_assert_eq!(statuses.len(), kinds.len());
+        let count = |k: usize| kinds.iter().filter(|&&x| x == k).count() as u64;
+        prop_assert_eq!(st.gets.get(), count(0));
+        prop_assert_eq!(st.puts.get(), count(1));
+        prop_assert_eq!(st.deletes.get(), count(2));
+        let hits = kinds.iter().zip(&statuses).filter(|(&k, &s)| k == 0 && s == Status::Ok).count() as u64;
+        prop_assert_eq!(st.get_hits.get(), hits);
+        let errors = statuses.iter().filter(|s| !matches!(s, Status::Ok | Status::NotFound)).count() as u64;
+        prop_assert!(statuses.contains(&Status::ValueTooLarge) || errors == 0);
+        prop_assert_eq!(st.op_errors.get(), errors);
+    }
+
     /// Arbitrary bytes never panic and never produce a response.
     #[test]
     fn garbage_never_panics(frames in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..200), 1..8)) {

@@ -944,6 +944,13 @@ impl Engine {
         self.acct.reset();
     }
 
+    /// The operation counters alone: a copy of a few words, cheap enough to take
+    /// around every batch (unlike [`Engine::stats`], which locks the slab pool).
+    #[inline]
+    pub fn op_counters(&self) -> OpCounters {
+        self.ops
+    }
+
     /// A statistics snapshot.
     pub fn stats(&self) -> EngineStats {
         let pool = self.slab.pool.lock();

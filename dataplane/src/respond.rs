@@ -1,0 +1,324 @@
+//! Results into response frames, in op order.
+//!
+//! The open frame's payload is built in a scratch buffer the server owns (one frame's
+//! worth: the MTU's response payload capacity). Closing the frame allocates the tx
+//! frame, writes the headers, copies the payload behind them and adds the ICRC. So
+//! the per-result step is a bounds check and a few stores into a plain slice, whatever
+//! the tx buffer type, and a frame is allocated only when it is complete.
+//!
+//! The engine's results arrive through [`EngineSink`], which the engine calls once per
+//! executed op. The chunk's tags say which packet each result belongs to, with the
+//! immediate statuses (ops the engine does not run) in between. The sink looks at the
+//! tags once per *run* (consecutive engine ops of one packet); within a run a result
+//! goes straight into the open frame. Everything else (a new packet, a full frame,
+//! immediates) takes the out-of-line path.
+
+use crate::server::{Client, Identity, PktCtx, Source, Tag};
+use crate::stats::WorkerStats;
+use kvwire::payload::{RESPONSE_BATCH_HEADER_LEN, RESULT_HEADER_LEN};
+use kvwire::psn;
+use kvwire::{
+    emit_response_headers, finalize, put_result, DropReason, ResponseWriter, Status,
+    RESPONSE_HEADER_LEN,
+};
+use std::marker::PhantomData;
+
+/// A buffer a response frame is written into (an mbuf in the dataplane, a `Vec` in
+/// tests).
+pub trait TxFrame {
+    /// The writable bytes, from the start of the frame to the end of the buffer.
+    fn room(&mut self) -> &mut [u8];
+    /// Sets the frame length (at most `room().len()`).
+    fn set_len(&mut self, len: usize);
+}
+
+/// The smallest response payload buffer: a batch header and one bare status.
+pub const MIN_PAYLOAD: usize = RESPONSE_BATCH_HEADER_LEN + RESULT_HEADER_LEN;
+
+/// What closing a frame needs besides the payload: the client's response PSN, the
+/// server's identity, the burst's packets (reply addresses, batch IDs) and counters.
+pub(crate) struct Ctx<'a> {
+    pub clients: &'a mut [Client],
+    pub id: &'a Identity,
+    pub pkts: &'a [PktCtx],
+    pub stats: &'a WorkerStats,
+}
+
+/// Streams results into response frames (see the module doc).
+pub(crate) struct Responder<'s, B, A, S> {
+    /// The open frame's payload, response batch header first.
+    buf: &'s mut [u8],
+    /// Bytes of `buf` in use; 0 when no frame is open.
+    pos: usize,
+    /// Results in the open frame.
+    count: u16,
+    /// Index within its request of the open frame's first result.
+    first: u16,
+    /// The open frame's request (index into the burst's packets).
+    pkt: u8,
+    alloc: A,
+    send: S,
+    _frame: PhantomData<fn(B)>,
+}
+
+impl<'s, B, A, S> Responder<'s, B, A, S>
+where
+    B: TxFrame,
+    A: FnMut() -> Option<B>,
+    S: FnMut(B),
+{
+    /// A responder building payloads of at most `buf.len()` bytes; `alloc` gives an
+    /// empty tx frame (or `None`: the frame is dropped and counted as `NoMbuf`),
+    /// `send` takes each finished frame in order.
+    /// `buf` must hold at least [`MIN_PAYLOAD`] bytes (else nothing is answered).
+    pub fn new(buf: &'s mut [u8], alloc: A, send: S) -> Self {
+        // Every result takes at least RESULT_HEADER_LEN bytes, so this bound keeps the
+        // u16 result count from overflowing.
+        let cap = buf.len().min(usize::from(u16::MAX) * RESULT_HEADER_LEN);
+        Responder {
+            buf: &mut buf[..cap],
+            pos: 0,
+            count: 0,
+            first: 0,
+            pkt: 0,
+            alloc,
+            send,
+            _frame: PhantomData,
+        }
+    }
+
+    /// Appends a result to the open frame if it fits; `false` (nothing written) if it
+    /// does not. The caller knows the open frame is `pkt`'s.
+    #[inline(always)]
+    fn push_fast(&mut self, status: Status, value: &[u8]) -> bool {
+        debug_assert!(self.pos != 0, "a frame is open");
+        match put_result(self.buf, self.pos, status, value) {
+            Some(end) => {
+                self.pos = end;
+                self.count += 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Appends one result of packet `pkt`.
+    #[inline(always)]
+    pub fn result(&mut self, ctx: &mut Ctx<'_>, pkt: u8, status: Status, value: &[u8]) {
+        if self.pos != 0 && self.pkt == pkt && self.push_fast(status, value) {
+            return;
+        }
+        self.push(ctx, pkt, status, value);
+    }
+
+    /// [`Responder::result`] when a frame must be opened or closed first or the open
+    /// frame is full.
+    #[cold]
+    #[inline(never)]
+    fn push(&mut self, ctx: &mut Ctx<'_>, pkt: u8, status: Status, value: &[u8]) {
+        if self.pos == 0 || self.pkt != pkt {
+            self.close(ctx, false);
+            self.open(ctx, pkt, 0);
+        }
+        let (mut status, mut value) = (status, value);
+        loop {
+            if self.pos == 0 {
+                // The payload buffer cannot hold even a header (a misconfigured MTU):
+                // nothing can be answered. Counted in `open`.
+                return;
+            }
+            if self.push_fast(status, value) {
+                return;
+            }
+            if self.count == 0 {
+                if value.is_empty() {
+                    // Not even a bare status fits an empty frame (tiny MTU).
+                    ctx.stats.drop(DropReason::NoMbuf);
+                    return;
+                }
+                // Even an empty frame cannot hold this value.
+                status = Status::ResponseTooLarge;
+                value = &[];
+                ctx.stats.op_errors.inc();
+                continue;
+            }
+            let next = self.first.wrapping_add(self.count);
+            self.close(ctx, true);
+            self.open(ctx, pkt, next);
+        }
+    }
+
+    /// Starts a frame for packet `pkt` whose first result has index `first`.
+    fn open(&mut self, ctx: &mut Ctx<'_>, pkt: u8, first: u16) {
+        let batch_id = ctx.pkts[usize::from(pkt)].batch_id;
+        if ResponseWriter::new(self.buf, batch_id, first).is_err() {
+            ctx.stats.drop(DropReason::NoMbuf);
+            self.pos = 0;
+            return;
+        }
+        self.pos = RESPONSE_BATCH_HEADER_LEN;
+        self.count = 0;
+        self.first = first;
+        self.pkt = pkt;
+    }
+
+    /// Finishes the open frame (if any) into a tx frame and hands it to `send`.
+    /// `more`: the request has further results in a later frame.
+    pub fn close(&mut self, ctx: &mut Ctx<'_>, more: bool) {
+        if self.pos == 0 {
+            return;
+        }
+        let (pos, count) = (self.pos, self.count);
+        self.pos = 0;
+        let Ok(mut w) = ResponseWriter::resume(self.buf, pos, count) else {
+            ctx.stats.drop(DropReason::NoMbuf);
+            return;
+        };
+        w.set_more(more);
+        let plen = w.finish();
+        let Some(mut frame) = (self.alloc)() else {
+            ctx.stats.drop(DropReason::NoMbuf);
+            return;
+        };
+        let pkt = &ctx.pkts[usize::from(self.pkt)];
+        let client = &mut ctx.clients[usize::from(pkt.client)];
+        let room = frame.room();
+        let Some(dst) = room.get_mut(RESPONSE_HEADER_LEN..RESPONSE_HEADER_LEN + plen) else {
+            // A tx buffer smaller than the MTU's frame: cannot be sent.
+            ctx.stats.drop(DropReason::NoMbuf);
+            return;
+        };
+        dst.copy_from_slice(&self.buf[..plen]);
+        let hdr = emit_response_headers(
+            room,
+            &pkt.params,
+            client.qpn,
+            client.resp_psn,
+            ctx.id.qkey,
+            ctx.id.qpn,
+            plen,
+        );
+        let frame_len = match hdr.and_then(|_| finalize(room)) {
+            Ok(n) => n,
+            Err(_) => {
+                ctx.stats.drop(DropReason::NoMbuf);
+                return;
+            }
+        };
+        client.resp_psn = psn::add(client.resp_psn, 1);
+        frame.set_len(frame_len);
+        ctx.stats.responses.inc();
+        (self.send)(frame);
+    }
+
+    /// A request without ops: an empty response.
+    pub fn empty(&mut self, ctx: &mut Ctx<'_>, pkt: u8) {
+        self.close(ctx, false);
+        self.open(ctx, pkt, 0);
+        self.close(ctx, false);
+    }
+
+    /// Emits the tags from `*next` up to the next engine op (immediate statuses and
+    /// empty requests).
+    pub fn drain_immediates(&mut self, ctx: &mut Ctx<'_>, tags: &[Tag], next: &mut usize) {
+        while let Some(t) = tags.get(*next) {
+            match t.src {
+                Source::Engine => return,
+                Source::Immediate(status) => {
+                    ctx.stats.op_errors.inc();
+                    self.result(ctx, t.pkt, status, &[]);
+                }
+                Source::Empty => self.empty(ctx, t.pkt),
+            }
+            *next += 1;
+        }
+    }
+}
+
+/// The wire status of an engine status.
+#[inline]
+pub fn wire_status(s: kvengine::Status) -> Status {
+    match s {
+        kvengine::Status::Ok => Status::Ok,
+        kvengine::Status::NotFound => Status::NotFound,
+        kvengine::Status::OutOfMemory => Status::OutOfMemory,
+        kvengine::Status::KeyTooLarge => Status::KeyTooLarge,
+        kvengine::Status::ValueTooLarge => Status::ValueTooLarge,
+        kvengine::Status::BufferTooSmall => Status::Internal,
+    }
+}
+
+/// The engine's result sink for one chunk: results into the responder in chunk order,
+/// with the chunk's immediates emitted between them.
+pub(crate) struct EngineSink<'r, 's, 'c, B, A, S> {
+    pub out: &'r mut Responder<'s, B, A, S>,
+    pub ctx: Ctx<'c>,
+    /// The chunk's tags.
+    pub tags: &'c [Tag],
+    /// The first tag not yet consumed.
+    pub next_tag: usize,
+    /// Results left in the current run; while non-zero the open frame is the run's
+    /// packet's.
+    pub run_left: usize,
+    /// The current run's packet.
+    pub run_pkt: u8,
+}
+
+impl<B, A, S> EngineSink<'_, '_, '_, B, A, S>
+where
+    B: TxFrame,
+    A: FnMut() -> Option<B>,
+    S: FnMut(B),
+{
+    /// A result that does not go straight into the open frame: the first of a run, or
+    /// one that does not fit.
+    #[cold]
+    #[inline(never)]
+    fn result_slow(&mut self, status: Status, value: &[u8]) {
+        let pkt = if self.run_left == 0 {
+            self.out
+                .drain_immediates(&mut self.ctx, self.tags, &mut self.next_tag);
+            let Some(&Tag { pkt, .. }) = self.tags.get(self.next_tag) else {
+                // More engine results than engine tags: cannot happen (one tag per
+                // engine op); answer nothing rather than guess the packet.
+                debug_assert!(false, "engine result without a tag");
+                return;
+            };
+            let run = self.tags[self.next_tag..]
+                .iter()
+                .take_while(|t| t.pkt == pkt && matches!(t.src, Source::Engine))
+                .count();
+            self.next_tag += run;
+            self.run_left = run;
+            self.run_pkt = pkt;
+            pkt
+        } else {
+            self.run_pkt
+        };
+        self.out.push(&mut self.ctx, pkt, status, value);
+        self.run_left -= 1;
+    }
+
+    /// Emits the immediates after the chunk's last engine op.
+    pub fn finish(mut self) {
+        self.out
+            .drain_immediates(&mut self.ctx, self.tags, &mut self.next_tag);
+    }
+}
+
+impl<B, A, S> kvengine::ResultSink for EngineSink<'_, '_, '_, B, A, S>
+where
+    B: TxFrame,
+    A: FnMut() -> Option<B>,
+    S: FnMut(B),
+{
+    #[inline(always)]
+    fn result(&mut self, _index: usize, status: kvengine::Status, value: &[u8]) {
+        let status = wire_status(status);
+        if self.run_left != 0 && self.out.push_fast(status, value) {
+            self.run_left -= 1;
+            return;
+        }
+        self.result_slow(status, value);
+    }
+}
