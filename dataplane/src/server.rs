@@ -486,7 +486,18 @@ impl Server {
                 });
                 continue;
             }
-            for item in reader {
+            let mut reader = reader;
+            loop {
+                // The GET/PUT/DELETE run first (the decoder's state in registers), then
+                // the op that ended it through the iterator.
+                reader.plain_ops(|op| {
+                    if chunk.tags.is_full() {
+                        self.flush(&mut chunk, &pkts, stats, &mut out);
+                    }
+                    let src = self.stage(&mut chunk, op);
+                    chunk.tags.push(Tag { pkt, src });
+                });
+                let Some(item) = reader.next() else { break };
                 if chunk.tags.is_full() {
                     self.flush(&mut chunk, &pkts, stats, &mut out);
                 }

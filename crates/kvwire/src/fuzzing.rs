@@ -56,6 +56,18 @@ pub fn batch_reader(data: &[u8]) {
     let Ok(reader) = payload::BatchReader::new(data) else {
         return;
     };
+    // The server's decoding (plain runs, then the iterator for the op that ends each)
+    // sees the same ops and error as plain iteration.
+    let mut fast = reader.clone();
+    let mut general = reader.clone();
+    loop {
+        fast.plain_ops(|op| assert_eq!(general.next(), Some(Ok(op))));
+        let x = fast.next();
+        assert_eq!(x, general.next());
+        if x.is_none() {
+            break;
+        }
+    }
     let id = reader.batch_id();
     let mut ops = [None; 64];
     let mut n = 0;
