@@ -8,79 +8,32 @@
 //! `cargo run --release -p dataplane --example server_scale -- [SECONDS] [KEYS]`
 //! prints JSON: `server_mops_1_worker`, `server_mops_2_workers`, `ratio`.
 
-use dataplane::server::{Identity, Server, TxFrame};
+// The integration tests' harness (server identity, request frames, a Vec tx side).
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use common::{identity, request, request_params, VecSink, RKEY, VA};
+use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
-use kvengine::{key_hash, Engine, EngineConfig, Region};
-use kvwire::frame::FrameParams;
+use kvengine::key_hash;
 use kvwire::partition::partition_of_hash;
-use kvwire::{emit_request_headers, finalize, request_frame_len, BatchWriter, KvOp};
-use std::cell::RefCell;
-use std::net::Ipv4Addr;
+use kvwire::{emit_request_headers, finalize, KvOp};
 use std::time::{Duration, Instant};
 
-const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
 const QPNS: [u32; 2] = [18, 17]; // qpn % 2 == partition
-const RKEY: u32 = 0x1234_5678;
-const VA: u64 = 1 << 32;
 const OPS_PER_PACKET: usize = 32;
 const BURST: usize = 32;
 
-struct Buf(Vec<u8>, usize);
-
-impl TxFrame for Buf {
-    fn room(&mut self) -> &mut [u8] {
-        &mut self.0
-    }
-    fn set_len(&mut self, len: usize) {
-        self.1 = len;
-    }
-}
-
-fn params() -> FrameParams {
-    FrameParams::new(
-        CLIENT_MAC,
-        SERVER_MAC,
-        Ipv4Addr::new(127, 0, 0, 3),
-        Ipv4Addr::new(127, 0, 0, 2),
-        0xC000,
-    )
-}
-
 /// A request frame carrying `ops` (PSN patched before each send).
 fn frame(ops: &[KvOp<'_>], qpn: u32) -> Vec<u8> {
-    let mut payload = vec![0u8; 1440];
-    let mut w = BatchWriter::new(&mut payload, 1).expect("payload");
-    for op in ops {
-        w.push(op).expect("fits");
-    }
-    let len = w.finish();
-    let mut buf = vec![0u8; request_frame_len(len)];
-    emit_request_headers(&mut buf, &params(), qpn, 0, VA, RKEY, len).expect("headers");
-    buf[kvwire::REQUEST_HEADER_LEN..kvwire::REQUEST_HEADER_LEN + len]
-        .copy_from_slice(&payload[..len]);
-    let n = finalize(&mut buf).expect("icrc");
-    buf.truncate(n);
-    buf
+    request(ops, 1, qpn, RKEY, VA, 0)
 }
 
 /// Runs one worker of partition `p` of `n` for `secs`; returns (ops, seconds spent in
 /// `handle_burst`).
 fn worker(p: u32, n: u32, keys: u64, secs: f64) -> (u64, f64) {
-    let cfg = EngineConfig {
-        mem_bytes: 128 << 20,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::new(Region::owned(cfg.mem_bytes), &cfg).expect("engine");
-    let id = Identity {
-        mac: SERVER_MAC,
-        ip: Ipv4Addr::new(127, 0, 0, 2),
-        qpn: 1,
-        qkey: 0x8001_0000,
-        region_va: VA,
-        region_len: 1 << 20,
-        mtu: 1500,
-    };
+    let engine = common::engine(128 << 20);
+    let id = identity();
     let qpn = QPNS[p as usize];
     let mut server = Server::new(id, &[(qpn, RKEY)], engine);
     server.set_partition(p, n);
@@ -91,29 +44,21 @@ fn worker(p: u32, n: u32, keys: u64, secs: f64) -> (u64, f64) {
         .collect();
     let value = [7u8, 7];
     let stats = WorkerStats::default();
-    let pool = RefCell::new(Vec::<Vec<u8>>::new());
+    let mut tx = VecSink::default();
     let mut psn = 0u32;
     let mut run = |frames: &mut [Vec<u8>], stats: &WorkerStats| -> Duration {
         for f in frames.iter_mut() {
             let plen = f.len() - kvwire::REQUEST_HEADER_LEN - kvwire::ICRC_LEN;
-            let _ = emit_request_headers(f, &params(), qpn, psn, VA, RKEY, plen);
+            let _ = emit_request_headers(f, &request_params(), qpn, psn, VA, RKEY, plen);
             let _ = finalize(f);
             psn = (psn + 1) & 0xff_ffff;
         }
         let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
         let t0 = Instant::now();
-        server.handle_burst(
-            &views,
-            stats,
-            || {
-                Some(Buf(
-                    pool.borrow_mut().pop().unwrap_or_else(|| vec![0; 2048]),
-                    0,
-                ))
-            },
-            |b: Buf| pool.borrow_mut().push(b.0),
-        );
-        t0.elapsed()
+        server.handle_burst(&views, stats, &mut tx);
+        let t = t0.elapsed();
+        tx.recycle();
+        t
     };
     // Load.
     for chunk in mine.chunks(OPS_PER_PACKET * BURST) {

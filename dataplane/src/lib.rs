@@ -1,14 +1,30 @@
-//! The KV-Direct dataplane: request processing ([`server`]) independent of DPDK, so
-//! it is tested on any machine, plus per-worker counters ([`stats`]) and the state
-//! shared with the control plane ([`control`]). The binary (`main.rs`, `worker.rs`,
-//! `telemetry.rs`) moves mbufs between the NIC queues and the server and serves the
-//! control plane's telemetry commands.
+//! The KV-Direct dataplane: request processing independent of DPDK, so it is tested
+//! on any machine, plus per-worker counters ([`stats`]) and the state shared with the
+//! control plane ([`control`]). The binary (`main.rs`, `worker.rs`, `telemetry.rs`)
+//! moves mbufs between the NIC queues and the server and serves the control plane's
+//! telemetry commands.
+//!
+//! One request flows one way through the modules:
+//!
+//! ```text
+//! server   admit (wire checks, QP, R_Key, VA, PSN via clients) → decode → stage
+//!   ├─ chunk     ops of the burst gathered for one engine batch; dependency check
+//!   ├─ stage     wire op → station op; the engine as the station's memory stage
+//!   └─ respond   results → response frames, in op order → tx (a TxSink)
+//! packet   per-packet types both server and respond use (Identity, PktCtx, Tag)
+//! clients  admitted QPs and their PSN state
+//! tx       TxFrame / TxSink: where response frames go
+//! ```
 
 #![deny(unsafe_code)]
 
+mod chunk;
+mod clients;
 pub mod control;
+pub mod packet;
 mod respond;
 pub mod server;
 pub mod slab_daemon;
 pub mod stage;
 pub mod stats;
+pub mod tx;

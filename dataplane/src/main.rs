@@ -9,7 +9,8 @@ mod worker;
 
 use clap::Parser;
 use dataplane::control::ControlState;
-use dataplane::server::{Identity, Server};
+use dataplane::packet::Identity;
+use dataplane::server::Server;
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
 use dpdk::{Eal, Mempool, Port, PortConfig};
@@ -290,6 +291,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         drain_us: cfg.server.tx_drain_us,
         echo: args.echo,
         stats_interval: Duration::from_secs(interval),
+        printed: Vec::new(),
         deadline,
         idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
     };
@@ -329,8 +331,13 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (store0, rxq, txq, handoff, mut wctl) = main_work.ok_or("no worker on the main lcore")?;
+    // Only the main lcore prints, one labelled line per worker.
+    let main_cfg = worker::WorkerConfig {
+        printed: stats.clone(),
+        ..wcfg
+    };
     let mut stores = vec![worker::run(
-        store0, rxq, txq, handoff, &pool, &stats[0], &wcfg, &QUIT, &mut wctl,
+        store0, rxq, txq, handoff, &pool, &stats[0], &main_cfg, &QUIT, &mut wctl,
     )];
     // The main worker stopped (Ctrl-C or deadline): make sure the others stop too.
     QUIT.store(true, Ordering::Relaxed);

@@ -13,27 +13,16 @@
 //! goes straight into the open frame. Everything else (a new packet, a full frame,
 //! immediates) takes the out-of-line path.
 
-use crate::server::{Client, Identity, PktCtx, Source, Tag};
+use crate::clients::Client;
+use crate::packet::{Identity, PktCtx, Source, Tag};
 use crate::stats::WorkerStats;
+use crate::tx::{TxFrame, TxSink};
 use kvwire::payload::{RESPONSE_BATCH_HEADER_LEN, RESULT_HEADER_LEN};
 use kvwire::psn;
 use kvwire::{
-    emit_response_headers, finalize, put_result, DropReason, ResponseWriter, Status,
+    emit_response_headers, finalize, put_result, DropReason, EmitError, ResponseWriter, Status,
     RESPONSE_HEADER_LEN,
 };
-use std::marker::PhantomData;
-
-/// A buffer a response frame is written into (an mbuf in the dataplane, a `Vec` in
-/// tests).
-pub trait TxFrame {
-    /// The writable bytes, from the start of the frame to the end of the buffer.
-    fn room(&mut self) -> &mut [u8];
-    /// Sets the frame length (at most `room().len()`).
-    fn set_len(&mut self, len: usize);
-}
-
-/// The smallest response payload buffer: a batch header and one bare status.
-pub const MIN_PAYLOAD: usize = RESPONSE_BATCH_HEADER_LEN + RESULT_HEADER_LEN;
 
 /// What closing a frame needs besides the payload: the client's response PSN, the
 /// server's identity, the burst's packets (reply addresses, batch IDs) and counters.
@@ -45,7 +34,7 @@ pub(crate) struct Ctx<'a> {
 }
 
 /// Streams results into response frames (see the module doc).
-pub(crate) struct Responder<'s, B, A, S> {
+pub(crate) struct Responder<'s, 't, T> {
     /// The open frame's payload, response batch header first.
     buf: &'s mut [u8],
     /// Bytes of `buf` in use; 0 when no frame is open.
@@ -56,22 +45,14 @@ pub(crate) struct Responder<'s, B, A, S> {
     first: u16,
     /// The open frame's request (index into the burst's packets).
     pkt: u8,
-    alloc: A,
-    send: S,
-    _frame: PhantomData<fn(B)>,
+    tx: &'t mut T,
 }
 
-impl<'s, B, A, S> Responder<'s, B, A, S>
-where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
-    /// A responder building payloads of at most `buf.len()` bytes; `alloc` gives an
-    /// empty tx frame (or `None`: the frame is dropped and counted as `NoMbuf`),
-    /// `send` takes each finished frame in order.
-    /// `buf` must hold at least [`MIN_PAYLOAD`] bytes (else nothing is answered).
-    pub fn new(buf: &'s mut [u8], alloc: A, send: S) -> Self {
+impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
+    /// A responder building payloads of at most `buf.len()` bytes into frames from
+    /// `tx`. A `buf` shorter than a response header and one bare result answers
+    /// nothing (each response counted as `mtu_too_small`).
+    pub fn new(buf: &'s mut [u8], tx: &'t mut T) -> Self {
         // Every result takes at least RESULT_HEADER_LEN bytes, so this bound keeps the
         // u16 result count from overflowing.
         let cap = buf.len().min(usize::from(u16::MAX) * RESULT_HEADER_LEN);
@@ -81,9 +62,7 @@ where
             count: 0,
             first: 0,
             pkt: 0,
-            alloc,
-            send,
-            _frame: PhantomData,
+            tx,
         }
     }
 
@@ -133,7 +112,7 @@ where
             if self.count == 0 {
                 if value.is_empty() {
                     // Not even a bare status fits an empty frame (tiny MTU).
-                    ctx.stats.drop(DropReason::NoMbuf);
+                    ctx.stats.drop(DropReason::MtuTooSmall);
                     return;
                 }
                 // Even an empty frame cannot hold this value.
@@ -152,7 +131,7 @@ where
     fn open(&mut self, ctx: &mut Ctx<'_>, pkt: u8, first: u16) {
         let batch_id = ctx.pkts[usize::from(pkt)].batch_id;
         if ResponseWriter::new(self.buf, batch_id, first).is_err() {
-            ctx.stats.drop(DropReason::NoMbuf);
+            ctx.stats.drop(DropReason::MtuTooSmall);
             self.pos = 0;
             return;
         }
@@ -171,12 +150,13 @@ where
         let (pos, count) = (self.pos, self.count);
         self.pos = 0;
         let Ok(mut w) = ResponseWriter::resume(self.buf, pos, count) else {
-            ctx.stats.drop(DropReason::NoMbuf);
+            debug_assert!(false, "the open frame's length is within the payload buffer");
+            ctx.stats.drop(DropReason::ResponseEncode);
             return;
         };
         w.set_more(more);
         let plen = w.finish();
-        let Some(mut frame) = (self.alloc)() else {
+        let Some(mut frame) = self.tx.alloc() else {
             ctx.stats.drop(DropReason::NoMbuf);
             return;
         };
@@ -185,7 +165,7 @@ where
         let room = frame.room();
         let Some(dst) = room.get_mut(RESPONSE_HEADER_LEN..RESPONSE_HEADER_LEN + plen) else {
             // A tx buffer smaller than the MTU's frame: cannot be sent.
-            ctx.stats.drop(DropReason::NoMbuf);
+            ctx.stats.drop(DropReason::TxBufferTooSmall);
             return;
         };
         dst.copy_from_slice(&self.buf[..plen]);
@@ -200,15 +180,20 @@ where
         );
         let frame_len = match hdr.and_then(|_| finalize(room)) {
             Ok(n) => n,
-            Err(_) => {
-                ctx.stats.drop(DropReason::NoMbuf);
+            Err(EmitError::BufferTooSmall) => {
+                ctx.stats.drop(DropReason::TxBufferTooSmall);
+                return;
+            }
+            Err(EmitError::PayloadTooLarge | EmitError::NotAFrame) => {
+                debug_assert!(false, "a response payload within the MTU encodes");
+                ctx.stats.drop(DropReason::ResponseEncode);
                 return;
             }
         };
         client.resp_psn = psn::add(client.resp_psn, 1);
         frame.set_len(frame_len);
         ctx.stats.responses.inc();
-        (self.send)(frame);
+        self.tx.send(frame);
     }
 
     /// A request without ops: an empty response.
@@ -250,8 +235,8 @@ pub fn wire_status(s: kvengine::Status) -> Status {
 
 /// The engine's result sink for one chunk: results into the responder in chunk order,
 /// with the chunk's immediates emitted between them.
-pub(crate) struct EngineSink<'r, 's, 'c, B, A, S> {
-    pub out: &'r mut Responder<'s, B, A, S>,
+pub(crate) struct EngineSink<'r, 's, 't, 'c, T> {
+    pub out: &'r mut Responder<'s, 't, T>,
     pub ctx: Ctx<'c>,
     /// The chunk's tags.
     pub tags: &'c [Tag],
@@ -264,12 +249,7 @@ pub(crate) struct EngineSink<'r, 's, 'c, B, A, S> {
     pub run_pkt: u8,
 }
 
-impl<B, A, S> EngineSink<'_, '_, '_, B, A, S>
-where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
+impl<T: TxSink> EngineSink<'_, '_, '_, '_, T> {
     /// A result that does not go straight into the open frame: the first of a run, or
     /// one that does not fit.
     #[cold]
@@ -306,12 +286,7 @@ where
     }
 }
 
-impl<B, A, S> kvengine::ResultSink for EngineSink<'_, '_, '_, B, A, S>
-where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
+impl<T: TxSink> kvengine::ResultSink for EngineSink<'_, '_, '_, '_, T> {
     #[inline(always)]
     fn result(&mut self, _index: usize, status: kvengine::Status, value: &[u8]) {
         let status = wire_status(status);

@@ -23,172 +23,21 @@
 //! Every frame that is not answered is counted under a [`DropReason`]; every op that
 //! is answered with an error is counted under its status.
 
-use crate::respond::{Ctx, EngineSink, Responder, MIN_PAYLOAD};
+use crate::chunk::{Chunk, ChunkDeps, CHUNK};
+use crate::clients::{ClientTable, PsnVerdict};
+use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
+use crate::respond::{Ctx, EngineSink, Responder};
 use crate::stage::{station_op, EngineStage};
 use crate::stats::WorkerStats;
+use crate::tx::TxSink;
 use arrayvec::ArrayVec;
-use kvengine::{BatchOp, Engine, OpKind};
-use kvops::station::{slot_of, SLOTS};
+use kvengine::{BatchOp, Engine};
 use kvops::{FunctionRegistry, Op, Station, StationConfig};
-use kvwire::frame::FrameParams;
 use kvwire::partition::partition_of_hash;
-use kvwire::psn;
-use kvwire::{
-    parse_request, response_payload_capacity, BatchReader, DropReason, KvOp, MacAddr, Status,
-};
-use std::net::Ipv4Addr;
-
-/// Operations handed to the engine at once (its prefetch window spans them).
-pub const CHUNK: usize = 256;
-/// Largest rx burst [`Server::handle_burst`] accepts.
-pub const MAX_BURST: usize = 64;
-/// A PSN at most this far behind the expected one is a duplicate and dropped; one
-/// farther behind is taken as the client restarting its sequence (a resync).
-pub const PSN_DUP_WINDOW: i32 = 128;
-/// UDP source port of responses.
-pub const RESPONSE_UDP_SRC_PORT: u16 = 0xC001;
-
-pub use crate::respond::TxFrame;
-
-/// The server's own identity and limits.
-#[derive(Clone, Debug)]
-pub struct Identity {
-    /// Our MAC; requests to another unicast MAC are dropped.
-    pub mac: MacAddr,
-    /// Our IPv4 address; requests to another address are dropped.
-    pub ip: Ipv4Addr,
-    /// Our QPN: the DETH source QP of responses.
-    pub qpn: u32,
-    /// Q_Key of responses.
-    pub qkey: u32,
-    /// Request region base address (RETH VA must fall inside).
-    pub region_va: u64,
-    /// Request region length.
-    pub region_len: u64,
-    /// MTU: the largest IP packet a response may be.
-    pub mtu: usize,
-}
-
-/// One admitted client QP.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Client {
-    pub qpn: u32,
-    rkey: u32,
-    /// Next expected request PSN (`None` until the first request).
-    expected_psn: Option<u32>,
-    /// PSN of the next response sent to this client.
-    pub resp_psn: u32,
-}
-
-/// What to do with a received PSN.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum PsnVerdict {
-    Serve,
-    Gap,
-    Duplicate,
-}
-
-impl Client {
-    fn accept_psn(&mut self, psn_in: u32) -> PsnVerdict {
-        let verdict = match self.expected_psn {
-            None => PsnVerdict::Serve,
-            Some(exp) => match psn::distance(exp, psn_in) {
-                0 => PsnVerdict::Serve,
-                d if (-PSN_DUP_WINDOW..0).contains(&d) => PsnVerdict::Duplicate,
-                d if d > 0 => PsnVerdict::Gap,
-                _ => PsnVerdict::Serve, // far behind: the client restarted its sequence
-            },
-        };
-        if verdict != PsnVerdict::Duplicate {
-            self.expected_psn = Some(psn::add(psn_in, 1));
-        }
-        verdict
-    }
-}
+use kvwire::{parse_request, response_payload_capacity, BatchReader, DropReason, KvOp, Status};
 
 /// The station's key hash: the engine's, so the station and the engine agree.
 type KeyHash = fn(&[u8]) -> u64;
-
-/// Per-frame context kept while its ops run.
-#[derive(Clone, Copy)]
-pub(crate) struct PktCtx {
-    /// Addresses of the reply.
-    pub params: FrameParams,
-    /// Index of the client in the server's client list.
-    pub client: u16,
-    pub batch_id: u32,
-}
-
-/// What produces the result of one entry of a chunk.
-#[derive(Clone, Copy)]
-pub(crate) enum Source {
-    /// The engine (the next engine op).
-    Engine,
-    /// A status decided at decode time (an op the engine does not run).
-    Immediate(Status),
-    /// A request with no ops: answer with an empty response.
-    Empty,
-}
-
-#[derive(Clone, Copy)]
-pub(crate) struct Tag {
-    /// Index of the request in the burst's admitted packets.
-    pub pkt: u8,
-    pub src: Source,
-}
-
-/// The chunk being built: what the engine (or the station) runs and, in order, where
-/// each result goes. Lives on the stack of one `handle_burst`; `ArrayVec` leaves the
-/// unused entries uninitialized, so a small burst does not pay for clearing 256 slots.
-struct Chunk<'f> {
-    /// Every executed op in engine form (GET/PUT/DELETE); a read-modify-write op is
-    /// here as a GET of its key, and in `rich` with the same index.
-    bops: ArrayVec<BatchOp<'f>, CHUNK>,
-    /// Read-modify-write ops (atomics, vector ops, reduce, filter) by index in `bops`.
-    rich: ArrayVec<(u16, Op<'f>), CHUNK>,
-    /// One per result in chunk order: executed ops (`Source::Engine`, in `bops` order),
-    /// immediate statuses and empty requests.
-    tags: ArrayVec<Tag, CHUNK>,
-}
-
-impl<'f> Chunk<'f> {
-    fn new() -> Self {
-        Chunk {
-            bops: ArrayVec::new(),
-            rich: ArrayVec::new(),
-            tags: ArrayVec::new(),
-        }
-    }
-
-    fn clear(&mut self) {
-        self.bops.clear();
-        self.rich.clear();
-        self.tags.clear();
-    }
-
-    /// The chunk's ops in station form (the station path only).
-    fn station_ops(&self) -> ArrayVec<Op<'f>, CHUNK> {
-        let mut rich = self.rich.iter().peekable();
-        self.bops
-            .iter()
-            .enumerate()
-            .map(|(i, b)| match rich.peek() {
-                Some(&&(j, op)) if usize::from(j) == i => {
-                    rich.next();
-                    op
-                }
-                _ => match b.kind {
-                    OpKind::Get => Op::Get { key: b.key },
-                    OpKind::Put => Op::Put {
-                        key: b.key,
-                        value: b.value,
-                    },
-                    OpKind::Delete => Op::Delete { key: b.key },
-                },
-            })
-            .collect()
-    }
-}
 
 /// Results of one station chunk by op index: status, offset and length in the arena.
 struct StationResults {
@@ -197,82 +46,12 @@ struct StationResults {
     arena: Box<[u8]>,
 }
 
-/// Which ops of the chunk being built depend on each other: an open-addressing table
-/// over the station's slots keyed by the full key hash, so two different keys that
-/// share a slot (near certain for 256 ops in 1024 slots) do not count, and only a key
-/// seen twice — or a read-modify-write op — sends the chunk to the station. Kept in the
-/// server (not rebuilt per burst) and cleared entry by entry after each chunk.
-struct ChunkDeps {
-    /// Op index + 1 of the first op of each key (0: empty).
-    table: [u16; SLOTS],
-    /// Table entries in use, to clear them.
-    used: [u16; CHUNK],
-    n_used: usize,
-    /// Key hash of each op noted.
-    hashes: [u64; CHUNK],
-    /// The chunk needs the station.
-    dependent: bool,
-}
-
-impl ChunkDeps {
-    fn new() -> Self {
-        ChunkDeps {
-            table: [0; SLOTS],
-            used: [0; CHUNK],
-            n_used: 0,
-            hashes: [0; CHUNK],
-            dependent: false,
-        }
-    }
-
-    /// Notes a GET/PUT/DELETE of `key` (hash `hash`) as op number `earlier.len()` of
-    /// the chunk: a key seen before in the chunk makes it dependent.
-    #[inline]
-    fn note_repeat(&mut self, key: &[u8], hash: u64, earlier: &[BatchOp<'_>]) {
-        if self.dependent {
-            return;
-        }
-        let i = earlier.len();
-        let Some(h) = self.hashes.get_mut(i) else {
-            self.dependent = true;
-            return;
-        };
-        *h = hash;
-        let mut s = slot_of(hash);
-        // Terminates: at most CHUNK (256) of the SLOTS (1024) entries are ever used.
-        loop {
-            let e = self.table[s];
-            if e == 0 {
-                self.table[s] = i as u16 + 1;
-                self.used[self.n_used] = s as u16;
-                self.n_used += 1;
-                return;
-            }
-            let j = usize::from(e - 1);
-            if self.hashes[j] == hash && earlier.get(j).is_some_and(|o| o.key == key) {
-                self.dependent = true;
-                return;
-            }
-            s = (s + 1) % SLOTS;
-        }
-    }
-
-    #[inline]
-    fn reset(&mut self) {
-        for &s in &self.used[..self.n_used] {
-            self.table[usize::from(s)] = 0;
-        }
-        self.n_used = 0;
-        self.dependent = false;
-    }
-}
-
 /// Request processing state of one worker: identity, clients, engine, reservation
 /// station, counters.
 pub struct Server {
     id: Identity,
-    /// Admitted clients, sorted by QPN.
-    clients: Vec<Client>,
+    /// Admitted clients and their sequence state.
+    clients: ClientTable,
     engine: Engine,
     station: Station<KeyHash>,
     results: StationResults,
@@ -303,17 +82,6 @@ impl Server {
         ooo: bool,
         registry: FunctionRegistry,
     ) -> Server {
-        let mut v: Vec<Client> = clients
-            .iter()
-            .map(|&(qpn, rkey)| Client {
-                qpn,
-                rkey,
-                expected_psn: None,
-                resp_psn: 0,
-            })
-            .collect();
-        v.sort_by_key(|c| c.qpn);
-        v.dedup_by_key(|c| c.qpn);
         let mtu = id.mtu;
         let max_value_len = engine.max_value_len().max(8);
         let cfg = StationConfig {
@@ -325,7 +93,7 @@ impl Server {
             .expect("CHUNK and max_value_len are within the station's limits");
         Server {
             id,
-            clients: v,
+            clients: ClientTable::new(clients),
             engine,
             station,
             results: StationResults {
@@ -336,7 +104,9 @@ impl Server {
             partitions: 1,
             station_kv: false,
             deps: Box::new(ChunkDeps::new()),
-            resp: vec![0; response_payload_capacity(mtu).max(MIN_PAYLOAD)].into_boxed_slice(),
+            // An MTU that leaves less than a header and one bare result answers nothing
+            // (each response counted as `mtu_too_small`) rather than exceed the MTU.
+            resp: vec![0; response_payload_capacity(mtu)].into_boxed_slice(),
         }
     }
 
@@ -376,24 +146,7 @@ impl Server {
     /// removed one is forgotten, so its frames drop as `UnknownQp` from the next
     /// burst on; a new one starts fresh. Allocates: call it off the hot path.
     pub fn set_clients(&mut self, clients: &[(u32, u32)]) {
-        let old = std::mem::take(&mut self.clients);
-        let mut v: Vec<Client> = clients
-            .iter()
-            .map(
-                |&(qpn, rkey)| match old.binary_search_by_key(&qpn, |c| c.qpn) {
-                    Ok(i) => Client { rkey, ..old[i] },
-                    Err(_) => Client {
-                        qpn,
-                        rkey,
-                        expected_psn: None,
-                        resp_psn: 0,
-                    },
-                },
-            )
-            .collect();
-        v.sort_by_key(|c| c.qpn);
-        v.dedup_by_key(|c| c.qpn);
-        self.clients = v;
+        self.clients.set(clients);
     }
 
     /// Checks a frame up to the batch payload; returns the request and client index.
@@ -404,9 +157,9 @@ impl Server {
         }
         let ci = self
             .clients
-            .binary_search_by_key(&req.dest_qp, |c| c.qpn)
-            .map_err(|_| DropReason::UnknownQp)?;
-        let client = &mut self.clients[ci];
+            .find(req.dest_qp)
+            .ok_or(DropReason::UnknownQp)?;
+        let client = &self.clients.as_slice()[ci];
         if client.rkey != req.rkey {
             return Err(DropReason::BadRKey);
         }
@@ -422,20 +175,9 @@ impl Server {
         Ok((req, ci))
     }
 
-    /// Processes one rx burst. `alloc` gives an empty tx frame (or `None`: the
-    /// response is dropped and counted as `NoMbuf`); `send` takes each finished
-    /// response frame in order.
-    pub fn handle_burst<B, A, S>(
-        &mut self,
-        frames: &[&[u8]],
-        stats: &WorkerStats,
-        alloc: A,
-        send: S,
-    ) where
-        B: TxFrame,
-        A: FnMut() -> Option<B>,
-        S: FnMut(B),
-    {
+    /// Processes one rx burst (at most [`MAX_BURST`] frames; any beyond are ignored):
+    /// every frame is answered through `tx` or counted under a [`DropReason`].
+    pub fn handle_burst<T: TxSink>(&mut self, frames: &[&[u8]], stats: &WorkerStats, tx: &mut T) {
         let frames = &frames[..frames.len().min(MAX_BURST)];
         // At most one entry per frame, so never more than MAX_BURST.
         let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
@@ -443,7 +185,7 @@ impl Server {
         // The responder borrows the payload buffer for the whole burst while `self` is
         // borrowed by each step; taking the box out (and back) moves no bytes.
         let mut resp = std::mem::take(&mut self.resp);
-        let mut out = Responder::new(&mut resp, alloc, send);
+        let mut out = Responder::new(&mut resp, tx);
 
         for frame in frames {
             stats.rx_packets.inc();
@@ -454,9 +196,9 @@ impl Server {
                     continue;
                 }
             };
-            match self.clients[ci].accept_psn(req.psn) {
+            match self.clients.as_mut_slice()[ci].accept_psn(req.psn) {
                 PsnVerdict::Serve => {}
-                PsnVerdict::Gap => stats.drop(DropReason::PsnGap), // counted, still served
+                PsnVerdict::Gap => stats.psn_gaps.inc(), // counted, still served
                 PsnVerdict::Duplicate => {
                     stats.drop(DropReason::PsnDuplicate);
                     continue;
@@ -520,7 +262,7 @@ impl Server {
         }
         out.close(
             &mut Ctx {
-                clients: &mut self.clients,
+                clients: self.clients.as_mut_slice(),
                 id: &self.id,
                 pkts: &pkts,
                 stats,
@@ -563,17 +305,13 @@ impl Server {
     /// Runs one chunk — straight through the engine when no dependency was found, else
     /// through the reservation station — writes the results (executed and immediate)
     /// into responses in chunk order, and empties the chunk.
-    fn flush<B, A, S>(
+    fn flush<T: TxSink>(
         &mut self,
         chunk: &mut Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<'_, B, A, S>,
-    ) where
-        B: TxFrame,
-        A: FnMut() -> Option<B>,
-        S: FnMut(B),
-    {
+        out: &mut Responder<'_, '_, T>,
+    ) {
         stats.batches.inc();
         if self.deps.dependent {
             self.flush_station(chunk, pkts, stats, out);
@@ -587,17 +325,13 @@ impl Server {
     /// A chunk of independent GET/PUT/DELETE: the engine's pipelined batch, results
     /// streamed into the responses. The op counters come from the engine's own
     /// counters, once per chunk, so the per-result step only encodes.
-    fn flush_engine<B, A, S>(
+    fn flush_engine<T: TxSink>(
         &mut self,
         chunk: &Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<'_, B, A, S>,
-    ) where
-        B: TxFrame,
-        A: FnMut() -> Option<B>,
-        S: FnMut(B),
-    {
+        out: &mut Responder<'_, '_, T>,
+    ) {
         let Server {
             id,
             clients,
@@ -608,7 +342,7 @@ impl Server {
         let mut sink = EngineSink {
             out,
             ctx: Ctx {
-                clients,
+                clients: clients.as_mut_slice(),
                 id,
                 pkts,
                 stats,
@@ -635,17 +369,13 @@ impl Server {
     /// A chunk with dependencies: the reservation station over the engine. Its
     /// completions come by chain, so they are collected by op index first and then
     /// emitted in chunk order.
-    fn flush_station<B, A, S>(
+    fn flush_station<T: TxSink>(
         &mut self,
         chunk: &Chunk<'_>,
         pkts: &[PktCtx],
         stats: &WorkerStats,
-        out: &mut Responder<'_, B, A, S>,
-    ) where
-        B: TxFrame,
-        A: FnMut() -> Option<B>,
-        S: FnMut(B),
-    {
+        out: &mut Responder<'_, '_, T>,
+    ) {
         stats.station_chunks.inc();
         let ops = chunk.station_ops();
         let tags = &chunk.tags[..];
@@ -684,7 +414,7 @@ impl Server {
         stats.stalls.set(st.stalls);
 
         let mut ctx = Ctx {
-            clients,
+            clients: clients.as_mut_slice(),
             id,
             pkts,
             stats,

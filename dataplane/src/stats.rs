@@ -54,6 +54,9 @@ pub struct WorkerStats {
     pub requests: Counter,
     /// Response packets built.
     pub responses: Counter,
+    /// Requests served although their PSN skipped ahead of the expected one (earlier
+    /// requests of that client were lost); not drops.
+    pub psn_gaps: Counter,
     /// GET operations executed.
     pub gets: Counter,
     /// GETs that found their key.
@@ -120,6 +123,7 @@ impl WorkerStats {
             ("tx_packets", &self.tx_packets),
             ("requests", &self.requests),
             ("responses", &self.responses),
+            ("psn_gaps", &self.psn_gaps),
             ("gets", &self.gets),
             ("get_hits", &self.get_hits),
             ("puts", &self.puts),

@@ -3,8 +3,10 @@
 //! half-full tx batch never waits longer than `drain_us`.
 
 use dataplane::control::{self, WorkerControl};
-use dataplane::server::{Server, TxFrame};
+use dataplane::packet::MAX_BURST;
+use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
+use dataplane::tx::{TxFrame, TxSink};
 use dpdk::{
     tsc, DpdkRegion, IdleBackoff, Mbuf, MbufBurst, Mempool, RingConsumer, RingProducer, RxQueue,
     TxQueue,
@@ -12,10 +14,9 @@ use dpdk::{
 use kvwire::partition::{partition_of_qp, peek_dest_qp};
 use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Largest burst the loop handles (the config's `burst` is at most this).
-const MAX_BURST: usize = 64;
 /// How many tx frames may wait for the NIC before new ones are dropped.
 const TX_QUEUE: usize = 256;
 /// Queued tx frames are freed when the NIC took none of them for this long (a peer
@@ -42,6 +43,10 @@ pub struct WorkerConfig {
     pub echo: bool,
     /// Print stats this often (zero: never).
     pub stats_interval: Duration,
+    /// The workers whose counters this one prints, one labelled line each, every
+    /// `stats_interval`: all of them for the worker on the main lcore, none for the
+    /// others (only the main lcore prints).
+    pub printed: Vec<Arc<WorkerStats>>,
     /// Stop at this time, if set.
     pub deadline: Option<Instant>,
     /// Consecutive empty polls after which every further empty poll yields the CPU
@@ -148,17 +153,35 @@ impl TxPending {
     }
 }
 
+/// The worker's transmit side: mbufs from the pool, finished frames queued for the NIC.
+struct MbufSink<'a> {
+    pool: &'a Mempool,
+    /// Bytes of a response frame at the MTU.
+    frame_cap: usize,
+    tx: &'a mut TxPending,
+    txq: &'a mut TxQueue,
+    stats: &'a WorkerStats,
+}
+
+impl TxSink for MbufSink<'_> {
+    type Frame = TxMbuf;
+
+    #[inline]
+    fn alloc(&mut self) -> Option<TxMbuf> {
+        let mut m = Mbuf::alloc(self.pool)?;
+        let cap = self.frame_cap.min(m.tailroom());
+        m.set_len(cap).then_some(TxMbuf(m))
+    }
+
+    #[inline]
+    fn send(&mut self, frame: TxMbuf) {
+        self.tx.push(self.txq, self.stats, frame.0);
+    }
+}
+
 /// Serves the frames of `rx` (this worker's requests) and queues the responses.
 #[inline]
-fn serve(
-    store: &mut Store,
-    rx: &mut MbufBurst<MAX_BURST>,
-    pool: &Mempool,
-    stats: &WorkerStats,
-    frame_cap: usize,
-    tx: &mut TxPending,
-    txq: &mut TxQueue,
-) {
+fn serve(store: &mut Store, rx: &mut MbufBurst<MAX_BURST>, tx: &mut MbufSink<'_>) {
     let n = rx.len();
     if n == 0 {
         return;
@@ -168,16 +191,8 @@ fn serve(
     for (slot, m) in frames.iter_mut().zip(rx.iter()) {
         *slot = m.data();
     }
-    store.server.handle_burst(
-        &frames[..n],
-        stats,
-        || {
-            let mut m = Mbuf::alloc(pool)?;
-            let cap = frame_cap.min(m.tailroom());
-            m.set_len(cap).then_some(TxMbuf(m))
-        },
-        |f: TxMbuf| tx.push(txq, stats, f.0),
-    );
+    let stats = tx.stats;
+    store.server.handle_burst(&frames[..n], stats, tx);
     rx.clear();
 }
 
@@ -233,7 +248,15 @@ pub fn run(
                     handoff.steer(&mut rx, stats);
                 }
                 serve(
-                    &mut store, &mut rx, pool, stats, frame_cap, &mut tx, &mut txq,
+                    &mut store,
+                    &mut rx,
+                    &mut MbufSink {
+                        pool,
+                        frame_cap,
+                        tx: &mut tx,
+                        txq: &mut txq,
+                        stats,
+                    },
                 );
             }
         }
@@ -245,7 +268,15 @@ pub fn run(
         if handed > 0 {
             stats.handed_in.add(handed as u64);
             serve(
-                &mut store, &mut rx, pool, stats, frame_cap, &mut tx, &mut txq,
+                &mut store,
+                &mut rx,
+                &mut MbufSink {
+                    pool,
+                    frame_cap,
+                    tx: &mut tx,
+                    txq: &mut txq,
+                    stats,
+                },
             );
         }
         let n = n + handed;
@@ -269,9 +300,12 @@ pub fn run(
                 break;
             }
             control_tick(ctl, &mut store.server);
-            if !cfg.stats_interval.is_zero() && last_print.elapsed() >= cfg.stats_interval {
+            if !cfg.stats_interval.is_zero()
+                && !cfg.printed.is_empty()
+                && last_print.elapsed() >= cfg.stats_interval
+            {
                 last_print = Instant::now();
-                print_line(stats, pool);
+                print_stats(&cfg.printed, pool);
             }
         }
     }
@@ -300,20 +334,23 @@ fn control_tick(ctl: &WorkerControl, server: &mut Server) {
     }
 }
 
-fn print_line(s: &WorkerStats, pool: &Mempool) {
-    let drops: u64 = s.drops.iter().map(|c| c.get()).sum();
-    println!(
-        "stats: rx {} tx {} requests {} ops {} (get {} hit {} put {} del {}) errors {} drops {} mbufs_in_use {}",
-        s.rx_packets.get(),
-        s.tx_packets.get(),
-        s.requests.get(),
-        s.ops(),
-        s.gets.get(),
-        s.get_hits.get(),
-        s.puts.get(),
-        s.deletes.get(),
-        s.op_errors.get(),
-        drops,
-        pool.in_use_count()
-    );
+/// One line per worker, labelled, then the pool's mbufs in use (shared by all).
+fn print_stats(workers: &[Arc<WorkerStats>], pool: &Mempool) {
+    for (w, s) in workers.iter().enumerate() {
+        let drops: u64 = s.drops.iter().map(|c| c.get()).sum();
+        println!(
+            "stats worker{w}: rx {} tx {} requests {} ops {} (get {} hit {} put {} del {}) errors {} drops {}",
+            s.rx_packets.get(),
+            s.tx_packets.get(),
+            s.requests.get(),
+            s.ops(),
+            s.gets.get(),
+            s.get_hits.get(),
+            s.puts.get(),
+            s.deletes.get(),
+            s.op_errors.get(),
+            drops,
+        );
+    }
+    println!("stats: mbufs_in_use {}", pool.in_use_count());
 }

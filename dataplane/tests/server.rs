@@ -2,91 +2,20 @@
 //! `Server::handle_burst`, responses are parsed back, and everything is checked
 //! against a `HashMap` model and the drop counters.
 
-use dataplane::server::{Identity, Server, TxFrame};
+mod common;
+
+use common::{identity, request, run, total_drops, VecSink, RKEY, VA};
+use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvengine::{Engine, EngineConfig, Region};
-use kvwire::frame::FrameParams;
-use kvwire::{
-    emit_request_headers, finalize, parse_response, request_frame_len, BatchWriter, DropReason,
-    KvOp, ResponseReader, Status, REQUEST_HEADER_LEN,
-};
+use kvwire::{finalize, parse_response, DropReason, KvOp, ResponseReader, Status, REQUEST_HEADER_LEN};
 use proptest::prelude::*;
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
 
-const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 const QPN: u32 = 17;
-const RKEY: u32 = 0x1234_5678;
-const VA: u64 = 1 << 32;
-
-struct VecFrame {
-    buf: Vec<u8>,
-    len: usize,
-}
-
-impl TxFrame for VecFrame {
-    fn room(&mut self) -> &mut [u8] {
-        &mut self.buf
-    }
-    fn set_len(&mut self, len: usize) {
-        self.len = len;
-    }
-}
 
 fn server(mem: usize) -> Server {
-    let cfg = EngineConfig {
-        mem_bytes: mem,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::new(Region::owned(mem), &cfg).expect("engine");
-    let id = Identity {
-        mac: SERVER_MAC,
-        ip: SERVER_IP,
-        qpn: 1,
-        qkey: 0x8001_0000,
-        region_va: VA,
-        region_len: 1 << 20,
-        mtu: 1500,
-    };
-    Server::new(id, &[(QPN, RKEY), (18, 99)], engine)
-}
-
-/// A request frame with `ops`, to QP `qpn` with `rkey` at `va`, PSN `psn`.
-fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, rkey: u32, va: u64, psn: u32) -> Vec<u8> {
-    let mut payload = vec![0u8; 1440];
-    let mut w = BatchWriter::new(&mut payload, batch_id).unwrap();
-    for op in ops {
-        w.push(op).unwrap();
-    }
-    let len = w.finish();
-    let mut buf = vec![0u8; request_frame_len(len)];
-    let params = FrameParams::new(CLIENT_MAC, SERVER_MAC, CLIENT_IP, SERVER_IP, 0xC000);
-    emit_request_headers(&mut buf, &params, qpn, psn, va, rkey, len).unwrap();
-    buf[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len].copy_from_slice(&payload[..len]);
-    let n = finalize(&mut buf).unwrap();
-    buf.truncate(n);
-    buf
-}
-
-/// Runs frames through the server; returns the response frames.
-fn run(s: &mut Server, stats: &WorkerStats, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
-    let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-    let mut out = Vec::new();
-    s.handle_burst(
-        &views,
-        stats,
-        || {
-            Some(VecFrame {
-                buf: vec![0xa5; 2048],
-                len: 0,
-            })
-        },
-        |f: VecFrame| out.push(f.buf[..f.len].to_vec()),
-    );
-    out
+    Server::new(identity(), &[(QPN, RKEY), (18, 99)], common::engine(mem))
 }
 
 /// (batch id, first index, more, results) of a response frame.
@@ -198,7 +127,9 @@ fn psn_duplicates_dropped_gaps_served() {
     assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
     let out = run(&mut s, &st, &[request(&put, 3, QPN, RKEY, VA, 105)]);
     assert_eq!(out.len(), 1, "a gap is counted but served");
-    assert_eq!(st.drops[DropReason::PsnGap.index()].get(), 1);
+    assert_eq!(st.psn_gaps.get(), 1);
+    assert_eq!(total_drops(&st), 1, "a served gap is not a drop");
+    assert_eq!(st.requests.get(), 2);
     // Far behind (a client that restarted its sequence): served.
     let out = run(
         &mut s,
@@ -358,14 +289,52 @@ fn no_mbuf_is_counted_not_fatal() {
         VA,
         0,
     );
-    s.handle_burst(
-        &[&f],
-        &st,
-        || None::<VecFrame>,
-        |_f: VecFrame| panic!("nothing to send"),
-    );
+    let mut tx = VecSink::with_budget(0);
+    s.handle_burst(&[&f], &st, &mut tx);
+    assert!(tx.sent.is_empty());
     assert_eq!(st.drops[DropReason::NoMbuf.index()].get(), 1);
     assert_eq!(st.puts.get(), 1, "the op ran; only its answer was lost");
+}
+
+/// Every way a response can fail to go out has its own drop reason, and the op it
+/// answers has run all the same.
+#[test]
+fn response_failures_have_distinct_reasons() {
+    let put = |n: u32| {
+        request(
+            &[KvOp::Put {
+                key: b"a",
+                value: b"1",
+            }],
+            n,
+            QPN,
+            RKEY,
+            VA,
+            n,
+        )
+    };
+    // A tx buffer shorter than the response frame.
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let mut tx = VecSink {
+        frame_size: 40,
+        ..VecSink::default()
+    };
+    s.handle_burst(&[&put(1)], &st, &mut tx);
+    assert!(tx.sent.is_empty());
+    assert_eq!(st.drops[DropReason::TxBufferTooSmall.index()].get(), 1);
+    assert_eq!(total_drops(&st), 1);
+    assert_eq!(st.puts.get(), 1);
+    // An MTU too small for a response header and one bare result.
+    let mut id = identity();
+    id.mtu = 40;
+    let mut s = Server::new(id, &[(QPN, RKEY)], common::engine(1 << 20));
+    let st = WorkerStats::default();
+    let out = run(&mut s, &st, &[put(1)]);
+    assert!(out.is_empty());
+    assert_eq!(st.drops[DropReason::MtuTooSmall.index()].get(), 1);
+    assert_eq!(total_drops(&st), 1);
+    assert_eq!(st.puts.get(), 1);
 }
 
 #[test]
@@ -450,7 +419,7 @@ proptest! {
         // Slab classes up to 64 B: a PUT of more than ~60 B is refused (VALUE_TOO_LARGE).
         let cfg = EngineConfig { mem_bytes: 1 << 20, max_slab_class: 64, ..EngineConfig::default() };
         let engine = Engine::new(Region::owned(cfg.mem_bytes), &cfg).expect("engine");
-        let id = Identity { mac: SERVER_MAC, ip: SERVER_IP, qpn: 1, qkey: 0x8001_0000, region_va: VA, region_len: 1 << 20, mtu: 1500 };
+        let id = identity();
         let mut s = Server::new(id, &[(QPN, RKEY)], engine);
         let st = WorkerStats::default();
         let big = vec![7u8; 70];
@@ -491,12 +460,13 @@ proptest! {
         let st = WorkerStats::default();
         let out = run(&mut s, &st, &frames);
         prop_assert!(out.is_empty());
-        let drops: u64 = st.drops.iter().map(|c| c.get()).sum();
+        let drops = total_drops(&st);
         prop_assert_eq!(drops, frames.len() as u64);
     }
 
-    /// Any single-byte corruption or truncation of a valid frame is handled: dropped
-    /// and counted, or (for bytes the ICRC does not cover) served.
+    /// Any single-byte corruption or truncation of a valid frame is handled: each frame
+    /// is either dropped and counted under exactly one reason, or (for bytes the ICRC
+    /// does not cover) served and answered with exactly one response.
     #[test]
     fn corrupted_frames_never_panic(pos in 0usize..120, byte in any::<u8>(), cut in 0usize..130) {
         let mut s = server(1 << 20);
@@ -507,8 +477,13 @@ proptest! {
         let mut g = request(&[KvOp::Get { key: b"key" }], 2, QPN, RKEY, VA, 1);
         g.truncate(cut.min(g.len()));
         let out = run(&mut s, &st, &[f, g]);
-        let drops: u64 = st.drops.iter().map(|c| c.get()).sum();
-        prop_assert!(out.len() as u64 + drops >= 1);
+        let drops = total_drops(&st);
+        prop_assert_eq!(st.rx_packets.get(), 2);
+        prop_assert_eq!(st.requests.get() + drops, 2, "every frame served or dropped once");
+        prop_assert_eq!(out.len() as u64, st.requests.get(), "every served request answered");
+        for r in &out {
+            prop_assert!(parse_response(r).is_ok(), "a valid response frame");
+        }
     }
 }
 
@@ -539,7 +514,7 @@ fn set_clients_keeps_psn_of_staying_clients() {
         (resp_psn + 1) & 0xff_ffff,
         "response PSN continues"
     );
-    assert_eq!(st.drops[DropReason::PsnGap.index()].get(), 0);
+    assert_eq!(st.psn_gaps.get(), 0);
     let out = run(&mut s, &st, &[request(&get, 6, 18, 99, VA, 1)]);
     assert!(out.is_empty());
     assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);

@@ -3,41 +3,18 @@
 //! stall mode), responses are parsed back and compared with a sequential model written
 //! here with native integer types (independent of kvops' arithmetic).
 
-use dataplane::server::{Identity, Server, TxFrame};
+mod common;
+
+use common::{identity, RKEY, VA};
+use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
-use kvengine::{Engine, EngineConfig, Region};
 use kvops::{FuncId, FunctionRegistry};
-use kvwire::frame::FrameParams;
-use kvwire::{
-    emit_request_headers, finalize, func, parse_response, pred, request_frame_len, Atomic,
-    BatchWriter, KvOp, ResponseReader, Status, Width, REQUEST_HEADER_LEN,
-};
+use kvwire::{func, parse_response, pred, Atomic, KvOp, ResponseReader, Status, Width};
 use proptest::prelude::*;
 use std::collections::HashMap;
-use std::net::Ipv4Addr;
 
-const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
-const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
-const SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
-const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
 const QPNS: [u32; 4] = [17, 18, 19, 20];
-const RKEY: u32 = 0x1234_5678;
-const VA: u64 = 1 << 32;
 const SAT_ADD: u8 = 200;
-
-struct VecFrame {
-    buf: Vec<u8>,
-    len: usize,
-}
-
-impl TxFrame for VecFrame {
-    fn room(&mut self) -> &mut [u8] {
-        &mut self.buf
-    }
-    fn set_len(&mut self, len: usize) {
-        self.len = len;
-    }
-}
 
 fn server(ooo: bool) -> Server {
     server_kv(ooo, false)
@@ -46,20 +23,8 @@ fn server(ooo: bool) -> Server {
 /// A server; `station_kv`: GET/PUT/DELETE chunks with a repeated key go through the
 /// station too.
 fn server_kv(ooo: bool, station_kv: bool) -> Server {
-    let cfg = EngineConfig {
-        mem_bytes: 1 << 20,
-        ..EngineConfig::default()
-    };
-    let engine = Engine::new(Region::owned(cfg.mem_bytes), &cfg).expect("engine");
-    let id = Identity {
-        mac: SERVER_MAC,
-        ip: SERVER_IP,
-        qpn: 1,
-        qkey: 0x8001_0000,
-        region_va: VA,
-        region_len: 1 << 20,
-        mtu: 1500,
-    };
+    let engine = common::engine(1 << 20);
+    let id = identity();
     let mut reg = FunctionRegistry::new();
     reg.load(
         [(SAT_ADD, "saturating_add")],
@@ -73,19 +38,7 @@ fn server_kv(ooo: bool, station_kv: bool) -> Server {
 }
 
 fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, psn: u32) -> Vec<u8> {
-    let mut payload = vec![0u8; 1440];
-    let mut w = BatchWriter::new(&mut payload, batch_id).unwrap();
-    for op in ops {
-        w.push(op).unwrap();
-    }
-    let len = w.finish();
-    let mut buf = vec![0u8; request_frame_len(len)];
-    let params = FrameParams::new(CLIENT_MAC, SERVER_MAC, CLIENT_IP, SERVER_IP, 0xC000);
-    emit_request_headers(&mut buf, &params, qpn, psn, VA, RKEY, len).unwrap();
-    buf[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len].copy_from_slice(&payload[..len]);
-    let n = finalize(&mut buf).unwrap();
-    buf.truncate(n);
-    buf
+    common::request(ops, batch_id, qpn, RKEY, VA, psn)
 }
 
 /// Results of each request by (client QPN, batch id), in op order.
@@ -94,19 +47,7 @@ type Results = HashMap<(u32, u32), Vec<(Status, Vec<u8>)>>;
 /// Runs frames through the server; returns every result of every response, per
 /// (qpn, batch id), in op order (MORE-split responses concatenated).
 fn run(s: &mut Server, st: &WorkerStats, frames: &[Vec<u8>]) -> Results {
-    let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-    let mut out = Vec::new();
-    s.handle_burst(
-        &views,
-        st,
-        || {
-            Some(VecFrame {
-                buf: vec![0; 2048],
-                len: 0,
-            })
-        },
-        |f: VecFrame| out.push(f.buf[..f.len].to_vec()),
-    );
+    let out = common::run(s, st, frames);
     let mut res = Results::new();
     for f in out {
         let r = parse_response(&f).expect("valid response");

@@ -34,7 +34,7 @@ w=$(json_field "$E2E_TMP/dp.json" 'd["workers"]')
 off=$(json_field "$E2E_TMP/dp.json" 'd["handed_off"]')
 in=$(json_field "$E2E_TMP/dp.json" 'd["handed_in"]')
 inuse=$(json_field "$E2E_TMP/dp.json" 'd["mbufs_in_use"]')
-drops=$(json_field "$E2E_TMP/dp.json" 'sum(v for k,v in d.items() if k.startswith("drop_") and k != "drop_psn_gap")')
+drops=$(json_field "$E2E_TMP/dp.json" 'sum(v for k,v in d.items() if k.startswith("drop_"))')
 [ "$w" -eq 2 ] || fail "dataplane ran $w workers"
 [ "$off" -gt 0 ] && [ "$off" -eq "$in" ] || fail "hand-offs: $off off, $in in"
 [ "$inuse" -eq 0 ] && [ "$drops" -eq 0 ] || fail "mbufs in use $inuse, drops $drops"

@@ -113,21 +113,27 @@ pub enum DropReason {
     BadQKey,
     /// (caller) PSN older than expected: dropped, not executed again.
     PsnDuplicate,
-    /// (caller) PSN skipped ahead: counted, the packet is still served.
-    PsnGap,
     /// (caller) The KV batch payload header is malformed.
     BadPayload,
     /// (caller) TX ring full, the response was dropped.
     TxFull,
     /// (caller) No mbuf for the response.
     NoMbuf,
+    /// (caller) The configured MTU leaves no room for a response header and one bare
+    /// result: nothing can be answered.
+    MtuTooSmall,
+    /// (caller) The tx buffer is shorter than the response frame.
+    TxBufferTooSmall,
+    /// (caller) A response frame could not be encoded (a server bug: the payload was
+    /// not in the state the encoder requires).
+    ResponseEncode,
     /// (caller) A request for another partition's worker found its hand-off ring full.
     HandoffFull,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 25;
+    pub const COUNT: usize = 27;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -150,10 +156,12 @@ impl DropReason {
         DropReason::BadVa,
         DropReason::BadQKey,
         DropReason::PsnDuplicate,
-        DropReason::PsnGap,
         DropReason::BadPayload,
         DropReason::TxFull,
         DropReason::NoMbuf,
+        DropReason::MtuTooSmall,
+        DropReason::TxBufferTooSmall,
+        DropReason::ResponseEncode,
         DropReason::HandoffFull,
     ];
     /// Index for counter arrays (`== self as usize`).
@@ -184,10 +192,12 @@ impl DropReason {
             DropReason::BadVa => "bad_va",
             DropReason::BadQKey => "bad_qkey",
             DropReason::PsnDuplicate => "psn_duplicate",
-            DropReason::PsnGap => "psn_gap",
             DropReason::BadPayload => "bad_payload",
             DropReason::TxFull => "tx_full",
             DropReason::NoMbuf => "no_mbuf",
+            DropReason::MtuTooSmall => "mtu_too_small",
+            DropReason::TxBufferTooSmall => "tx_buffer_too_small",
+            DropReason::ResponseEncode => "response_encode",
             DropReason::HandoffFull => "handoff_full",
         }
     }

@@ -1,0 +1,179 @@
+//! The dataplane's test harness, shared by the integration tests and the
+//! `server_scale` example: a server identity and engine, request frames built with
+//! kvwire, and a `Vec`-backed transmit side that collects the response frames.
+#![allow(dead_code)] // each test binary uses its own subset
+
+use dataplane::packet::Identity;
+use dataplane::server::Server;
+use dataplane::stats::WorkerStats;
+use dataplane::tx::{TxFrame, TxSink};
+use kvengine::{Engine, EngineConfig, Region};
+use kvwire::frame::FrameParams;
+use kvwire::{
+    emit_request_headers, finalize, request_frame_len, BatchWriter, KvOp, REQUEST_HEADER_LEN,
+};
+use std::net::Ipv4Addr;
+
+/// The server's MAC.
+pub const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
+/// The client's MAC.
+pub const CLIENT_MAC: [u8; 6] = [2, 0, 0, 0, 0, 2];
+/// The server's IPv4 address.
+pub const SERVER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 2);
+/// The client's IPv4 address.
+pub const CLIENT_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 3);
+/// The server's QPN (DETH source QP of responses).
+pub const SERVER_QPN: u32 = 1;
+/// The R_Key of the admitted test clients.
+pub const RKEY: u32 = 0x1234_5678;
+/// Base of the request region.
+pub const VA: u64 = 1 << 32;
+/// Length of the request region.
+pub const REGION_LEN: u64 = 1 << 20;
+
+/// The test server's identity (MTU 1500).
+pub fn identity() -> Identity {
+    Identity {
+        mac: SERVER_MAC,
+        ip: SERVER_IP,
+        qpn: SERVER_QPN,
+        qkey: 0x8001_0000,
+        region_va: VA,
+        region_len: REGION_LEN,
+        mtu: 1500,
+    }
+}
+
+/// An engine over `mem` bytes of heap memory, default parameters otherwise.
+pub fn engine(mem: usize) -> Engine {
+    let cfg = EngineConfig {
+        mem_bytes: mem,
+        ..EngineConfig::default()
+    };
+    Engine::new(Region::owned(mem), &cfg).expect("engine")
+}
+
+/// Client → server addresses of request frames.
+pub fn request_params() -> FrameParams {
+    FrameParams::new(CLIENT_MAC, SERVER_MAC, CLIENT_IP, SERVER_IP, 0xC000)
+}
+
+/// A request frame carrying `ops` (batch `batch_id`) to QP `qpn` with `rkey`, RETH VA
+/// `va`, PSN `psn`.
+pub fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, rkey: u32, va: u64, psn: u32) -> Vec<u8> {
+    request_to(&request_params(), ops, batch_id, qpn, rkey, va, psn)
+}
+
+/// [`request`] with explicit addresses.
+pub fn request_to(
+    params: &FrameParams,
+    ops: &[KvOp<'_>],
+    batch_id: u32,
+    qpn: u32,
+    rkey: u32,
+    va: u64,
+    psn: u32,
+) -> Vec<u8> {
+    let mut payload = vec![0u8; 1440];
+    let mut w = BatchWriter::new(&mut payload, batch_id).expect("payload header");
+    for op in ops {
+        w.push(op).expect("op fits the payload");
+    }
+    let len = w.finish();
+    let mut buf = vec![0u8; request_frame_len(len)];
+    emit_request_headers(&mut buf, params, qpn, psn, va, rkey, len).expect("headers");
+    buf[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len].copy_from_slice(&payload[..len]);
+    let n = finalize(&mut buf).expect("icrc");
+    buf.truncate(n);
+    buf
+}
+
+/// A response frame buffer: 2 KiB pre-filled with `0xa5`, so unwritten bytes show.
+pub struct VecFrame {
+    /// The buffer.
+    pub buf: Vec<u8>,
+    /// Frame length set by the server.
+    pub len: usize,
+}
+
+impl TxFrame for VecFrame {
+    fn room(&mut self) -> &mut [u8] {
+        &mut self.buf
+    }
+    fn set_len(&mut self, len: usize) {
+        self.len = len;
+    }
+}
+
+/// A transmit side collecting the frames sent; `alloc` fails once `budget` frames
+/// were handed out (`None`: unlimited), to test mbuf exhaustion. New buffers are 2 KiB
+/// of `0xa5`; [`VecSink::recycle`] reuses the sent ones (no allocation per frame, for
+/// benchmarks).
+#[derive(Default)]
+pub struct VecSink {
+    /// Frames sent, in order.
+    pub sent: Vec<Vec<u8>>,
+    /// Frames `alloc` may still hand out.
+    pub budget: Option<usize>,
+    /// Size of new frame buffers (0: [`FRAME_BUF`]).
+    pub frame_size: usize,
+    /// Buffers for later frames ([`VecSink::recycle`]).
+    pub spare: Vec<Vec<u8>>,
+}
+
+/// Size of a [`VecSink`] frame buffer.
+pub const FRAME_BUF: usize = 2048;
+
+impl VecSink {
+    /// A sink whose `alloc` hands out at most `budget` frames.
+    pub fn with_budget(budget: usize) -> VecSink {
+        VecSink {
+            budget: Some(budget),
+            ..VecSink::default()
+        }
+    }
+
+    /// Empties `sent`, keeping the buffers for later frames.
+    pub fn recycle(&mut self) {
+        for mut b in self.sent.drain(..) {
+            b.resize(FRAME_BUF, 0xa5);
+            self.spare.push(b);
+        }
+    }
+}
+
+impl TxSink for VecSink {
+    type Frame = VecFrame;
+
+    fn alloc(&mut self) -> Option<VecFrame> {
+        if let Some(b) = self.budget.as_mut() {
+            *b = b.checked_sub(1)?;
+        }
+        let size = if self.frame_size == 0 {
+            FRAME_BUF
+        } else {
+            self.frame_size
+        };
+        let buf = self.spare.pop().unwrap_or_else(|| vec![0xa5; size]);
+        Some(VecFrame { buf, len: 0 })
+    }
+
+    fn send(&mut self, f: VecFrame) {
+        let mut buf = f.buf;
+        buf.truncate(f.len);
+        self.sent.push(buf);
+    }
+}
+
+/// Runs `frames` through the server as one burst; returns the response frames.
+pub fn run(s: &mut Server, stats: &WorkerStats, frames: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+    let mut tx = VecSink::default();
+    s.handle_burst(&views, stats, &mut tx);
+    tx.sent
+}
+
+/// Sum of every drop counter.
+pub fn total_drops(stats: &WorkerStats) -> u64 {
+    stats.drops.iter().map(|c| c.get()).sum()
+}
