@@ -142,7 +142,11 @@ mod tests {
     fn set_keeps_staying_clients() {
         let mut t = ClientTable::new(&[(5, 50), (3, 30), (5, 51)]);
         assert_eq!(t.find(3), Some(0));
-        assert_eq!(t.as_slice()[1].rkey, 50, "a repeated QPN keeps its first R_Key");
+        assert_eq!(
+            t.as_slice()[1].rkey,
+            50,
+            "a repeated QPN keeps its first R_Key"
+        );
         let i = t.find(5).unwrap();
         t.as_mut_slice()[i].resp_psn = 9;
         t.set(&[(5, 55), (7, 70)]);

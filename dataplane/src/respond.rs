@@ -150,7 +150,10 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
         let (pos, count) = (self.pos, self.count);
         self.pos = 0;
         let Ok(mut w) = ResponseWriter::resume(self.buf, pos, count) else {
-            debug_assert!(false, "the open frame's length is within the payload buffer");
+            debug_assert!(
+                false,
+                "the open frame's length is within the payload buffer"
+            );
             ctx.stats.drop(DropReason::ResponseEncode);
             return;
         };

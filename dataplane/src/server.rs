@@ -269,7 +269,7 @@ impl Server {
             },
             false,
         );
-        drop(out);
+        // `out` borrowed `resp` until here.
         self.resp = resp;
     }
 

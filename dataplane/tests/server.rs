@@ -8,7 +8,9 @@ use common::{identity, request, run, total_drops, VecSink, RKEY, VA};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvengine::{Engine, EngineConfig, Region};
-use kvwire::{finalize, parse_response, DropReason, KvOp, ResponseReader, Status, REQUEST_HEADER_LEN};
+use kvwire::{
+    finalize, parse_response, DropReason, KvOp, ResponseReader, Status, REQUEST_HEADER_LEN,
+};
 use proptest::prelude::*;
 use std::collections::HashMap;
 
