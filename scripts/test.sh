@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 export CARGO_TERM_COLOR=never
+# setup.sh installed tshark and scapy: tests that need them must fail, not skip.
+export KVD_REQUIRE_TOOLS=1
 
 quick=0
 [ "${1:-}" = "--quick" ] && quick=1
