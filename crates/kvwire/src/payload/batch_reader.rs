@@ -14,17 +14,87 @@ use super::{
 #[derive(Debug, Clone)]
 pub struct BatchReader<'a> {
     buf: &'a [u8],
-    pos: usize,
+    st: DecodeState<'a>,
     batch_id: u32,
     op_count: u16,
     remaining: u16,
+    failed: bool,
+}
+
+/// What decoding one op hands to the next: where it starts and what its copy flags
+/// copy from.
+#[derive(Debug, Clone, Copy)]
+struct DecodeState<'a> {
+    /// Byte offset of the next op in the payload.
+    pos: usize,
     /// Key length of the previous op, 0 before the first op.
     prev_key_len: usize,
     /// Value of the previous op, `None` if it had none (or no previous op).
     prev_value: Option<&'a [u8]>,
     /// Whether an op was decoded already.
     have_prev: bool,
-    failed: bool,
+}
+
+/// Whether the op byte is a GET, PUT or DELETE with at most `COPY_SIZES` (the bulk
+/// of real traffic): an op for [`plain_op`].
+#[inline(always)]
+fn is_plain(opb: u8) -> bool {
+    opb & (FLAG_RESERVED | FLAG_COPY_VALUE) == 0
+        && matches!(opb & OPCODE_MASK, op::GET | op::PUT | op::DELETE)
+}
+
+/// Decodes the plain op (see [`is_plain`]) whose op byte `opb` is at `st.pos` of
+/// `buf`: the same checks, in the same order, as [`BatchReader::decode_general`],
+/// without the atomic fields. On success `st` moves past the op; on error it is left
+/// as it was. The one plain decoder: the iterator reports its error, `plain_ops`
+/// stops before the op.
+#[inline(always)]
+fn plain_op<'a>(
+    buf: &'a [u8],
+    opb: u8,
+    st: &mut DecodeState<'a>,
+) -> Result<KvOp<'a>, PayloadError> {
+    let opcode = opb & OPCODE_MASK;
+    let copy_sizes = opb & FLAG_COPY_SIZES != 0;
+    if copy_sizes && !st.have_prev {
+        return Err(PayloadError::BadFlags);
+    }
+    let mut p = st.pos + 1;
+    let key_len = if copy_sizes {
+        st.prev_key_len
+    } else {
+        let k = *buf.get(p).ok_or(PayloadError::Truncated)?;
+        p += 1;
+        usize::from(k)
+    };
+    let is_put = opcode == op::PUT;
+    let value_len = if !is_put {
+        0
+    } else if copy_sizes {
+        st.prev_value.map_or(0, <[u8]>::len)
+    } else {
+        let v = buf.get(p..p + 2).ok_or(PayloadError::Truncated)?;
+        p += 2;
+        usize::from(u16::from_be_bytes([v[0], v[1]]))
+    };
+    if key_len == 0 {
+        return Err(PayloadError::EmptyKey);
+    }
+    let key = buf.get(p..p + key_len).ok_or(PayloadError::Truncated)?;
+    p += key_len;
+    let value = buf.get(p..p + value_len).ok_or(PayloadError::Truncated)?;
+    p += value_len;
+    *st = DecodeState {
+        pos: p,
+        prev_key_len: key_len,
+        prev_value: if is_put { Some(value) } else { None },
+        have_prev: true,
+    };
+    Ok(match opcode {
+        op::GET => KvOp::Get { key },
+        op::DELETE => KvOp::Delete { key },
+        _ => KvOp::Put { key, value },
+    })
 }
 
 impl<'a> BatchReader<'a> {
@@ -45,13 +115,15 @@ impl<'a> BatchReader<'a> {
         }
         Ok(BatchReader {
             buf: payload,
-            pos: BATCH_HEADER_LEN,
+            st: DecodeState {
+                pos: BATCH_HEADER_LEN,
+                prev_key_len: 0,
+                prev_value: None,
+                have_prev: false,
+            },
             batch_id: rd32(h, req_field::BATCH_ID.start),
             op_count,
             remaining: op_count,
-            prev_key_len: 0,
-            prev_value: None,
-            have_prev: false,
             failed: false,
         })
     }
@@ -73,66 +145,16 @@ impl<'a> BatchReader<'a> {
     /// Byte offset of the next op in the payload.
     #[inline]
     pub fn offset(&self) -> usize {
-        self.pos
+        self.st.pos
     }
 
     #[inline]
     fn decode(&mut self) -> Result<KvOp<'a>, PayloadError> {
-        let opb = *self.buf.get(self.pos).ok_or(PayloadError::Truncated)?;
-        let opcode = opb & OPCODE_MASK;
-        if opb & (FLAG_RESERVED | FLAG_COPY_VALUE) == 0
-            && matches!(opcode, op::GET | op::PUT | op::DELETE)
-        {
-            return self.decode_plain(opb);
+        let opb = *self.buf.get(self.st.pos).ok_or(PayloadError::Truncated)?;
+        if is_plain(opb) {
+            return plain_op(self.buf, opb, &mut self.st);
         }
         self.decode_general()
-    }
-
-    /// GET, PUT or DELETE with at most `COPY_SIZES` (the bulk of real traffic): the
-    /// same checks, in the same order, as [`Self::decode_general`], without the
-    /// atomic fields.
-    #[inline(always)]
-    fn decode_plain(&mut self, opb: u8) -> Result<KvOp<'a>, PayloadError> {
-        let opcode = opb & OPCODE_MASK;
-        let copy_sizes = opb & FLAG_COPY_SIZES != 0;
-        if copy_sizes && !self.have_prev {
-            return Err(PayloadError::BadFlags);
-        }
-        let buf = self.buf;
-        let mut p = self.pos + 1;
-        let key_len = if copy_sizes {
-            self.prev_key_len
-        } else {
-            let k = *buf.get(p).ok_or(PayloadError::Truncated)?;
-            p += 1;
-            usize::from(k)
-        };
-        let is_put = opcode == op::PUT;
-        let value_len = if !is_put {
-            0
-        } else if copy_sizes {
-            self.prev_value.map_or(0, <[u8]>::len)
-        } else {
-            let v = buf.get(p..p + 2).ok_or(PayloadError::Truncated)?;
-            p += 2;
-            usize::from(u16::from_be_bytes([v[0], v[1]]))
-        };
-        if key_len == 0 {
-            return Err(PayloadError::EmptyKey);
-        }
-        let key = buf.get(p..p + key_len).ok_or(PayloadError::Truncated)?;
-        p += key_len;
-        let value = buf.get(p..p + value_len).ok_or(PayloadError::Truncated)?;
-        p += value_len;
-        self.pos = p;
-        self.prev_key_len = key_len;
-        self.prev_value = if is_put { Some(value) } else { None };
-        self.have_prev = true;
-        Ok(match opcode {
-            op::GET => KvOp::Get { key },
-            op::DELETE => KvOp::Delete { key },
-            _ => KvOp::Put { key, value },
-        })
     }
 
     /// Decodes the run of GET/PUT/DELETE ops (without `COPY_VALUE`) that starts at the
@@ -140,77 +162,31 @@ impl<'a> BatchReader<'a> {
     /// anything else — another opcode, or any op the iterator would answer with an
     /// error — or at the end of the batch. Iterate on to get that op (or its error).
     ///
-    /// The ops and errors seen are exactly those of iterating alone; this is the same
-    /// decoding with the reader's state held in locals for the whole run, for the
-    /// server's per-op loop.
+    /// The ops and errors seen are exactly those of iterating alone: the same decoder
+    /// ([`plain_op`]), with the reader's state held in locals for the whole run, for
+    /// the server's per-op loop.
     #[inline(always)]
     pub fn plain_ops(&mut self, mut f: impl FnMut(KvOp<'a>)) {
         if self.failed {
             return;
         }
         let buf = self.buf;
-        let (mut pos, mut remaining) = (self.pos, self.remaining);
-        let (mut prev_key_len, mut prev_value, mut have_prev) =
-            (self.prev_key_len, self.prev_value, self.have_prev);
+        let (mut st, mut remaining) = (self.st, self.remaining);
         while remaining != 0 {
-            // The checks of `decode_plain`; on any failure, stop before the op and
-            // leave it (and its error) to the iterator.
-            let Some(&opb) = buf.get(pos) else { break };
-            let opcode = opb & OPCODE_MASK;
-            if opb & (FLAG_RESERVED | FLAG_COPY_VALUE) != 0
-                || !matches!(opcode, op::GET | op::PUT | op::DELETE)
-            {
+            // Anything but a plain op that decodes ends the run, before the op: the
+            // iterator decodes it (or reports its error).
+            let Some(&opb) = buf.get(st.pos) else { break };
+            if !is_plain(opb) {
                 break;
             }
-            let copy_sizes = opb & FLAG_COPY_SIZES != 0;
-            if copy_sizes && !have_prev {
-                break;
-            }
-            let mut p = pos + 1;
-            let key_len = if copy_sizes {
-                prev_key_len
-            } else {
-                let Some(&k) = buf.get(p) else { break };
-                p += 1;
-                usize::from(k)
-            };
-            let is_put = opcode == op::PUT;
-            let value_len = if !is_put {
-                0
-            } else if copy_sizes {
-                prev_value.map_or(0, <[u8]>::len)
-            } else {
-                let Some(v) = buf.get(p..p + 2) else { break };
-                p += 2;
-                usize::from(u16::from_be_bytes([v[0], v[1]]))
-            };
-            if key_len == 0 {
-                break;
-            }
-            let Some(key) = buf.get(p..p + key_len) else {
+            let Ok(op) = plain_op(buf, opb, &mut st) else {
                 break;
             };
-            p += key_len;
-            let Some(value) = buf.get(p..p + value_len) else {
-                break;
-            };
-            p += value_len;
-            pos = p;
             remaining -= 1;
-            prev_key_len = key_len;
-            prev_value = if is_put { Some(value) } else { None };
-            have_prev = true;
-            f(match opcode {
-                op::GET => KvOp::Get { key },
-                op::DELETE => KvOp::Delete { key },
-                _ => KvOp::Put { key, value },
-            });
+            f(op);
         }
-        self.pos = pos;
+        self.st = st;
         self.remaining = remaining;
-        self.prev_key_len = prev_key_len;
-        self.prev_value = prev_value;
-        self.have_prev = have_prev;
     }
 
     /// Any op (the read-modify-write opcodes, `COPY_VALUE`, and every malformed case).
@@ -218,7 +194,7 @@ impl<'a> BatchReader<'a> {
     fn decode_general(&mut self) -> Result<KvOp<'a>, PayloadError> {
         let mut c = Cursor {
             buf: self.buf,
-            pos: self.pos,
+            pos: self.st.pos,
         };
         let opb = c.u8()?;
         let opcode = opb & OPCODE_MASK;
@@ -228,24 +204,26 @@ impl<'a> BatchReader<'a> {
             return Err(PayloadError::UnknownOpcode(opcode));
         }
         let has_value = opcode_has_value(opcode);
-        if opb & FLAG_RESERVED != 0 || (copy_value && !has_value) || (copy_sizes && !self.have_prev)
+        if opb & FLAG_RESERVED != 0
+            || (copy_value && !has_value)
+            || (copy_sizes && !self.st.have_prev)
         {
             return Err(PayloadError::BadFlags);
         }
         let copied = if copy_value {
-            Some(self.prev_value.ok_or(PayloadError::BadFlags)?)
+            Some(self.st.prev_value.ok_or(PayloadError::BadFlags)?)
         } else {
             None
         };
         let key_len = if copy_sizes {
-            self.prev_key_len
+            self.st.prev_key_len
         } else {
             usize::from(c.u8()?)
         };
         let value_len = if !has_value || copied.is_some() {
             0
         } else if copy_sizes {
-            self.prev_value.map_or(0, <[u8]>::len)
+            self.st.prev_value.map_or(0, <[u8]>::len)
         } else {
             usize::from(c.u16()?)
         };
@@ -312,10 +290,12 @@ impl<'a> BatchReader<'a> {
                 param: p1,
             },
         };
-        self.pos = c.pos;
-        self.prev_key_len = key_len;
-        self.prev_value = if has_value { Some(value) } else { None };
-        self.have_prev = true;
+        self.st = DecodeState {
+            pos: c.pos,
+            prev_key_len: key_len,
+            prev_value: if has_value { Some(value) } else { None },
+            have_prev: true,
+        };
         Ok(op)
     }
 }
@@ -517,7 +497,7 @@ mod tests {
                 let a = fast.decode();
                 let b = general.decode_general();
                 prop_assert_eq!(&a, &b);
-                prop_assert_eq!(fast.pos, general.pos);
+                prop_assert_eq!(fast.st.pos, general.st.pos);
                 if a.is_err() {
                     break;
                 }
