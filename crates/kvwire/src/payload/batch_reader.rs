@@ -338,6 +338,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The op count field of a request header (`d` holds at least the header).
+    fn r_count(d: &[u8]) -> usize {
+        usize::from(u16::from_be_bytes([d[2], d[3]]))
+    }
+
     /// A request payload with a valid header (0..40 ops announced) over a body biased
     /// to GET/PUT/DELETE opcode bytes, flags and short lengths: mostly plain ops, with
     /// every kind of malformed op mixed in.
@@ -522,13 +527,52 @@ mod tests {
             prop_assert_eq!(mixed, alone);
         }
 
+        /// On any bytes behind a valid magic and version: iteration ends after at most `op_count`
+        /// items — exactly `op_count` unless one is an error, which is the last item
+        /// and fuses the reader — without reading past the payload; and the ops decoded
+        /// re-encode (with compression) into no more bytes than they took, decoding
+        /// back to the same ops.
         #[test]
-        fn reader_never_panics(data in prop::collection::vec(any::<u8>(), 0..200)) {
+        fn reader_terminates_fuses_and_reencodes(
+            data in prop_oneof![prop::collection::vec(any::<u8>(), 0..200), plain_heavy_payload()],
+            small_count: bool,
+        ) {
             let mut d = data;
             if d.len() >= 2 { d[0] = REQUEST_MAGIC; d[1] = VERSION; }
-            if let Ok(r) = BatchReader::new(&d) {
-                for x in r { let _ = x; }
+            if small_count && d.len() >= 4 { d[2] = 0; d[3] %= 48; }
+            let Ok(mut r) = BatchReader::new(&d) else {
+                prop_assert!(d.len() < BATCH_HEADER_LEN || r_count(&d) > MAX_OPS_PER_BATCH);
+                return Ok(());
+            };
+            let count = usize::from(r.op_count());
+            let mut ops = Vec::new();
+            let mut failed = false;
+            while let Some(item) = r.next() {
+                prop_assert!(!failed, "an item after an error");
+                prop_assert!(ops.len() < count, "more items than op_count");
+                prop_assert!(r.offset() <= d.len());
+                match item {
+                    Ok(op) => ops.push(op),
+                    Err(_) => failed = true,
+                }
+                prop_assert_eq!(usize::from(r.index()), ops.len());
             }
+            prop_assert!(failed || ops.len() == count);
+            prop_assert!(r.next().is_none());
+            prop_assert_eq!(r.size_hint(), (0, Some(0)));
+            let mut after = Vec::new();
+            r.plain_ops(|op| after.push(op));
+            prop_assert!(after.is_empty(), "plain_ops after the end");
+
+            let used = r.offset();
+            let mut buf = vec![0u8; used];
+            let mut w = BatchWriter::new(&mut buf, r.batch_id()).unwrap();
+            for op in &ops {
+                prop_assert_eq!(w.push(op), Ok(()));
+            }
+            let n = w.finish();
+            let back: Vec<_> = BatchReader::new(&buf[..n]).unwrap().collect();
+            prop_assert_eq!(back, ops.into_iter().map(Ok).collect::<Vec<_>>());
         }
     }
 }
