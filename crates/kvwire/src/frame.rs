@@ -1000,17 +1000,24 @@ mod tests {
     }
 
     /// Writes the frames to a pcap and checks tshark decodes them as
-    /// InfiniBand without malformed/expert warnings (skipped without tshark).
+    /// InfiniBand without malformed/expert warnings. Without a working tshark it
+    /// is skipped with a note, or fails if `KVD_REQUIRE_TOOLS=1`.
     #[test]
     fn tshark_decodes_as_infiniband() {
-        let Ok(out) = std::process::Command::new("tshark")
+        let why = match std::process::Command::new("tshark")
             .arg("--version")
             .output()
-        else {
-            eprintln!("tshark not installed; skipped");
-            return;
+        {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!("`tshark --version` failed ({})", out.status)),
+            Err(e) => Some(format!("tshark not runnable ({e})")),
         };
-        if !out.status.success() {
+        if let Some(why) = why {
+            assert!(
+                std::env::var("KVD_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                "{why}, and KVD_REQUIRE_TOOLS=1 requires it"
+            );
+            eprintln!("{why}; skipped (set KVD_REQUIRE_TOOLS=1 to fail instead)");
             return;
         }
         let mut pcap = Vec::new();
