@@ -163,7 +163,7 @@ impl<'a> BatchReader<'a> {
     /// error — or at the end of the batch. Iterate on to get that op (or its error).
     ///
     /// The ops and errors seen are exactly those of iterating alone: the same decoder
-    /// ([`plain_op`]), with the reader's state held in locals for the whole run, for
+    /// (`plain_op`), with the reader's state held in locals for the whole run, for
     /// the server's per-op loop.
     #[inline(always)]
     pub fn plain_ops(&mut self, mut f: impl FnMut(KvOp<'a>)) {
