@@ -214,7 +214,7 @@ impl Server {
             stats.requests.inc();
             let pkt = pkts.len() as u8;
             pkts.push(PktCtx {
-                params: req.reply_params(RESPONSE_UDP_SRC_PORT),
+                params: req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT),
                 client: ci as u16,
                 batch_id: reader.batch_id(),
             });

@@ -304,15 +304,22 @@ pub struct Request<'a> {
 }
 
 impl Request<'_> {
-    /// Frame parameters for a reply: addresses swapped, the given UDP source port.
-    pub const fn reply_params(&self, udp_src_port: u16) -> FrameParams {
-        let mut p = FrameParams::new(
-            self.dst_mac,
-            self.src_mac,
-            self.dst_ip,
-            self.src_ip,
-            udp_src_port,
-        );
+    /// Frame parameters for the reply of a server whose port has MAC `own_mac` and
+    /// IPv4 address `own_ip`: from those, to the request's source MAC and IP, with the
+    /// request's P_Key and the given UDP source port.
+    ///
+    /// The source is the server's own, never the request's destination: a request to
+    /// the broadcast MAC (accepted, `docs/PROTOCOL.md` §5) is answered from `own_mac`,
+    /// not from ff:ff:ff:ff:ff:ff, which switches drop. Whether the request was for
+    /// this server at all (destination MAC = own or broadcast, destination IP = own;
+    /// otherwise dropped as [`DropReason::WrongDestination`]) is the caller's check.
+    pub const fn reply_params(
+        &self,
+        own_mac: MacAddr,
+        own_ip: Ipv4Addr,
+        udp_src_port: u16,
+    ) -> FrameParams {
+        let mut p = FrameParams::new(own_mac, self.src_mac, own_ip, self.src_ip, udp_src_port);
         p.pkey = self.pkey;
         p
     }
@@ -786,11 +793,56 @@ mod tests {
             parse_response(&SCAPY_REQUEST).unwrap_err(),
             DropReason::BadBthOpcode
         );
-        let p = r.reply_params(7);
-        assert_eq!(
-            (p.src_mac, p.dst_ip, p.udp_src_port),
-            (r.dst_mac, r.src_ip, 7)
-        );
+        let own_mac = [2, 0, 0, 0, 0, 2];
+        let own_ip = Ipv4Addr::new(10, 0, 0, 2);
+        let mut want = FrameParams::new(own_mac, r.src_mac, own_ip, r.src_ip, 7);
+        want.pkey = r.pkey;
+        assert_eq!(r.reply_params(own_mac, own_ip, 7), want);
+    }
+
+    /// A reply comes from the server's own MAC and IP whatever the request was sent
+    /// to: a request to the broadcast MAC is not answered from ff:ff:ff:ff:ff:ff.
+    #[test]
+    fn reply_comes_from_own_addresses() {
+        let own_mac: MacAddr = [2, 0, 0, 0, 0, 2];
+        let own_ip = Ipv4Addr::new(10, 0, 0, 2);
+        let client_mac: MacAddr = [2, 0, 0, 0, 0, 1];
+        let client_ip = Ipv4Addr::new(10, 0, 0, 1);
+        let request_to = |dst_mac: MacAddr, dst_ip: Ipv4Addr| {
+            let mut p = FrameParams::new(client_mac, dst_mac, client_ip, dst_ip, 0xc000);
+            p.pkey = 0x8001;
+            let mut f = vec![0u8; request_frame_len(8)];
+            emit_request_headers(&mut f, &p, 0x11, 5, 0x1000, 42, 8).unwrap();
+            finalize(&mut f).unwrap();
+            f
+        };
+        // To the broadcast MAC (accepted by PROTOCOL.md §5), to our own MAC, and to
+        // another host (the server drops that one as `WrongDestination` before it
+        // replies; the reply's source would still be ours).
+        for (dst_mac, dst_ip) in [
+            ([0xff; 6], own_ip),
+            (own_mac, own_ip),
+            ([2, 0, 0, 0, 0, 9], Ipv4Addr::new(10, 0, 0, 9)),
+        ] {
+            let f = request_to(dst_mac, dst_ip);
+            let req = parse_request(&f).unwrap();
+            assert_eq!((req.dst_mac, req.dst_ip), (dst_mac, dst_ip));
+            let p = req.reply_params(own_mac, own_ip, 0xc001);
+            assert_eq!(
+                (p.src_mac, p.dst_mac, p.src_ip, p.dst_ip),
+                (own_mac, client_mac, own_ip, client_ip),
+                "request to {dst_mac:02x?} {dst_ip}"
+            );
+            assert_eq!((p.udp_src_port, p.pkey), (0xc001, 0x8001));
+            let mut b = vec![0u8; response_frame_len(0)];
+            emit_response_headers(&mut b, &p, 0x11, 0, 0x1111_1111, 1, 0).unwrap();
+            finalize(&mut b).unwrap();
+            let resp = parse_response(&b).unwrap();
+            assert_eq!(
+                (resp.src_mac, resp.dst_mac, resp.src_ip, resp.dst_ip),
+                (own_mac, client_mac, own_ip, client_ip)
+            );
+        }
     }
 
     #[test]
@@ -958,17 +1010,24 @@ mod tests {
     }
 
     /// Writes the frames to a pcap and checks tshark decodes them as
-    /// InfiniBand without malformed/expert warnings (skipped without tshark).
+    /// InfiniBand without malformed/expert warnings. Without a working tshark it
+    /// is skipped with a note, or fails if `KVD_REQUIRE_TOOLS=1`.
     #[test]
     fn tshark_decodes_as_infiniband() {
-        let Ok(out) = std::process::Command::new("tshark")
+        let why = match std::process::Command::new("tshark")
             .arg("--version")
             .output()
-        else {
-            eprintln!("tshark not installed; skipped");
-            return;
+        {
+            Ok(out) if out.status.success() => None,
+            Ok(out) => Some(format!("`tshark --version` failed ({})", out.status)),
+            Err(e) => Some(format!("tshark not runnable ({e})")),
         };
-        if !out.status.success() {
+        if let Some(why) = why {
+            assert!(
+                std::env::var("KVD_REQUIRE_TOOLS").as_deref() != Ok("1"),
+                "{why}, and KVD_REQUIRE_TOOLS=1 requires it"
+            );
+            eprintln!("{why}; skipped (set KVD_REQUIRE_TOOLS=1 to fail instead)");
             return;
         }
         let mut pcap = Vec::new();

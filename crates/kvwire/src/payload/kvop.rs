@@ -1,0 +1,312 @@
+//! Operations: opcodes, op-byte flags, function and predicate ids, element
+//! [`Width`], [`Atomic`] and the decoded op [`KvOp`].
+
+/// Operation codes (low 5 bits of the op byte).
+pub mod op {
+    /// Read a value.
+    pub const GET: u8 = 1;
+    /// Insert or replace a value.
+    pub const PUT: u8 = 2;
+    /// Remove a key.
+    pub const DELETE: u8 = 3;
+    /// Atomic scalar-to-scalar update of the value as one element; returns the original.
+    pub const UPDATE_S2S: u8 = 4;
+    /// Apply a scalar to every element of a vector value.
+    pub const UPDATE_S2V: u8 = 5;
+    /// Apply a Δ vector element-wise to a vector value.
+    pub const UPDATE_V2V: u8 = 6;
+    /// Fold all elements into Σ; returns Σ.
+    pub const REDUCE: u8 = 7;
+    /// Return the elements passing a predicate.
+    pub const FILTER: u8 = 8;
+}
+
+/// Op byte flag: take key length (and value length) from the previous op.
+pub const FLAG_COPY_SIZES: u8 = 0x80;
+/// Op byte flag: take the value bytes from the previous op.
+pub const FLAG_COPY_VALUE: u8 = 0x40;
+/// Reserved op byte bit, must be 0.
+pub const FLAG_RESERVED: u8 = 0x20;
+/// Mask of the opcode in the op byte.
+pub const OPCODE_MASK: u8 = 0x1f;
+
+/// Function IDs of UPDATE_S2S / UPDATE_S2V / UPDATE_V2V / REDUCE.
+pub mod func {
+    /// x + p (wrapping).
+    pub const FETCH_ADD: u8 = 0;
+    /// x − p (wrapping).
+    pub const FETCH_SUB: u8 = 1;
+    /// p.
+    pub const SWAP: u8 = 2;
+    /// if x == p1 { p2 } else { x } (two parameters).
+    pub const CAS: u8 = 3;
+    /// min(x, p), signedness from the attr byte.
+    pub const MIN: u8 = 4;
+    /// max(x, p), signedness from the attr byte.
+    pub const MAX: u8 = 5;
+    /// x & p.
+    pub const AND: u8 = 6;
+    /// x | p.
+    pub const OR: u8 = 7;
+    /// x ^ p.
+    pub const XOR: u8 = 8;
+    /// First user-defined function id (128..=255 are registered at start-up).
+    pub const USER_MIN: u8 = 128;
+}
+
+/// Predicate IDs of FILTER.
+pub mod pred {
+    /// x == p.
+    pub const EQ: u8 = 0;
+    /// x != p.
+    pub const NE: u8 = 1;
+    /// x < p.
+    pub const LT: u8 = 2;
+    /// x <= p.
+    pub const LE: u8 = 3;
+    /// x > p.
+    pub const GT: u8 = 4;
+    /// x >= p.
+    pub const GE: u8 = 5;
+    /// x & p != 0.
+    pub const ANY_BITS: u8 = 6;
+    /// First user-defined predicate id.
+    pub const USER_MIN: u8 = 128;
+}
+
+/// Element width of vector/atomic operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Width {
+    /// 1 byte.
+    W1 = 0,
+    /// 2 bytes.
+    W2 = 1,
+    /// 4 bytes.
+    W4 = 2,
+    /// 8 bytes.
+    W8 = 3,
+}
+
+impl Width {
+    /// All widths.
+    pub const ALL: [Width; 4] = [Width::W1, Width::W2, Width::W4, Width::W8];
+    /// Width in bytes.
+    #[inline]
+    pub const fn bytes(self) -> usize {
+        1 << (self as u8)
+    }
+    /// Mask of the low `bytes()*8` bits.
+    #[inline]
+    pub const fn mask(self) -> u64 {
+        match self {
+            Width::W8 => u64::MAX,
+            w => (1u64 << (w.bytes() * 8)) - 1,
+        }
+    }
+    /// Width from a byte count (1, 2, 4, 8).
+    pub const fn from_bytes(n: usize) -> Option<Width> {
+        match n {
+            1 => Some(Width::W1),
+            2 => Some(Width::W2),
+            4 => Some(Width::W4),
+            8 => Some(Width::W8),
+            _ => None,
+        }
+    }
+}
+
+/// Attr byte bit: elements are signed.
+pub const ATTR_SIGNED: u8 = 0x04;
+/// Attr byte mask of log2(width).
+pub const ATTR_WIDTH_MASK: u8 = 0x03;
+
+/// Function, element width and signedness of an atomic/vector operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Atomic {
+    /// Function id ([`func`]) or predicate id ([`pred`]) for FILTER.
+    pub func: u8,
+    /// Element width.
+    pub width: Width,
+    /// Elements and parameters are two's-complement signed.
+    pub signed: bool,
+}
+
+impl Atomic {
+    /// Encodes the attr byte.
+    #[inline]
+    pub const fn attr(&self) -> u8 {
+        (self.width as u8) | if self.signed { ATTR_SIGNED } else { 0 }
+    }
+    /// Decodes the attr byte (reserved bits must be 0).
+    pub const fn from_attr(func: u8, attr: u8) -> Option<Atomic> {
+        if attr & !(ATTR_WIDTH_MASK | ATTR_SIGNED) != 0 {
+            return None;
+        }
+        let width = match attr & ATTR_WIDTH_MASK {
+            0 => Width::W1,
+            1 => Width::W2,
+            2 => Width::W4,
+            _ => Width::W8,
+        };
+        Some(Atomic {
+            func,
+            width,
+            signed: attr & ATTR_SIGNED != 0,
+        })
+    }
+    /// Interprets raw parameter bits as a signed value of this width.
+    #[inline]
+    pub const fn sign_extend(&self, raw: u64) -> i64 {
+        let shift = 64 - 8 * self.width.bytes() as u32;
+        ((raw << shift) as i64) >> shift
+    }
+}
+
+/// One decoded KV operation; key and value borrow from the packet.
+///
+/// Parameters are the raw little-endian bits of `width` bytes, zero-extended
+/// (use [`Atomic::sign_extend`] for signed operations). `param2` is only
+/// carried by `CAS` (the swap value) and is 0 otherwise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvOp<'a> {
+    /// GET key.
+    Get {
+        /// Key.
+        key: &'a [u8],
+    },
+    /// PUT key value.
+    Put {
+        /// Key.
+        key: &'a [u8],
+        /// Value.
+        value: &'a [u8],
+    },
+    /// DELETE key.
+    Delete {
+        /// Key.
+        key: &'a [u8],
+    },
+    /// Atomic scalar update of an element-sized value; returns the original.
+    UpdateS2S {
+        /// Key.
+        key: &'a [u8],
+        /// Function, width, signedness.
+        atomic: Atomic,
+        /// Parameter (CAS: compare value).
+        param: u64,
+        /// CAS: swap value; 0 otherwise.
+        param2: u64,
+    },
+    /// Scalar applied to every element; returns the original vector.
+    UpdateS2V {
+        /// Key.
+        key: &'a [u8],
+        /// Function, width, signedness.
+        atomic: Atomic,
+        /// Parameter (CAS: compare value).
+        param: u64,
+        /// CAS: swap value; 0 otherwise.
+        param2: u64,
+    },
+    /// Element-wise update with a Δ vector; returns the original vector.
+    UpdateV2V {
+        /// Key.
+        key: &'a [u8],
+        /// Function, width, signedness.
+        atomic: Atomic,
+        /// Δ vector, little-endian elements of `atomic.width`.
+        delta: &'a [u8],
+    },
+    /// Fold all elements into Σ starting from `init`; returns Σ.
+    Reduce {
+        /// Key.
+        key: &'a [u8],
+        /// Function, width, signedness.
+        atomic: Atomic,
+        /// Initial Σ.
+        init: u64,
+    },
+    /// Return the elements x with `pred(x, param)`.
+    Filter {
+        /// Key.
+        key: &'a [u8],
+        /// Predicate id (in `atomic.func`), width, signedness.
+        atomic: Atomic,
+        /// Predicate parameter.
+        param: u64,
+    },
+}
+
+impl<'a> KvOp<'a> {
+    /// The opcode ([`op`]).
+    pub const fn opcode(&self) -> u8 {
+        match self {
+            KvOp::Get { .. } => op::GET,
+            KvOp::Put { .. } => op::PUT,
+            KvOp::Delete { .. } => op::DELETE,
+            KvOp::UpdateS2S { .. } => op::UPDATE_S2S,
+            KvOp::UpdateS2V { .. } => op::UPDATE_S2V,
+            KvOp::UpdateV2V { .. } => op::UPDATE_V2V,
+            KvOp::Reduce { .. } => op::REDUCE,
+            KvOp::Filter { .. } => op::FILTER,
+        }
+    }
+    /// The key.
+    pub const fn key(&self) -> &'a [u8] {
+        match self {
+            KvOp::Get { key }
+            | KvOp::Put { key, .. }
+            | KvOp::Delete { key }
+            | KvOp::UpdateS2S { key, .. }
+            | KvOp::UpdateS2V { key, .. }
+            | KvOp::UpdateV2V { key, .. }
+            | KvOp::Reduce { key, .. }
+            | KvOp::Filter { key, .. } => key,
+        }
+    }
+    /// The value bytes of PUT, the Δ vector of UPDATE_V2V, `None` otherwise.
+    pub const fn value(&self) -> Option<&'a [u8]> {
+        match self {
+            KvOp::Put { value, .. } => Some(value),
+            KvOp::UpdateV2V { delta, .. } => Some(delta),
+            _ => None,
+        }
+    }
+    /// Function/width/signedness of atomic and vector ops.
+    pub const fn atomic(&self) -> Option<Atomic> {
+        match self {
+            KvOp::UpdateS2S { atomic, .. }
+            | KvOp::UpdateS2V { atomic, .. }
+            | KvOp::UpdateV2V { atomic, .. }
+            | KvOp::Reduce { atomic, .. }
+            | KvOp::Filter { atomic, .. } => Some(*atomic),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an opcode carries a value (value length + value bytes).
+#[inline]
+pub const fn opcode_has_value(opcode: u8) -> bool {
+    matches!(opcode, op::PUT | op::UPDATE_V2V)
+}
+
+/// Number of scalar parameters an opcode/function carries.
+#[inline]
+pub const fn param_count(opcode: u8, func: u8) -> usize {
+    match opcode {
+        op::UPDATE_S2S | op::UPDATE_S2V if func == func::CAS || func >= func::USER_MIN => 2,
+        op::UPDATE_S2S | op::UPDATE_S2V | op::REDUCE | op::FILTER => 1,
+        _ => 0,
+    }
+}
+
+/// Whether an opcode carries the func/attr bytes.
+#[inline]
+pub const fn opcode_has_atomic(opcode: u8) -> bool {
+    matches!(
+        opcode,
+        op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V | op::REDUCE | op::FILTER
+    )
+}
