@@ -339,6 +339,29 @@ fn response_failures_have_distinct_reasons() {
     assert_eq!(st.puts.get(), 1);
 }
 
+/// A request to the broadcast MAC (accepted, docs/PROTOCOL.md §5) is answered from
+/// the server's own MAC and IP, never from the group address it was sent to.
+#[test]
+fn broadcast_request_answered_from_own_address() {
+    let mut s = server(1 << 20);
+    let st = WorkerStats::default();
+    let params = kvwire::frame::FrameParams::new(
+        common::CLIENT_MAC,
+        [0xff; 6],
+        common::CLIENT_IP,
+        common::SERVER_IP,
+        0xC000,
+    );
+    let f = common::request_to(&params, &[KvOp::Get { key: b"k" }], 1, QPN, RKEY, VA, 0);
+    let out = run(&mut s, &st, &[f]);
+    assert_eq!(out.len(), 1);
+    let r = parse_response(&out[0]).unwrap();
+    assert_eq!(r.src_mac, common::SERVER_MAC);
+    assert_eq!(r.dst_mac, common::CLIENT_MAC);
+    assert_eq!(r.src_ip, common::SERVER_IP);
+    assert_eq!(r.dst_ip, common::CLIENT_IP);
+}
+
 #[test]
 fn empty_batch_gets_empty_response() {
     let mut s = server(1 << 20);
