@@ -24,12 +24,12 @@
 //! is answered with an error is counted under its status.
 
 use crate::respond::{Ctx, EngineSink, Responder, MIN_PAYLOAD};
-use crate::stage::{station_op, EngineStage};
+use crate::stage::EngineStage;
 use crate::stats::WorkerStats;
 use arrayvec::ArrayVec;
 use kvengine::{BatchOp, Engine, OpKind};
 use kvops::station::{slot_of, SLOTS};
-use kvops::{FunctionRegistry, Op, Station, StationConfig};
+use kvops::{FunctionRegistry, Station, StationConfig};
 use kvwire::frame::FrameParams;
 use kvwire::partition::partition_of_hash;
 use kvwire::psn;
@@ -145,7 +145,7 @@ struct Chunk<'f> {
     /// here as a GET of its key, and in `rich` with the same index.
     bops: ArrayVec<BatchOp<'f>, CHUNK>,
     /// Read-modify-write ops (atomics, vector ops, reduce, filter) by index in `bops`.
-    rich: ArrayVec<(u16, Op<'f>), CHUNK>,
+    rich: ArrayVec<(u16, KvOp<'f>), CHUNK>,
     /// One per result in chunk order: executed ops (`Source::Engine`, in `bops` order),
     /// immediate statuses and empty requests.
     tags: ArrayVec<Tag, CHUNK>,
@@ -167,7 +167,7 @@ impl<'f> Chunk<'f> {
     }
 
     /// The chunk's ops in station form (the station path only).
-    fn station_ops(&self) -> ArrayVec<Op<'f>, CHUNK> {
+    fn station_ops(&self) -> ArrayVec<KvOp<'f>, CHUNK> {
         let mut rich = self.rich.iter().peekable();
         self.bops
             .iter()
@@ -178,12 +178,12 @@ impl<'f> Chunk<'f> {
                     op
                 }
                 _ => match b.kind {
-                    OpKind::Get => Op::Get { key: b.key },
-                    OpKind::Put => Op::Put {
+                    OpKind::Get => KvOp::Get { key: b.key },
+                    OpKind::Put => KvOp::Put {
                         key: b.key,
                         value: b.value,
                     },
-                    OpKind::Delete => Op::Delete { key: b.key },
+                    OpKind::Delete => KvOp::Delete { key: b.key },
                 },
             })
             .collect()
@@ -539,7 +539,7 @@ impl Server {
             KvOp::Get { key } => (BatchOp::get(key), None),
             KvOp::Put { key, value } => (BatchOp::put(key, value), None),
             KvOp::Delete { key } => (BatchOp::delete(key), None),
-            ref o => (BatchOp::get(o.key()), Some(station_op(o))),
+            o => (BatchOp::get(o.key()), Some(o)),
         };
         let sharded = self.partitions > 1;
         let repeats = self.station_kv && !self.deps.dependent;
@@ -659,12 +659,12 @@ impl Server {
         } = self;
         let StationResults { slots, arena } = results;
         let mut used = 0usize;
-        let mut sink = |i: usize, status: kvops::Status, value: &[u8]| {
+        let mut sink = |i: usize, status: Status, value: &[u8]| {
             let end = used + value.len();
             let r = match arena.get_mut(used..end) {
                 Some(dst) => {
                     dst.copy_from_slice(value);
-                    let r = (status.into(), used as u32, value.len() as u32);
+                    let r = (status, used as u32, value.len() as u32);
                     used = end;
                     r
                 }
@@ -706,20 +706,20 @@ impl Server {
 
 /// Counts one op executed by the station.
 #[inline]
-fn count_station_op(stats: &WorkerStats, op: &Op<'_>, status: Status) {
+fn count_station_op(stats: &WorkerStats, op: &KvOp<'_>, status: Status) {
     match op {
-        Op::Get { .. } => {
+        KvOp::Get { .. } => {
             stats.gets.inc();
             if status == Status::Ok {
                 stats.get_hits.inc();
             }
         }
-        Op::Put { .. } => stats.puts.inc(),
-        Op::Delete { .. } => stats.deletes.inc(),
-        Op::Atomic { .. } => stats.atomics.inc(),
-        Op::VectorUpdate { .. } => stats.vector_updates.inc(),
-        Op::Reduce { .. } => stats.reduces.inc(),
-        Op::Filter { .. } => stats.filters.inc(),
+        KvOp::Put { .. } => stats.puts.inc(),
+        KvOp::Delete { .. } => stats.deletes.inc(),
+        KvOp::UpdateS2S { .. } => stats.atomics.inc(),
+        KvOp::UpdateS2V { .. } | KvOp::UpdateV2V { .. } => stats.vector_updates.inc(),
+        KvOp::Reduce { .. } => stats.reduces.inc(),
+        KvOp::Filter { .. } => stats.filters.inc(),
     }
     if !matches!(status, Status::Ok | Status::NotFound) {
         stats.op_errors.inc();

@@ -6,7 +6,7 @@
 use dataplane::server::{Identity, Server, TxFrame};
 use dataplane::stats::WorkerStats;
 use kvengine::{Engine, EngineConfig, Region};
-use kvops::{FuncId, FunctionRegistry};
+use kvops::FunctionRegistry;
 use kvwire::frame::FrameParams;
 use kvwire::{
     emit_request_headers, finalize, func, parse_response, pred, request_frame_len, Atomic,
@@ -540,7 +540,7 @@ fn errors_change_nothing() {
         },
         KvOp::UpdateS2V {
             key,
-            atomic: at(Width::W4, false, FuncId(201).0),
+            atomic: at(Width::W4, false, 201),
             param: 1,
             param2: 0,
         },
