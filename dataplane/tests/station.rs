@@ -506,7 +506,8 @@ fn cas_loops_never_lose_an_update() {
 }
 
 /// Error statuses change nothing: wrong length, Δ of the wrong length, unknown function
-/// and predicate, missing key.
+/// and predicate, a function not defined for the opcode (docs/PROTOCOL.md §3.2 matrix:
+/// CAS with REDUCE and UPDATE_V2V), missing key.
 #[test]
 fn errors_change_nothing() {
     let mut s = server(true);
@@ -554,6 +555,16 @@ fn errors_change_nothing() {
             atomic: at(Width::W4, false, func::FETCH_ADD),
             init: 0,
         },
+        KvOp::Reduce {
+            key,
+            atomic: at(Width::W4, false, func::CAS),
+            init: 0,
+        },
+        KvOp::UpdateV2V {
+            key,
+            atomic: at(Width::W4, false, func::CAS),
+            delta: &v,
+        },
         KvOp::Get { key },
     ];
     let r = run(&mut s, &st, &[request(&ops, 5, QPNS[0], 0)]);
@@ -569,11 +580,13 @@ fn errors_change_nothing() {
             Status::UnknownFunction,
             Status::UnknownFunction,
             Status::NotFound,
+            Status::UnknownFunction,
+            Status::UnknownFunction,
             Status::Ok,
         ]
     );
-    assert_eq!(r[&(QPNS[0], 5)][8].1, v);
-    assert_eq!(st.op_errors.get(), 6);
+    assert_eq!(r[&(QPNS[0], 5)][10].1, v);
+    assert_eq!(st.op_errors.get(), 8);
 }
 
 /// GET/PUT/DELETE only, few keys: with `station_kv` the repeated keys go through the

@@ -16,7 +16,7 @@
 
 use core::cmp::Ordering;
 
-use kvwire::{func, pred, Width};
+use kvwire::{func, op, pred, Width};
 
 /// Why an operation was refused. The value is unchanged whenever one is returned.
 ///
@@ -151,6 +151,19 @@ impl Builtin {
     /// This function's wire ID (`kvwire::func`).
     pub const fn id(self) -> u8 {
         self as u8
+    }
+
+    /// Whether this function is defined for `opcode` (`kvwire::op`; the function ×
+    /// opcode matrix of docs/PROTOCOL.md §3.2). CAS takes its new value from `param2`,
+    /// which only UPDATE_S2S and UPDATE_S2V carry, so it is not defined for UPDATE_V2V
+    /// and REDUCE; every other built-in is defined for all four function opcodes.
+    /// FILTER takes predicates, not functions: no built-in is defined for it.
+    pub const fn defined_for(self, opcode: u8) -> bool {
+        match opcode {
+            op::UPDATE_S2S | op::UPDATE_S2V => true,
+            op::UPDATE_V2V | op::REDUCE => !matches!(self, Builtin::CompareSwap),
+            _ => false,
+        }
     }
 
     /// A short lower-case name (`fetch_add`, `cas`, …).

@@ -10,6 +10,7 @@
 
 use crate::functions::{Builtin, ElemFn, OpError};
 use kvwire::func::USER_MIN;
+use kvwire::op;
 
 pub use crate::functions::UserFn;
 
@@ -134,6 +135,28 @@ impl FunctionRegistry {
             .ok_or(OpError::UnknownFunction)
     }
 
+    /// The function `id` names for `opcode` (`kvwire::op`), per the function × opcode
+    /// matrix of docs/PROTOCOL.md §3.2: as [`resolve`](Self::resolve), but a built-in
+    /// that is not defined for the opcode ([`Builtin::defined_for`], e.g. CAS for REDUCE)
+    /// is [`OpError::UnknownFunction`] too. User functions are defined for every opcode
+    /// that takes a function (UPDATE_S2S/S2V/V2V, REDUCE; FILTER takes predicates).
+    #[inline]
+    pub fn resolve_for(&self, opcode: u8, id: u8) -> Result<ElemFn, OpError> {
+        let f = self.resolve(id)?;
+        let defined = match f {
+            ElemFn::Builtin(b) => b.defined_for(opcode),
+            ElemFn::User(_) => matches!(
+                opcode,
+                op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V | op::REDUCE
+            ),
+        };
+        if defined {
+            Ok(f)
+        } else {
+            Err(OpError::UnknownFunction)
+        }
+    }
+
     /// The name of function `id`, built-in or user.
     pub fn name(&self, id: u8) -> Option<&str> {
         if let Some(b) = Builtin::from_id(id) {
@@ -228,6 +251,23 @@ mod tests {
         }
         assert_eq!(r.id_of("cas"), Some(func::CAS));
         assert_eq!(r.iter().count(), 9);
+    }
+
+    #[test]
+    fn resolve_for_follows_the_matrix() {
+        let mut r = FunctionRegistry::new();
+        r.register(200, "sat", samples::saturating_add).unwrap();
+        let ok = |opcode, id| r.resolve_for(opcode, id).is_ok();
+        for opcode in [op::UPDATE_S2S, op::UPDATE_S2V, op::UPDATE_V2V, op::REDUCE] {
+            for id in 0..=255u8 {
+                let cas_needs_p2 = id == func::CAS && matches!(opcode, op::UPDATE_V2V | op::REDUCE);
+                let want = ((0..=8).contains(&id) && !cas_needs_p2) || id == 200;
+                assert_eq!(ok(opcode, id), want, "{opcode} {id}");
+            }
+        }
+        for id in 0..=255u8 {
+            assert!(!ok(op::FILTER, id) && !ok(op::GET, id), "{id}");
+        }
     }
 
     #[test]

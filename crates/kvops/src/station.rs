@@ -55,7 +55,7 @@
 //! All pools (slots, chain links, the value cache and the result buffer) are allocated
 //! by [`Station::new`]; `process_batch` allocates nothing.
 
-use kvwire::{KvOp, Status};
+use kvwire::{op, KvOp, Status};
 
 use crate::functions::{filter, reduce, store_le, update_s2v, update_v2v, ElemFn, Predicate};
 use crate::registry::FunctionRegistry;
@@ -491,7 +491,7 @@ impl Exec {
                 param2,
                 ..
             } => {
-                let f = self.function(atomic.func)?;
+                let f = self.function(op::UPDATE_S2S, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let w = atomic.width;
                 if n != w.bytes() {
@@ -514,7 +514,7 @@ impl Exec {
                 param2,
                 ..
             } => {
-                let f = self.function(atomic.func)?;
+                let f = self.function(op::UPDATE_S2V, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
                 let (w, signed) = (atomic.width, atomic.signed);
@@ -524,7 +524,7 @@ impl Exec {
                 Ok(Out::Result(len))
             }
             KvOp::UpdateV2V { atomic, delta, .. } => {
-                let f = self.function(atomic.func)?;
+                let f = self.function(op::UPDATE_V2V, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
                 let (w, signed) = (atomic.width, atomic.signed);
@@ -535,7 +535,7 @@ impl Exec {
                 Ok(Out::Result(len))
             }
             KvOp::Reduce { atomic, init, .. } => {
-                let f = self.function(atomic.func)?;
+                let f = self.function(op::REDUCE, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get(..n).ok_or(Status::ValueTooLarge)?;
                 let w = atomic.width;
@@ -555,10 +555,12 @@ impl Exec {
         }
     }
 
-    /// The element function `id` names.
+    /// The element function `id` names for `opcode` (the function × opcode matrix of
+    /// docs/PROTOCOL.md §3.2; an undefined cell is `UnknownFunction`). Checked before the
+    /// key is read, so an undefined op neither reads nor changes anything.
     #[inline]
-    fn function(&self, id: u8) -> Result<ElemFn, Status> {
-        Ok(self.registry.resolve(id)?)
+    fn function(&self, opcode: u8, id: u8) -> Result<ElemFn, Status> {
+        Ok(self.registry.resolve_for(opcode, id)?)
     }
 }
 

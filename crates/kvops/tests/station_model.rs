@@ -194,8 +194,10 @@ fn model(map: &mut HashMap<Vec<u8>, Vec<u8>>, key: &[u8], op: &TOp) -> Res {
         | TOp::Reduce(_, f, w, ..)
         | TOp::Filter(_, f, w, ..) => (f, w.bytes()),
     };
+    // docs/PROTOCOL.md §3.2 matrix: CAS needs a p2 that UPDATE_V2V and REDUCE do not carry.
     let known = match op {
         TOp::Filter(..) => (0..=6).contains(&f),
+        TOp::V2V(..) | TOp::Reduce(..) if f == func::CAS => false,
         _ => (0..=8).contains(&f) || f == USER_ID,
     };
     if !known {
