@@ -618,6 +618,10 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
     /// Executes `ops` against `store`, calling `sink` exactly once per op with its index
     /// in `ops` (see the module doc for ordering). Slices longer than `max_batch` are cut
     /// into passes that each drain completely.
+    ///
+    /// Every read-modify-write op (UPDATE_*, REDUCE, FILTER) on a missing key answers
+    /// `NotFound` and creates nothing. Its checks run in the order function/predicate
+    /// (docs/PROTOCOL.md §3.2 matrix) → key exists → lengths; an error changes nothing.
     pub fn process_batch<M: MemoryStage, S: CompletionSink>(
         &mut self,
         ops: &[KvOp<'_>],
