@@ -7,7 +7,7 @@ use crate::packet::Tag;
 use arrayvec::ArrayVec;
 use kvengine::{BatchOp, OpKind};
 use kvops::station::{slot_of, SLOTS};
-use kvops::Op;
+use kvwire::KvOp;
 
 /// Operations handed to the engine at once (its prefetch window spans them).
 pub const CHUNK: usize = 256;
@@ -20,7 +20,7 @@ pub(crate) struct Chunk<'f> {
     /// here as a GET of its key, and in `rich` with the same index.
     pub bops: ArrayVec<BatchOp<'f>, CHUNK>,
     /// Read-modify-write ops (atomics, vector ops, reduce, filter) by index in `bops`.
-    pub rich: ArrayVec<(u16, Op<'f>), CHUNK>,
+    pub rich: ArrayVec<(u16, KvOp<'f>), CHUNK>,
     /// One per result in chunk order: executed ops (`Source::Engine`, in `bops` order),
     /// immediate statuses and empty requests.
     pub tags: ArrayVec<Tag, CHUNK>,
@@ -42,7 +42,7 @@ impl<'f> Chunk<'f> {
     }
 
     /// The chunk's ops in station form (the station path only).
-    pub fn station_ops(&self) -> ArrayVec<Op<'f>, CHUNK> {
+    pub fn station_ops(&self) -> ArrayVec<KvOp<'f>, CHUNK> {
         let mut rich = self.rich.iter().peekable();
         self.bops
             .iter()
@@ -53,12 +53,12 @@ impl<'f> Chunk<'f> {
                     op
                 }
                 _ => match b.kind {
-                    OpKind::Get => Op::Get { key: b.key },
-                    OpKind::Put => Op::Put {
+                    OpKind::Get => KvOp::Get { key: b.key },
+                    OpKind::Put => KvOp::Put {
                         key: b.key,
                         value: b.value,
                     },
-                    OpKind::Delete => Op::Delete { key: b.key },
+                    OpKind::Delete => KvOp::Delete { key: b.key },
                 },
             })
             .collect()

@@ -268,7 +268,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         },
         registry
             .iter()
-            .map(|(id, name)| format!("{}={name}", id.0))
+            .map(|(id, name)| format!("{id}={name}"))
             .collect::<Vec<_>>()
             .join(" ")
     );

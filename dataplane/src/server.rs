@@ -27,12 +27,12 @@ use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::{ClientTable, PsnVerdict};
 use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
 use crate::respond::{Ctx, EngineSink, Responder};
-use crate::stage::{station_op, EngineStage};
+use crate::stage::EngineStage;
 use crate::stats::WorkerStats;
 use crate::tx::TxSink;
 use arrayvec::ArrayVec;
 use kvengine::{BatchOp, Engine};
-use kvops::{FunctionRegistry, Op, Station, StationConfig};
+use kvops::{FunctionRegistry, Station, StationConfig};
 use kvwire::partition::partition_of_hash;
 use kvwire::{parse_request, response_payload_capacity, BatchReader, DropReason, KvOp, Status};
 
@@ -281,7 +281,7 @@ impl Server {
             KvOp::Get { key } => (BatchOp::get(key), None),
             KvOp::Put { key, value } => (BatchOp::put(key, value), None),
             KvOp::Delete { key } => (BatchOp::delete(key), None),
-            ref o => (BatchOp::get(o.key()), Some(station_op(o))),
+            o => (BatchOp::get(o.key()), Some(o)),
         };
         let sharded = self.partitions > 1;
         let repeats = self.station_kv && !self.deps.dependent;
@@ -389,12 +389,12 @@ impl Server {
         } = self;
         let StationResults { slots, arena } = results;
         let mut used = 0usize;
-        let mut sink = |i: usize, status: kvops::Status, value: &[u8]| {
+        let mut sink = |i: usize, status: Status, value: &[u8]| {
             let end = used + value.len();
             let r = match arena.get_mut(used..end) {
                 Some(dst) => {
                     dst.copy_from_slice(value);
-                    let r = (status.into(), used as u32, value.len() as u32);
+                    let r = (status, used as u32, value.len() as u32);
                     used = end;
                     r
                 }
@@ -436,20 +436,20 @@ impl Server {
 
 /// Counts one op executed by the station.
 #[inline]
-fn count_station_op(stats: &WorkerStats, op: &Op<'_>, status: Status) {
+fn count_station_op(stats: &WorkerStats, op: &KvOp<'_>, status: Status) {
     match op {
-        Op::Get { .. } => {
+        KvOp::Get { .. } => {
             stats.gets.inc();
             if status == Status::Ok {
                 stats.get_hits.inc();
             }
         }
-        Op::Put { .. } => stats.puts.inc(),
-        Op::Delete { .. } => stats.deletes.inc(),
-        Op::Atomic { .. } => stats.atomics.inc(),
-        Op::VectorUpdate { .. } => stats.vector_updates.inc(),
-        Op::Reduce { .. } => stats.reduces.inc(),
-        Op::Filter { .. } => stats.filters.inc(),
+        KvOp::Put { .. } => stats.puts.inc(),
+        KvOp::Delete { .. } => stats.deletes.inc(),
+        KvOp::UpdateS2S { .. } => stats.atomics.inc(),
+        KvOp::UpdateS2V { .. } | KvOp::UpdateV2V { .. } => stats.vector_updates.inc(),
+        KvOp::Reduce { .. } => stats.reduces.inc(),
+        KvOp::Filter { .. } => stats.filters.inc(),
     }
     if !matches!(status, Status::Ok | Status::NotFound) {
         stats.op_errors.inc();

@@ -1,26 +1,25 @@
-//! The glue between the wire, the reservation station and the storage engine:
-//! [`EngineStage`] makes the engine the station's memory stage, and [`station_op`]
-//! turns a decoded wire operation into a station operation.
+//! The glue between the reservation station and the storage engine: [`EngineStage`]
+//! makes the engine the station's memory stage. The station takes the decoded wire
+//! operations (`kvwire::KvOp`) as they are and answers wire statuses.
 
 use kvengine::Engine;
-use kvops::{Delta, FuncId, MemoryStage, Op};
-use kvwire::KvOp;
+use kvops::MemoryStage;
+use kvwire::Status;
 
 /// The storage engine as the reservation station's memory stage.
 pub struct EngineStage<'e>(pub &'e mut Engine);
 
-/// The station status of an engine status (`BufferTooSmall` only happens when a value is
-/// larger than the station's value buffer, which is what `ValueTooLarge` means there).
+/// The wire status of an engine status (`BufferTooSmall`, a caller's buffer shorter than
+/// the value, is a server bug: `Internal`).
 #[inline]
-pub fn station_status(s: kvengine::Status) -> kvops::Status {
+pub fn wire_status(s: kvengine::Status) -> Status {
     match s {
-        kvengine::Status::Ok => kvops::Status::Ok,
-        kvengine::Status::NotFound => kvops::Status::NotFound,
-        kvengine::Status::OutOfMemory => kvops::Status::OutOfMemory,
-        kvengine::Status::KeyTooLarge => kvops::Status::KeyTooLarge,
-        kvengine::Status::ValueTooLarge | kvengine::Status::BufferTooSmall => {
-            kvops::Status::ValueTooLarge
-        }
+        kvengine::Status::Ok => Status::Ok,
+        kvengine::Status::NotFound => Status::NotFound,
+        kvengine::Status::OutOfMemory => Status::OutOfMemory,
+        kvengine::Status::KeyTooLarge => Status::KeyTooLarge,
+        kvengine::Status::ValueTooLarge => Status::ValueTooLarge,
+        kvengine::Status::BufferTooSmall => Status::Internal,
     }
 }
 
@@ -30,90 +29,37 @@ impl MemoryStage for EngineStage<'_> {
         self.0.prefetch_key(key);
     }
 
+    /// `out` is the station's value buffer: a value longer than it is too large for the
+    /// station (`ValueTooLarge`, the `MemoryStage::read` contract), not a server bug.
     #[inline]
-    fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, kvops::Status> {
-        self.0.get(key, out).map_err(station_status)
+    fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status> {
+        self.0.get(key, out).map_err(|s| match s {
+            kvengine::Status::BufferTooSmall => Status::ValueTooLarge,
+            s => wire_status(s),
+        })
     }
 
     #[inline]
-    fn write(&mut self, key: &[u8], value: &[u8]) -> kvops::Status {
-        station_status(self.0.put(key, value))
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Status {
+        wire_status(self.0.put(key, value))
     }
 
     #[inline]
-    fn delete(&mut self, key: &[u8]) -> kvops::Status {
-        station_status(self.0.delete(key))
+    fn delete(&mut self, key: &[u8]) -> Status {
+        wire_status(self.0.delete(key))
     }
 
     /// The merged write-back of a chain: the key exists with a value of this length, so
     /// the bytes are overwritten in place (no allocation, no index change).
     #[inline]
-    fn write_back(&mut self, key: &[u8], value: &[u8]) -> kvops::Status {
+    fn write_back(&mut self, key: &[u8], value: &[u8]) -> Status {
         match self.0.lookup_mut(key) {
             Some(dst) if dst.len() == value.len() => {
                 dst.copy_from_slice(value);
-                kvops::Status::Ok
+                Status::Ok
             }
             _ => self.write(key, value),
         }
-    }
-}
-
-/// The station operation of a decoded wire operation. Widths come from the attr byte
-/// (always 1, 2, 4 or 8); parameters the wire does not carry are 0.
-#[inline]
-pub fn station_op<'a>(op: &KvOp<'a>) -> Op<'a> {
-    match *op {
-        KvOp::Get { key } => Op::Get { key },
-        KvOp::Put { key, value } => Op::Put { key, value },
-        KvOp::Delete { key } => Op::Delete { key },
-        KvOp::UpdateS2S {
-            key,
-            atomic,
-            param,
-            param2,
-        } => Op::Atomic {
-            key,
-            func: FuncId(atomic.func),
-            width: atomic.width.bytes() as u8,
-            signed: atomic.signed,
-            param,
-            param2,
-        },
-        KvOp::UpdateS2V {
-            key,
-            atomic,
-            param,
-            param2,
-        } => Op::VectorUpdate {
-            key,
-            func: FuncId(atomic.func),
-            width: atomic.width.bytes() as u8,
-            signed: atomic.signed,
-            delta: Delta::Scalar { param, param2 },
-        },
-        KvOp::UpdateV2V { key, atomic, delta } => Op::VectorUpdate {
-            key,
-            func: FuncId(atomic.func),
-            width: atomic.width.bytes() as u8,
-            signed: atomic.signed,
-            delta: Delta::Vector { delta, param2: 0 },
-        },
-        KvOp::Reduce { key, atomic, init } => Op::Reduce {
-            key,
-            func: FuncId(atomic.func),
-            width: atomic.width.bytes() as u8,
-            signed: atomic.signed,
-            init,
-            param2: 0,
-        },
-        KvOp::Filter { key, atomic, param } => Op::Filter {
-            key,
-            pred: atomic.func,
-            width: atomic.width.bytes() as u8,
-            signed: atomic.signed,
-            param,
-        },
     }
 }
 
@@ -133,18 +79,21 @@ mod tests {
     #[test]
     fn stage_reads_writes_and_writes_back_in_place() {
         let mut e = engine();
+        let long = vec![b'x'; e.max_key_len() + 1];
         let mut st = EngineStage(&mut e);
         let mut buf = [0u8; 64];
-        assert_eq!(st.read(b"k", &mut buf), Err(kvops::Status::NotFound));
-        assert_eq!(st.write(b"k", &7u64.to_le_bytes()), kvops::Status::Ok);
+        assert_eq!(st.read(b"k", &mut buf), Err(Status::NotFound));
+        assert_eq!(st.write(b"k", &7u64.to_le_bytes()), Status::Ok);
         assert_eq!(st.read(b"k", &mut buf), Ok(8));
-        assert_eq!(st.write_back(b"k", &9u64.to_le_bytes()), kvops::Status::Ok);
+        assert_eq!(st.write_back(b"k", &9u64.to_le_bytes()), Status::Ok);
         assert_eq!(st.read(b"k", &mut buf), Ok(8));
         assert_eq!(&buf[..8], &9u64.to_le_bytes());
         // A value larger than the reader's buffer is ValueTooLarge, not a panic.
-        assert_eq!(st.write(b"big", &[1u8; 100]), kvops::Status::Ok);
-        assert_eq!(st.read(b"big", &mut buf), Err(kvops::Status::ValueTooLarge));
-        assert_eq!(st.delete(b"k"), kvops::Status::Ok);
-        assert_eq!(st.delete(b"k"), kvops::Status::NotFound);
+        assert_eq!(st.write(b"big", &[1u8; 100]), Status::Ok);
+        assert_eq!(st.read(b"big", &mut buf), Err(Status::ValueTooLarge));
+        assert_eq!(st.delete(b"k"), Status::Ok);
+        assert_eq!(st.delete(b"k"), Status::NotFound);
+        assert_eq!(st.write(&long, b"v"), Status::KeyTooLarge);
+        assert_eq!(st.read(&long, &mut buf), Err(Status::KeyTooLarge));
     }
 }

@@ -8,7 +8,7 @@ mod common;
 use common::{identity, RKEY, VA};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
-use kvops::{FuncId, FunctionRegistry};
+use kvops::FunctionRegistry;
 use kvwire::{func, parse_response, pred, Atomic, KvOp, ResponseReader, Status, Width};
 use proptest::prelude::*;
 use std::collections::HashMap;
@@ -447,7 +447,8 @@ fn cas_loops_never_lose_an_update() {
 }
 
 /// Error statuses change nothing: wrong length, Δ of the wrong length, unknown function
-/// and predicate, missing key.
+/// and predicate, a function not defined for the opcode (docs/PROTOCOL.md §3.2 matrix:
+/// CAS with REDUCE and UPDATE_V2V), missing key.
 #[test]
 fn errors_change_nothing() {
     let mut s = server(true);
@@ -481,7 +482,7 @@ fn errors_change_nothing() {
         },
         KvOp::UpdateS2V {
             key,
-            atomic: at(Width::W4, false, FuncId(201).0),
+            atomic: at(Width::W4, false, 201),
             param: 1,
             param2: 0,
         },
@@ -494,6 +495,16 @@ fn errors_change_nothing() {
             key: b"missing",
             atomic: at(Width::W4, false, func::FETCH_ADD),
             init: 0,
+        },
+        KvOp::Reduce {
+            key,
+            atomic: at(Width::W4, false, func::CAS),
+            init: 0,
+        },
+        KvOp::UpdateV2V {
+            key,
+            atomic: at(Width::W4, false, func::CAS),
+            delta: &v,
         },
         KvOp::Get { key },
     ];
@@ -510,11 +521,13 @@ fn errors_change_nothing() {
             Status::UnknownFunction,
             Status::UnknownFunction,
             Status::NotFound,
+            Status::UnknownFunction,
+            Status::UnknownFunction,
             Status::Ok,
         ]
     );
-    assert_eq!(r[&(QPNS[0], 5)][8].1, v);
-    assert_eq!(st.op_errors.get(), 6);
+    assert_eq!(r[&(QPNS[0], 5)][10].1, v);
+    assert_eq!(st.op_errors.get(), 8);
 }
 
 /// GET/PUT/DELETE only, few keys: with `station_kv` the repeated keys go through the

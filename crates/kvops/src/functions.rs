@@ -16,52 +16,20 @@
 
 use core::cmp::Ordering;
 
-/// Identifier of an element function, as carried on the wire (one byte).
-///
-/// IDs 0–8 are the built-in functions ([`Builtin`], the wire table `kvwire::func`); IDs `>= 128` are user functions
-/// registered in a [`FunctionRegistry`](crate::FunctionRegistry); everything else is
-/// reserved and unknown.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct FuncId(pub u8);
-
-impl FuncId {
-    /// `old + param` (wrapping); returns the original value.
-    pub const FETCH_ADD: FuncId = FuncId(kvwire::func::FETCH_ADD);
-    /// `old - param` (wrapping); returns the original value.
-    pub const FETCH_SUB: FuncId = FuncId(kvwire::func::FETCH_SUB);
-    /// `param`; returns the original value.
-    pub const SWAP: FuncId = FuncId(kvwire::func::SWAP);
-    /// `if old == param { param2 } else { old }`; returns the original value.
-    pub const CAS: FuncId = FuncId(kvwire::func::CAS);
-    /// `min(old, param)`, signed or unsigned.
-    pub const MIN: FuncId = FuncId(kvwire::func::MIN);
-    /// `max(old, param)`, signed or unsigned.
-    pub const MAX: FuncId = FuncId(kvwire::func::MAX);
-    /// `old & param`.
-    pub const AND: FuncId = FuncId(kvwire::func::AND);
-    /// `old | param`.
-    pub const OR: FuncId = FuncId(kvwire::func::OR);
-    /// `old ^ param`.
-    pub const XOR: FuncId = FuncId(kvwire::func::XOR);
-    /// The first ID of the user range (`128..=255`).
-    pub const USER_FIRST: u8 = 128;
-
-    /// Whether this ID lies in the user range (`>= 128`).
-    pub const fn is_user(self) -> bool {
-        self.0 >= Self::USER_FIRST
-    }
-}
+use kvwire::{func, op, pred, Width};
 
 /// Why an operation was refused. The value is unchanged whenever one is returned.
+///
+/// This is the functions' own error; the station answers it as the wire status of
+/// `From<OpError> for kvwire::Status`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OpError {
     /// The value length is not a multiple of the width, a scalar value is not exactly one
     /// element, or a Δ-vector's length differs from the value's.
     BadLength,
-    /// The function or predicate ID is not built in and not registered.
+    /// The function or predicate ID names nothing for this operation: reserved, not
+    /// registered, or not defined for the opcode (docs/PROTOCOL.md §3.2).
     UnknownFunction,
-    /// The element width is not 1, 2, 4 or 8.
-    BadWidth,
     /// A caller-provided output buffer is shorter than the value (a caller bug, never a
     /// client error: the reservation station sizes its buffers so this cannot happen).
     BufferTooSmall,
@@ -71,8 +39,7 @@ impl core::fmt::Display for OpError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         let s = match self {
             OpError::BadLength => "value or delta length does not fit the element width",
-            OpError::UnknownFunction => "unknown function or predicate id",
-            OpError::BadWidth => "element width is not 1, 2, 4 or 8",
+            OpError::UnknownFunction => "function or predicate id not defined for this op",
             OpError::BufferTooSmall => "output buffer shorter than the value",
         };
         f.write_str(s)
@@ -81,53 +48,24 @@ impl core::fmt::Display for OpError {
 
 impl std::error::Error for OpError {}
 
-/// Element width in bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum Width {
-    /// 1 byte (`u8`/`i8`).
-    W1 = 1,
-    /// 2 bytes (`u16`/`i16`).
-    W2 = 2,
-    /// 4 bytes (`u32`/`i32`).
-    W4 = 4,
-    /// 8 bytes (`u64`/`i64`).
-    W8 = 8,
+impl From<OpError> for kvwire::Status {
+    /// `BadLength` and `UnknownFunction` are the wire statuses of the same name;
+    /// `BufferTooSmall` is `ValueTooLarge` (the station sizes its buffers to the largest
+    /// value it caches, so it only means a value larger than that buffer).
+    #[inline]
+    fn from(e: OpError) -> kvwire::Status {
+        match e {
+            OpError::BadLength => kvwire::Status::BadLength,
+            OpError::UnknownFunction => kvwire::Status::UnknownFunction,
+            OpError::BufferTooSmall => kvwire::Status::ValueTooLarge,
+        }
+    }
 }
 
-impl Width {
-    /// Every width, narrowest first.
-    pub const ALL: [Width; 4] = [Width::W1, Width::W2, Width::W4, Width::W8];
-
-    /// Parses a wire width (a byte count); anything but 1, 2, 4, 8 is [`OpError::BadWidth`].
-    pub const fn from_bytes(n: u8) -> Result<Width, OpError> {
-        match n {
-            1 => Ok(Width::W1),
-            2 => Ok(Width::W2),
-            4 => Ok(Width::W4),
-            8 => Ok(Width::W8),
-            _ => Err(OpError::BadWidth),
-        }
-    }
-
-    /// The width in bytes.
-    pub const fn bytes(self) -> usize {
-        self as usize
-    }
-
-    /// A mask of the low `8 * bytes` bits.
-    pub const fn mask(self) -> u64 {
-        match self {
-            Width::W8 => u64::MAX,
-            w => (1u64 << (8 * w as u32)) - 1,
-        }
-    }
-
-    /// Sign-extends the low `8 * bytes` bits of `v`.
-    pub const fn sign_extend(self, v: u64) -> i64 {
-        let shift = 64 - 8 * self as u32;
-        ((v << shift) as i64) >> shift
-    }
+/// Sign-extends the low `8 * width` bits of `v`.
+const fn sign_extend(width: Width, v: u64) -> i64 {
+    let shift = 64 - 8 * width.bytes() as u32;
+    ((v << shift) as i64) >> shift
 }
 
 /// Reads a little-endian element of up to 8 bytes (longer inputs: the first 8 bytes).
@@ -149,33 +87,35 @@ pub fn store_le(elem: &mut [u8], v: u64) {
 /// Compares two width-masked elements, signed or unsigned.
 fn compare(width: Width, signed: bool, a: u64, b: u64) -> Ordering {
     if signed {
-        width.sign_extend(a).cmp(&width.sign_extend(b))
+        sign_extend(width, a).cmp(&sign_extend(width, b))
     } else {
         (a & width.mask()).cmp(&(b & width.mask()))
     }
 }
 
-/// The built-in element functions (IDs 0–8, `kvwire::func`).
+/// The built-in element functions; each one's discriminant is its wire ID
+/// (`kvwire::func`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
 pub enum Builtin {
-    /// ID 0.
-    FetchAdd,
-    /// ID 1.
-    FetchSub,
-    /// ID 2.
-    Swap,
-    /// ID 3: `param` is the expected value, `param2` the new one.
-    CompareSwap,
-    /// ID 4.
-    Min,
-    /// ID 5.
-    Max,
-    /// ID 6.
-    And,
-    /// ID 7.
-    Or,
-    /// ID 8.
-    Xor,
+    /// `old + param` (wrapping); returns the original value.
+    FetchAdd = func::FETCH_ADD,
+    /// `old - param` (wrapping); returns the original value.
+    FetchSub = func::FETCH_SUB,
+    /// `param`; returns the original value.
+    Swap = func::SWAP,
+    /// `if old == param { param2 } else { old }`; returns the original value.
+    CompareSwap = func::CAS,
+    /// `min(old, param)`, signed or unsigned.
+    Min = func::MIN,
+    /// `max(old, param)`, signed or unsigned.
+    Max = func::MAX,
+    /// `old & param`.
+    And = func::AND,
+    /// `old | param`.
+    Or = func::OR,
+    /// `old ^ param`.
+    Xor = func::XOR,
 }
 
 impl Builtin {
@@ -192,35 +132,37 @@ impl Builtin {
         Builtin::Xor,
     ];
 
-    /// The built-in function with this ID, if any.
-    pub const fn from_id(id: FuncId) -> Option<Builtin> {
-        use kvwire::func as f;
-        match id.0 {
-            f::FETCH_ADD => Some(Builtin::FetchAdd),
-            f::FETCH_SUB => Some(Builtin::FetchSub),
-            f::SWAP => Some(Builtin::Swap),
-            f::CAS => Some(Builtin::CompareSwap),
-            f::MIN => Some(Builtin::Min),
-            f::MAX => Some(Builtin::Max),
-            f::AND => Some(Builtin::And),
-            f::OR => Some(Builtin::Or),
-            f::XOR => Some(Builtin::Xor),
+    /// The built-in function with this wire ID, if any.
+    pub const fn from_id(id: u8) -> Option<Builtin> {
+        match id {
+            func::FETCH_ADD => Some(Builtin::FetchAdd),
+            func::FETCH_SUB => Some(Builtin::FetchSub),
+            func::SWAP => Some(Builtin::Swap),
+            func::CAS => Some(Builtin::CompareSwap),
+            func::MIN => Some(Builtin::Min),
+            func::MAX => Some(Builtin::Max),
+            func::AND => Some(Builtin::And),
+            func::OR => Some(Builtin::Or),
+            func::XOR => Some(Builtin::Xor),
             _ => None,
         }
     }
 
-    /// This function's wire ID.
-    pub const fn id(self) -> FuncId {
-        match self {
-            Builtin::FetchAdd => FuncId::FETCH_ADD,
-            Builtin::FetchSub => FuncId::FETCH_SUB,
-            Builtin::Swap => FuncId::SWAP,
-            Builtin::CompareSwap => FuncId::CAS,
-            Builtin::Min => FuncId::MIN,
-            Builtin::Max => FuncId::MAX,
-            Builtin::And => FuncId::AND,
-            Builtin::Or => FuncId::OR,
-            Builtin::Xor => FuncId::XOR,
+    /// This function's wire ID (`kvwire::func`).
+    pub const fn id(self) -> u8 {
+        self as u8
+    }
+
+    /// Whether this function is defined for `opcode` (`kvwire::op`; the function ×
+    /// opcode matrix of docs/PROTOCOL.md §3.2). CAS takes its new value from `param2`,
+    /// which only UPDATE_S2S and UPDATE_S2V carry, so it is not defined for UPDATE_V2V
+    /// and REDUCE; every other built-in is defined for all four function opcodes.
+    /// FILTER takes predicates, not functions: no built-in is defined for it.
+    pub const fn defined_for(self, opcode: u8) -> bool {
+        match opcode {
+            op::UPDATE_S2S | op::UPDATE_S2V => true,
+            op::UPDATE_V2V | op::REDUCE => !matches!(self, Builtin::CompareSwap),
+            _ => false,
         }
     }
 
@@ -311,7 +253,7 @@ impl ElemFn {
 /// [`FunctionRegistry::resolve`](crate::FunctionRegistry::resolve) and call
 /// [`ElemFn::apply`]); [`OpError::BadLength`] unless `elem.len() == width`.
 pub fn apply_scalar(
-    func: FuncId,
+    func: u8,
     width: Width,
     signed: bool,
     elem: &mut [u8],
@@ -407,7 +349,10 @@ pub fn reduce(
         return Err(OpError::BadLength);
     }
     let mut acc_buf = [0u8; 8];
-    let acc = acc_buf.get_mut(..width.bytes()).ok_or(OpError::BadWidth)?;
+    // Cannot fail: an element is at most 8 bytes.
+    let acc = acc_buf
+        .get_mut(..width.bytes())
+        .ok_or(OpError::BufferTooSmall)?;
     store_le(acc, init);
     for e in value.chunks_exact(width.bytes()) {
         f.apply(width, signed, acc, load_le(e), param2)?;
@@ -421,19 +366,19 @@ pub fn reduce(
 #[repr(u8)]
 pub enum Predicate {
     /// ID 0: `e == param`.
-    Eq = kvwire::pred::EQ,
+    Eq = pred::EQ,
     /// ID 1: `e != param`.
-    Ne = kvwire::pred::NE,
+    Ne = pred::NE,
     /// ID 2: `e < param`.
-    Lt = kvwire::pred::LT,
+    Lt = pred::LT,
     /// ID 3: `e <= param`.
-    Le = kvwire::pred::LE,
+    Le = pred::LE,
     /// ID 4: `e > param`.
-    Gt = kvwire::pred::GT,
+    Gt = pred::GT,
     /// ID 5: `e >= param`.
-    Ge = kvwire::pred::GE,
+    Ge = pred::GE,
     /// ID 6: `e & param != 0` (with `param` all ones: "nonzero").
-    AnyBits = kvwire::pred::ANY_BITS,
+    AnyBits = pred::ANY_BITS,
 }
 
 impl Predicate {
@@ -450,15 +395,14 @@ impl Predicate {
 
     /// The predicate with this wire ID; [`OpError::UnknownFunction`] otherwise.
     pub const fn from_id(id: u8) -> Result<Predicate, OpError> {
-        use kvwire::pred as p;
         match id {
-            p::EQ => Ok(Predicate::Eq),
-            p::NE => Ok(Predicate::Ne),
-            p::LT => Ok(Predicate::Lt),
-            p::LE => Ok(Predicate::Le),
-            p::GT => Ok(Predicate::Gt),
-            p::GE => Ok(Predicate::Ge),
-            p::ANY_BITS => Ok(Predicate::AnyBits),
+            pred::EQ => Ok(Predicate::Eq),
+            pred::NE => Ok(Predicate::Ne),
+            pred::LT => Ok(Predicate::Lt),
+            pred::LE => Ok(Predicate::Le),
+            pred::GT => Ok(Predicate::Gt),
+            pred::GE => Ok(Predicate::Ge),
+            pred::ANY_BITS => Ok(Predicate::AnyBits),
             _ => Err(OpError::UnknownFunction),
         }
     }
@@ -515,8 +459,8 @@ mod tests {
         for b in Builtin::ALL {
             assert_eq!(Builtin::from_id(b.id()), Some(b));
         }
-        assert_eq!(Builtin::from_id(FuncId(9)), None);
-        assert_eq!(Builtin::from_id(FuncId(10)), None);
+        assert_eq!(Builtin::from_id(9), None);
+        assert_eq!(Builtin::from_id(10), None);
         for p in Predicate::ALL {
             assert_eq!(Predicate::from_id(p as u8), Ok(p));
         }
@@ -525,32 +469,29 @@ mod tests {
     }
 
     #[test]
-    fn widths() {
-        for n in 0..=255u8 {
-            let ok = matches!(n, 1 | 2 | 4 | 8);
-            assert_eq!(Width::from_bytes(n).is_ok(), ok, "{n}");
-        }
-        assert_eq!(Width::W2.mask(), 0xffff);
-        assert_eq!(Width::W1.sign_extend(0x80), -128);
-        assert_eq!(Width::W8.sign_extend(u64::MAX), -1);
+    fn sign_extension() {
+        assert_eq!(sign_extend(Width::W1, 0x80), -128);
+        assert_eq!(sign_extend(Width::W2, 0x7fff), 0x7fff);
+        assert_eq!(sign_extend(Width::W4, 0xffff_ffff), -1);
+        assert_eq!(sign_extend(Width::W8, u64::MAX), -1);
     }
 
     #[test]
     fn wraps_at_width() {
         let mut e = [0xff];
         assert_eq!(
-            apply_scalar(FuncId::FETCH_ADD, Width::W1, false, &mut e, 1, 0),
+            apply_scalar(func::FETCH_ADD, Width::W1, false, &mut e, 1, 0),
             Ok(255)
         );
         assert_eq!(e, [0]);
         let mut e = [0, 0];
-        apply_scalar(FuncId::FETCH_SUB, Width::W2, true, &mut e, 1, 0).unwrap();
+        apply_scalar(func::FETCH_SUB, Width::W2, true, &mut e, 1, 0).unwrap();
         assert_eq!(e, [0xff, 0xff]);
         let mut e = 5u32.to_le_bytes();
-        apply_scalar(FuncId::MIN, Width::W4, true, &mut e, u64::MAX, 0).unwrap();
+        apply_scalar(func::MIN, Width::W4, true, &mut e, u64::MAX, 0).unwrap();
         assert_eq!(i32::from_le_bytes(e), -1);
         let mut e = 5u32.to_le_bytes();
-        apply_scalar(FuncId::MIN, Width::W4, false, &mut e, u64::MAX, 0).unwrap();
+        apply_scalar(func::MIN, Width::W4, false, &mut e, u64::MAX, 0).unwrap();
         assert_eq!(u32::from_le_bytes(e), 5);
     }
 
@@ -575,11 +516,11 @@ mod tests {
         assert_eq!(v, [1, 2, 3]);
         assert_eq!(v4, [1, 2, 3, 4]);
         assert_eq!(
-            apply_scalar(FuncId(10), Width::W1, false, &mut v[..1], 1, 0),
+            apply_scalar(10, Width::W1, false, &mut v[..1], 1, 0),
             Err(OpError::UnknownFunction)
         );
         assert_eq!(
-            apply_scalar(FuncId::SWAP, Width::W2, false, &mut v, 1, 0),
+            apply_scalar(func::SWAP, Width::W2, false, &mut v, 1, 0),
             Err(OpError::BadLength)
         );
         assert_eq!(v, [1, 2, 3]);

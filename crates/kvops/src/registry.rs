@@ -1,25 +1,28 @@
 //! Function registry: function ID → built-in or user function (KV-Direct's λ by ID).
 //!
-//! IDs 0–8 are the built-ins (the wire table `kvwire::func`) of [`Builtin`] and always present. IDs 128–255 hold user
-//! functions, registered once at start-up (from the config, see [`FunctionRegistry::load`])
-//! before the worker lcores start; the registry is then only read. IDs 9–127 are
-//! reserved for future built-ins.
+//! IDs are the wire's `func` byte (`kvwire::func`). IDs 0–8 are the built-ins
+//! ([`Builtin`]) and always present. IDs 128–255 (`kvwire::func::USER_MIN..`) hold user
+//! functions, registered once at start-up (from the config, see
+//! [`FunctionRegistry::load`]) before the worker lcores start; the registry is then only
+//! read. IDs 9–127 are reserved for future built-ins.
 //!
 //! Steps for adding a user function are in `docs/OPERATIONS.md`.
 
-use crate::functions::{Builtin, ElemFn, FuncId, OpError};
+use crate::functions::{Builtin, ElemFn, OpError};
+use kvwire::func::USER_MIN;
+use kvwire::op;
 
 pub use crate::functions::UserFn;
 
-const USER_SLOTS: usize = 256 - FuncId::USER_FIRST as usize;
+const USER_SLOTS: usize = 256 - USER_MIN as usize;
 
 /// Why a registration was refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RegistryError {
     /// The ID is below 128 (built-in or reserved range).
-    ReservedId(FuncId),
+    ReservedId(u8),
     /// The ID is already registered.
-    DuplicateId(FuncId),
+    DuplicateId(u8),
     /// The name is already registered under another ID.
     DuplicateName(String),
     /// The name is empty.
@@ -32,9 +35,9 @@ impl core::fmt::Display for RegistryError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             RegistryError::ReservedId(id) => {
-                write!(f, "function id {} is below 128 (built-in/reserved)", id.0)
+                write!(f, "function id {id} is below 128 (built-in/reserved)")
             }
-            RegistryError::DuplicateId(id) => write!(f, "function id {} already registered", id.0),
+            RegistryError::DuplicateId(id) => write!(f, "function id {id} already registered"),
             RegistryError::DuplicateName(n) => write!(f, "function name {n:?} already registered"),
             RegistryError::EmptyName => f.write_str("function name is empty"),
             RegistryError::UnknownName(n) => write!(f, "no user function named {n:?} in catalog"),
@@ -71,14 +74,14 @@ impl FunctionRegistry {
         }
     }
 
-    fn user_slot(id: FuncId) -> Option<usize> {
-        (id.0 as usize).checked_sub(FuncId::USER_FIRST as usize)
+    fn user_slot(id: u8) -> Option<usize> {
+        (id as usize).checked_sub(USER_MIN as usize)
     }
 
     /// Registers user function `f` under `id` (128–255) and `name`.
     ///
     /// Refuses IDs below 128, an ID already taken, an empty name and a name already used.
-    pub fn register(&mut self, id: FuncId, name: &str, f: UserFn) -> Result<(), RegistryError> {
+    pub fn register(&mut self, id: u8, name: &str, f: UserFn) -> Result<(), RegistryError> {
         let slot = Self::user_slot(id).ok_or(RegistryError::ReservedId(id))?;
         if name.is_empty() {
             return Err(RegistryError::EmptyName);
@@ -113,7 +116,7 @@ impl FunctionRegistry {
                 .find(|(c, _)| *c == name)
                 .map(|(_, f)| *f)
                 .ok_or_else(|| RegistryError::UnknownName(name.to_owned()))?;
-            self.register(FuncId(id), name, f)?;
+            self.register(id, name, f)?;
             n += 1;
         }
         Ok(n)
@@ -121,7 +124,7 @@ impl FunctionRegistry {
 
     /// The function for `id`: a built-in, a registered user function, or
     /// [`OpError::UnknownFunction`].
-    pub fn resolve(&self, id: FuncId) -> Result<ElemFn, OpError> {
+    pub fn resolve(&self, id: u8) -> Result<ElemFn, OpError> {
         if let Some(b) = Builtin::from_id(id) {
             return Ok(ElemFn::Builtin(b));
         }
@@ -132,8 +135,30 @@ impl FunctionRegistry {
             .ok_or(OpError::UnknownFunction)
     }
 
+    /// The function `id` names for `opcode` (`kvwire::op`), per the function × opcode
+    /// matrix of docs/PROTOCOL.md §3.2: as [`resolve`](Self::resolve), but a built-in
+    /// that is not defined for the opcode ([`Builtin::defined_for`], e.g. CAS for REDUCE)
+    /// is [`OpError::UnknownFunction`] too. User functions are defined for every opcode
+    /// that takes a function (UPDATE_S2S/S2V/V2V, REDUCE; FILTER takes predicates).
+    #[inline]
+    pub fn resolve_for(&self, opcode: u8, id: u8) -> Result<ElemFn, OpError> {
+        let f = self.resolve(id)?;
+        let defined = match f {
+            ElemFn::Builtin(b) => b.defined_for(opcode),
+            ElemFn::User(_) => matches!(
+                opcode,
+                op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V | op::REDUCE
+            ),
+        };
+        if defined {
+            Ok(f)
+        } else {
+            Err(OpError::UnknownFunction)
+        }
+    }
+
     /// The name of function `id`, built-in or user.
-    pub fn name(&self, id: FuncId) -> Option<&str> {
+    pub fn name(&self, id: u8) -> Option<&str> {
         if let Some(b) = Builtin::from_id(id) {
             return Some(b.name());
         }
@@ -144,18 +169,18 @@ impl FunctionRegistry {
     }
 
     /// The ID a name is registered under (built-in names included).
-    pub fn id_of(&self, name: &str) -> Option<FuncId> {
+    pub fn id_of(&self, name: &str) -> Option<u8> {
         self.iter().find(|(_, n)| *n == name).map(|(id, _)| id)
     }
 
     /// Every known function, built-ins first, in ID order.
-    pub fn iter(&self) -> impl Iterator<Item = (FuncId, &str)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u8, &str)> + '_ {
         let builtins = Builtin::ALL.iter().map(|b| (b.id(), b.name()));
         let users = self
             .user
             .iter()
-            .zip(FuncId::USER_FIRST..=u8::MAX)
-            .filter_map(|(e, id)| e.as_ref().map(|e| (FuncId(id), &*e.name)));
+            .zip(USER_MIN..=u8::MAX)
+            .filter_map(|(e, id)| e.as_ref().map(|e| (id, &*e.name)));
         builtins.chain(users)
     }
 
@@ -214,54 +239,62 @@ pub mod samples {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::functions::Width;
+    use kvwire::{func, Width};
 
     #[test]
     fn builtins_resolve_and_reserved_ids_do_not() {
         let r = FunctionRegistry::new();
         for id in 0..=255u8 {
             let known = (0..=8).contains(&id);
-            assert_eq!(r.resolve(FuncId(id)).is_ok(), known, "{id}");
-            assert_eq!(r.name(FuncId(id)).is_some(), known, "{id}");
+            assert_eq!(r.resolve(id).is_ok(), known, "{id}");
+            assert_eq!(r.name(id).is_some(), known, "{id}");
         }
-        assert_eq!(r.id_of("cas"), Some(FuncId::CAS));
+        assert_eq!(r.id_of("cas"), Some(func::CAS));
         assert_eq!(r.iter().count(), 9);
+    }
+
+    #[test]
+    fn resolve_for_follows_the_matrix() {
+        let mut r = FunctionRegistry::new();
+        r.register(200, "sat", samples::saturating_add).unwrap();
+        let ok = |opcode, id| r.resolve_for(opcode, id).is_ok();
+        for opcode in [op::UPDATE_S2S, op::UPDATE_S2V, op::UPDATE_V2V, op::REDUCE] {
+            for id in 0..=255u8 {
+                let cas_needs_p2 = id == func::CAS && matches!(opcode, op::UPDATE_V2V | op::REDUCE);
+                let want = ((0..=8).contains(&id) && !cas_needs_p2) || id == 200;
+                assert_eq!(ok(opcode, id), want, "{opcode} {id}");
+            }
+        }
+        for id in 0..=255u8 {
+            assert!(!ok(op::FILTER, id) && !ok(op::GET, id), "{id}");
+        }
     }
 
     #[test]
     fn register_rules() {
         let mut r = FunctionRegistry::new();
         let f: UserFn = samples::saturating_add;
+        assert_eq!(r.register(0, "x", f), Err(RegistryError::ReservedId(0)));
+        assert_eq!(r.register(127, "x", f), Err(RegistryError::ReservedId(127)));
+        assert_eq!(r.register(128, "", f), Err(RegistryError::EmptyName));
+        r.register(128, "sat", f).unwrap();
         assert_eq!(
-            r.register(FuncId(0), "x", f),
-            Err(RegistryError::ReservedId(FuncId(0)))
+            r.register(128, "other", f),
+            Err(RegistryError::DuplicateId(128))
         );
         assert_eq!(
-            r.register(FuncId(127), "x", f),
-            Err(RegistryError::ReservedId(FuncId(127)))
-        );
-        assert_eq!(
-            r.register(FuncId(128), "", f),
-            Err(RegistryError::EmptyName)
-        );
-        r.register(FuncId(128), "sat", f).unwrap();
-        assert_eq!(
-            r.register(FuncId(128), "other", f),
-            Err(RegistryError::DuplicateId(FuncId(128)))
-        );
-        assert_eq!(
-            r.register(FuncId(129), "sat", f),
+            r.register(129, "sat", f),
             Err(RegistryError::DuplicateName("sat".into()))
         );
         assert_eq!(
-            r.register(FuncId(130), "swap", f),
+            r.register(130, "swap", f),
             Err(RegistryError::DuplicateName("swap".into()))
         );
-        r.register(FuncId(255), "last", samples::mul_add).unwrap();
+        r.register(255, "last", samples::mul_add).unwrap();
         assert_eq!(r.user_count(), 2);
-        assert_eq!(r.name(FuncId(255)), Some("last"));
+        assert_eq!(r.name(255), Some("last"));
         let mut e = [250u8];
-        r.resolve(FuncId(128))
+        r.resolve(128)
             .unwrap()
             .apply(Width::W1, false, &mut e, 10, 0)
             .unwrap();
@@ -275,7 +308,7 @@ mod tests {
             .load([(200, "mul_add"), (201, "clamp")], samples::CATALOG)
             .unwrap();
         assert_eq!(n, 2);
-        assert_eq!(r.id_of("clamp"), Some(FuncId(201)));
+        assert_eq!(r.id_of("clamp"), Some(201));
         assert_eq!(
             r.load([(202, "nope")], samples::CATALOG),
             Err(RegistryError::UnknownName("nope".into()))

@@ -2,8 +2,9 @@
 //!
 //! # What it does
 //!
-//! A worker decodes a request batch into a slice of [`Op`]s and calls
-//! [`Station::process_batch`]. The station
+//! A worker decodes a request batch into a slice of wire operations ([`KvOp`]) and
+//! calls [`Station::process_batch`]; every completion carries a wire [`Status`]. The
+//! station
 //!
 //! 1. **admits** every op into one of [`SLOTS`] (1024) hash slots, indexed by a fold of
 //!    the key hash. Ops in the same slot are treated as dependent: a false positive
@@ -54,11 +55,10 @@
 //! All pools (slots, chain links, the value cache and the result buffer) are allocated
 //! by [`Station::new`]; `process_batch` allocates nothing.
 
-use crate::functions::{
-    filter, reduce, store_le, update_s2v, update_v2v, FuncId, Predicate, Width,
-};
+use kvwire::{op, KvOp, Status};
+
+use crate::functions::{filter, reduce, store_le, update_s2v, update_v2v, ElemFn, Predicate};
 use crate::registry::FunctionRegistry;
-use crate::status::Status;
 
 /// Number of hash slots, as in the paper.
 pub const SLOTS: usize = 1024;
@@ -78,7 +78,8 @@ pub const fn slot_of(hash: u64) -> usize {
 ///
 /// Contract: a failed `write` or `delete` leaves the stored state unchanged; a
 /// `write_back` of an existing key with a value of the stored length succeeds (it is an
-/// in-place update).
+/// in-place update). Statuses are the wire's: whatever a memory stage refuses with
+/// (`OutOfMemory`, `KeyTooLarge`, `ValueTooLarge`, …) is the status the op answers.
 pub trait MemoryStage {
     /// A hint that `key` will be accessed soon (issue prefetches). Default: nothing.
     fn prefetch(&mut self, key: &[u8]) {
@@ -86,7 +87,8 @@ pub trait MemoryStage {
     }
 
     /// Copies the value of `key` into `out` and returns its length; `Err(NotFound)` if
-    /// absent; `Err(ValueTooLarge)` if it does not fit in `out`.
+    /// absent; `Err(ValueTooLarge)` if it does not fit in `out`. (A length beyond
+    /// `out.len()` breaks the contract; the op answers `Internal`.)
     fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status>;
 
     /// Inserts or replaces `key` with `value`.
@@ -113,127 +115,6 @@ pub trait CompletionSink {
 impl<F: FnMut(usize, Status, &[u8])> CompletionSink for F {
     fn complete(&mut self, index: usize, status: Status, value: &[u8]) {
         self(index, status, value)
-    }
-}
-
-/// The second operand of a vector update.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Delta<'a> {
-    /// `update_scalar2vector`: every element gets `f(e, param, param2)`.
-    Scalar {
-        /// First parameter.
-        param: u64,
-        /// Second parameter (CAS: the new value).
-        param2: u64,
-    },
-    /// `update_vector2vector`: element `i` gets `f(e[i], delta[i], param2)`; `delta` must
-    /// be exactly as long as the value.
-    Vector {
-        /// The Δ-vector, little-endian elements of the op's width.
-        delta: &'a [u8],
-        /// Second parameter, the same for every element.
-        param2: u64,
-    },
-}
-
-/// One key-value operation. Widths are raw wire bytes (validated by the station, which
-/// answers [`Status::BadWidth`]); function IDs are resolved through the registry.
-///
-/// Every read-modify-write op (`Atomic`, `VectorUpdate`, `Reduce`, `Filter`) on a
-/// missing key answers [`Status::NotFound`] and creates nothing. Checks happen in the
-/// order width → function → existence → length.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op<'a> {
-    /// Returns the value.
-    Get {
-        /// The key.
-        key: &'a [u8],
-    },
-    /// Inserts or replaces the value; returns no bytes.
-    Put {
-        /// The key.
-        key: &'a [u8],
-        /// The new value.
-        value: &'a [u8],
-    },
-    /// Removes the key; returns no bytes.
-    Delete {
-        /// The key.
-        key: &'a [u8],
-    },
-    /// `update_scalar2scalar`: the value must be exactly one element of `width` bytes;
-    /// returns its original bytes.
-    Atomic {
-        /// The key.
-        key: &'a [u8],
-        /// Function ID.
-        func: FuncId,
-        /// Element width in bytes (1, 2, 4, 8).
-        width: u8,
-        /// Compare as signed (min/max).
-        signed: bool,
-        /// First parameter (CAS: expected value).
-        param: u64,
-        /// Second parameter (CAS: new value).
-        param2: u64,
-    },
-    /// `update_scalar2vector` / `update_vector2vector`; returns the original vector.
-    VectorUpdate {
-        /// The key.
-        key: &'a [u8],
-        /// Function ID.
-        func: FuncId,
-        /// Element width in bytes.
-        width: u8,
-        /// Compare as signed.
-        signed: bool,
-        /// Scalar or vector operand.
-        delta: Delta<'a>,
-    },
-    /// `reduce`: `Σ = f(Σ, e, param2)` over the elements from `init`; returns Σ as
-    /// `width` little-endian bytes. The value is not changed.
-    Reduce {
-        /// The key.
-        key: &'a [u8],
-        /// Function ID (fetch-add sums, min/max/and/or/xor reduce).
-        func: FuncId,
-        /// Element width in bytes.
-        width: u8,
-        /// Compare as signed.
-        signed: bool,
-        /// Initial Σ.
-        init: u64,
-        /// Second parameter passed to the function.
-        param2: u64,
-    },
-    /// `filter`: returns the elements `e` with `pred(e, param)`, concatenated. The value
-    /// is not changed.
-    Filter {
-        /// The key.
-        key: &'a [u8],
-        /// Predicate ID ([`Predicate`]).
-        pred: u8,
-        /// Element width in bytes.
-        width: u8,
-        /// Compare as signed.
-        signed: bool,
-        /// The comparison parameter.
-        param: u64,
-    },
-}
-
-impl<'a> Op<'a> {
-    /// The key this op works on.
-    pub const fn key(&self) -> &'a [u8] {
-        match *self {
-            Op::Get { key }
-            | Op::Put { key, .. }
-            | Op::Delete { key }
-            | Op::Atomic { key, .. }
-            | Op::VectorUpdate { key, .. }
-            | Op::Reduce { key, .. }
-            | Op::Filter { key, .. } => key,
-        }
     }
 }
 
@@ -359,7 +240,7 @@ impl Sched {
     }
 
     /// Admits op `i` into `slot`; returns true if its key must wait behind another key.
-    fn admit(&mut self, ops: &[Op<'_>], i: u16, slot: usize) -> bool {
+    fn admit(&mut self, ops: &[KvOp<'_>], i: u16, slot: usize) -> bool {
         let key = ops[i as usize].key();
         self.op_next[i as usize] = NONE;
         let mut e = self.slot_head[slot];
@@ -485,7 +366,7 @@ impl Exec {
     /// back once if it updated the value in place.
     fn run_chain<M: MemoryStage, S: CompletionSink>(
         &mut self,
-        ops: &[Op<'_>],
+        ops: &[KvOp<'_>],
         next: &[u16],
         head: u16,
         io: &mut Io<'_, M, S>,
@@ -519,7 +400,7 @@ impl Exec {
             let value = self.cache.get(..n).unwrap_or_default();
             self.stats.write_backs += 1;
             wrote = 1;
-            if !io.store.write_back(key, value).is_ok() {
+            if io.store.write_back(key, value) != Status::Ok {
                 self.stats.writeback_failures += 1;
             }
         }
@@ -549,7 +430,8 @@ impl Exec {
                         st.cached = Cached::Present(n);
                         Ok(n)
                     }
-                    Ok(_) => Err(Status::StoreError),
+                    // The memory stage broke its contract (a length beyond `out`).
+                    Ok(_) => Err(Status::Internal),
                     Err(Status::NotFound) => {
                         st.cached = Cached::Absent;
                         Err(Status::NotFound)
@@ -562,17 +444,17 @@ impl Exec {
 
     fn exec_op<M: MemoryStage>(
         &mut self,
-        op: &Op<'_>,
+        op: &KvOp<'_>,
         key: &[u8],
         st: &mut ChainState,
         store: &mut M,
     ) -> Result<Out, Status> {
         match *op {
-            Op::Get { .. } => self.load(key, st, store).map(Out::Cache),
-            Op::Put { value, .. } => {
+            KvOp::Get { .. } => self.load(key, st, store).map(Out::Cache),
+            KvOp::Put { value, .. } => {
                 self.stats.writes_through += 1;
                 let s = store.write(key, value);
-                if s.is_ok() {
+                if s == Status::Ok {
                     st.dirty = false;
                     st.cached = match self.cache.get_mut(..value.len()) {
                         Some(dst) => {
@@ -586,7 +468,7 @@ impl Exec {
                     Err(s)
                 }
             }
-            Op::Delete { .. } => {
+            KvOp::Delete { .. } => {
                 if st.cached == Cached::Absent {
                     self.stats.forwarded += 1;
                     return Err(Status::NotFound);
@@ -597,23 +479,21 @@ impl Exec {
                     st.cached = Cached::Absent;
                     st.dirty = false;
                 }
-                if s.is_ok() {
+                if s == Status::Ok {
                     Ok(Out::Empty)
                 } else {
                     Err(s)
                 }
             }
-            Op::Atomic {
-                func,
-                width,
-                signed,
+            KvOp::UpdateS2S {
+                atomic,
                 param,
                 param2,
                 ..
             } => {
-                let w = Width::from_bytes(width)?;
-                let f = self.registry.resolve(func)?;
+                let f = self.function(op::UPDATE_S2S, atomic.func)?;
                 let n = self.load(key, st, store)?;
+                let w = atomic.width;
                 if n != w.bytes() {
                     return Err(Status::BadLength);
                 }
@@ -623,66 +503,64 @@ impl Exec {
                     return Err(Status::ValueTooLarge);
                 };
                 orig.copy_from_slice(elem);
-                f.apply(w, signed, elem, param, param2)?;
+                f.apply(w, atomic.signed, elem, param, param2)?;
                 st.dirty = true;
                 st.updates += 1;
                 Ok(Out::Result(n))
             }
-            Op::VectorUpdate {
-                func,
-                width,
-                signed,
-                delta,
+            KvOp::UpdateS2V {
+                atomic,
+                param,
+                param2,
                 ..
             } => {
-                let w = Width::from_bytes(width)?;
-                let f = self.registry.resolve(func)?;
+                let f = self.function(op::UPDATE_S2V, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
-                let len = match delta {
-                    Delta::Scalar { param, param2 } => {
-                        update_s2v(f, w, signed, value, param, param2, &mut self.out)?
-                    }
-                    Delta::Vector { delta, param2 } => {
-                        update_v2v(f, w, signed, value, delta, param2, &mut self.out)?
-                    }
-                };
+                let (w, signed) = (atomic.width, atomic.signed);
+                let len = update_s2v(f, w, signed, value, param, param2, &mut self.out)?;
                 st.dirty = true;
                 st.updates += 1;
                 Ok(Out::Result(len))
             }
-            Op::Reduce {
-                func,
-                width,
-                signed,
-                init,
-                param2,
-                ..
-            } => {
-                let w = Width::from_bytes(width)?;
-                let f = self.registry.resolve(func)?;
+            KvOp::UpdateV2V { atomic, delta, .. } => {
+                let f = self.function(op::UPDATE_V2V, atomic.func)?;
+                let n = self.load(key, st, store)?;
+                let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
+                let (w, signed) = (atomic.width, atomic.signed);
+                // The wire carries no second parameter here: user functions get 0.
+                let len = update_v2v(f, w, signed, value, delta, 0, &mut self.out)?;
+                st.dirty = true;
+                st.updates += 1;
+                Ok(Out::Result(len))
+            }
+            KvOp::Reduce { atomic, init, .. } => {
+                let f = self.function(op::REDUCE, atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get(..n).ok_or(Status::ValueTooLarge)?;
-                let sigma = reduce(f, w, signed, value, init, param2)?;
+                let w = atomic.width;
+                // No second parameter on the wire: user functions get 0.
+                let sigma = reduce(f, w, atomic.signed, value, init, 0)?;
                 let dst = self.out.get_mut(..w.bytes()).ok_or(Status::ValueTooLarge)?;
                 store_le(dst, sigma);
                 Ok(Out::Result(w.bytes()))
             }
-            Op::Filter {
-                pred,
-                width,
-                signed,
-                param,
-                ..
-            } => {
-                let w = Width::from_bytes(width)?;
-                let p = Predicate::from_id(pred)?;
+            KvOp::Filter { atomic, param, .. } => {
+                let p = Predicate::from_id(atomic.func)?;
                 let n = self.load(key, st, store)?;
                 let value = self.cache.get(..n).ok_or(Status::ValueTooLarge)?;
-                let len = filter(p, w, signed, param, value, &mut self.out)?;
+                let len = filter(p, atomic.width, atomic.signed, param, value, &mut self.out)?;
                 Ok(Out::Result(len))
             }
         }
+    }
+
+    /// The element function `id` names for `opcode` (the function × opcode matrix of
+    /// docs/PROTOCOL.md §3.2; an undefined cell is `UnknownFunction`). Checked before the
+    /// key is read, so an undefined op neither reads nor changes anything.
+    #[inline]
+    fn function(&self, opcode: u8, id: u8) -> Result<ElemFn, Status> {
+        Ok(self.registry.resolve_for(opcode, id)?)
     }
 }
 
@@ -740,9 +618,13 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
     /// Executes `ops` against `store`, calling `sink` exactly once per op with its index
     /// in `ops` (see the module doc for ordering). Slices longer than `max_batch` are cut
     /// into passes that each drain completely.
+    ///
+    /// Every read-modify-write op (UPDATE_*, REDUCE, FILTER) on a missing key answers
+    /// `NotFound` and creates nothing. Its checks run in the order function/predicate
+    /// (docs/PROTOCOL.md §3.2 matrix) → key exists → lengths; an error changes nothing.
     pub fn process_batch<M: MemoryStage, S: CompletionSink>(
         &mut self,
-        ops: &[Op<'_>],
+        ops: &[KvOp<'_>],
         store: &mut M,
         sink: &mut S,
     ) {
@@ -763,7 +645,7 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
 
     fn pass_ooo<M: MemoryStage, S: CompletionSink>(
         &mut self,
-        ops: &[Op<'_>],
+        ops: &[KvOp<'_>],
         io: &mut Io<'_, M, S>,
     ) {
         for (i, op) in ops.iter().enumerate() {
@@ -794,7 +676,7 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
 
     fn pass_stall<M: MemoryStage, S: CompletionSink>(
         &mut self,
-        ops: &[Op<'_>],
+        ops: &[KvOp<'_>],
         io: &mut Io<'_, M, S>,
     ) {
         for (i, op) in ops.iter().enumerate() {
@@ -811,7 +693,7 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
     /// Stall mode: executes the window, each op on its own (read, modify, write).
     fn flush_window<M: MemoryStage, S: CompletionSink>(
         &mut self,
-        ops: &[Op<'_>],
+        ops: &[KvOp<'_>],
         io: &mut Io<'_, M, S>,
     ) {
         let n = self.sched.window_len;
@@ -830,6 +712,7 @@ impl<H: Fn(&[u8]) -> u64> Station<H> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvwire::{func, Atomic, Width};
     use std::collections::HashMap;
 
     #[derive(Default)]
@@ -858,12 +741,14 @@ mod tests {
         }
     }
 
-    fn add(key: &[u8], d: u64) -> Op<'_> {
-        Op::Atomic {
+    fn add(key: &[u8], d: u64) -> KvOp<'_> {
+        KvOp::UpdateS2S {
             key,
-            func: FuncId::FETCH_ADD,
-            width: 8,
-            signed: false,
+            atomic: Atomic {
+                func: func::FETCH_ADD,
+                width: Width::W8,
+                signed: false,
+            },
             param: d,
             param2: 0,
         }
@@ -879,7 +764,7 @@ mod tests {
         .unwrap();
         let mut m = Map::default();
         m.0.insert(b"k".to_vec(), 0u64.to_le_bytes().to_vec());
-        let ops: Vec<Op<'_>> = (0..64).map(|_| add(b"k", 1)).collect();
+        let ops: Vec<KvOp<'_>> = (0..64).map(|_| add(b"k", 1)).collect();
         let mut got = Vec::new();
         st.process_batch(&ops, &mut m, &mut |i, s, v: &[u8]| {
             got.push((i, s, u64::from_le_bytes(v.try_into().unwrap())))
@@ -904,7 +789,7 @@ mod tests {
         let mut st = Station::new(cfg, |k: &[u8]| k[0] as u64, FunctionRegistry::new()).unwrap();
         let mut m = Map::default();
         m.0.insert(b"k".to_vec(), 0u64.to_le_bytes().to_vec());
-        let ops: Vec<Op<'_>> = (0..10).map(|_| add(b"k", 1)).collect();
+        let ops: Vec<KvOp<'_>> = (0..10).map(|_| add(b"k", 1)).collect();
         let mut n = 0;
         st.process_batch(&ops, &mut m, &mut |i, s, v: &[u8]| {
             assert_eq!((i, s, v), (n, Status::Ok, &(n as u64).to_le_bytes()[..]));

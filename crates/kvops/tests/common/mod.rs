@@ -89,3 +89,86 @@ pub fn get(e: &[u8]) -> u64 {
 pub fn bytes(v: u64, width: usize) -> Vec<u8> {
     v.to_le_bytes()[..width].to_vec()
 }
+
+/// A `HashMap` memory stage that refuses like a storage engine, with knobs for every
+/// refusal: keys longer than `max_key` are `KeyTooLarge` (read, write, delete), values
+/// longer than `max_value` are `ValueTooLarge` (write), with `full` a new key is
+/// `OutOfMemory`, and with `overlong_read` a read claims a length beyond the caller's
+/// buffer (a broken memory stage). Counts reads and writes.
+pub struct MapStore {
+    pub map: std::collections::HashMap<Vec<u8>, Vec<u8>>,
+    pub max_key: usize,
+    pub max_value: usize,
+    pub full: bool,
+    pub overlong_read: bool,
+    pub reads: u64,
+    pub writes: u64,
+}
+
+impl Default for MapStore {
+    fn default() -> Self {
+        MapStore {
+            map: Default::default(),
+            max_key: 64,
+            max_value: 64,
+            full: false,
+            overlong_read: false,
+            reads: 0,
+            writes: 0,
+        }
+    }
+}
+
+impl MapStore {
+    /// A store holding `key = value`.
+    pub fn with(key: &[u8], value: &[u8]) -> Self {
+        let mut s = MapStore::default();
+        s.map.insert(key.to_vec(), value.to_vec());
+        s
+    }
+}
+
+impl kvops::MemoryStage for MapStore {
+    fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, kvwire::Status> {
+        use kvwire::Status;
+        self.reads += 1;
+        if key.len() > self.max_key {
+            return Err(Status::KeyTooLarge);
+        }
+        let v = self.map.get(key).ok_or(Status::NotFound)?;
+        if self.overlong_read {
+            return Ok(out.len() + 1);
+        }
+        out.get_mut(..v.len())
+            .ok_or(Status::ValueTooLarge)?
+            .copy_from_slice(v);
+        Ok(v.len())
+    }
+
+    fn write(&mut self, key: &[u8], value: &[u8]) -> kvwire::Status {
+        use kvwire::Status;
+        self.writes += 1;
+        if key.len() > self.max_key {
+            Status::KeyTooLarge
+        } else if value.len() > self.max_value {
+            Status::ValueTooLarge
+        } else if self.full && !self.map.contains_key(key) {
+            Status::OutOfMemory
+        } else {
+            self.map.insert(key.to_vec(), value.to_vec());
+            Status::Ok
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) -> kvwire::Status {
+        use kvwire::Status;
+        self.writes += 1;
+        if key.len() > self.max_key {
+            Status::KeyTooLarge
+        } else if self.map.remove(key).is_some() {
+            Status::Ok
+        } else {
+            Status::NotFound
+        }
+    }
+}
