@@ -20,7 +20,8 @@ pub enum Status {
     Malformed = 5,
     /// Unknown opcode; later ops of the batch are not executed.
     UnknownOpcode = 6,
-    /// Function/predicate id not built in nor registered.
+    /// Function/predicate id not built in nor registered, or not defined for the
+    /// opcode (docs/PROTOCOL.md §3.2); nothing was changed.
     UnknownFunction = 7,
     /// Value length is not a multiple of the width, Δ vector length differs
     /// from the stored vector, or S2S on a value that is not one element.
