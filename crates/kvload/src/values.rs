@@ -82,7 +82,7 @@ pub fn value_matches_adds(key: u64, version: u32, len: usize, adds: u32, got: &[
     if adds == 0 {
         return value_matches(key, version, len, got);
     }
-    if got.len() != len || !len.is_multiple_of(8) {
+    if got.len() != len || len % 8 != 0 {
         return false;
     }
     let mut state = value_seed(key, version);
