@@ -15,7 +15,6 @@
 mod model;
 mod report;
 mod steer;
-mod workload;
 
 use clap::{Parser, ValueEnum};
 use dpdk::{tsc, Eal, IdleBackoff, Mbuf, MbufBurst, Mempool, Port, PortConfig, RxQueue, TxQueue};
@@ -35,7 +34,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use steer::{Drawn, Steer};
-use workload::{Distribution, KeyChooser, Mix, OpType, Rng, SizeDist};
+use kvload::{Distribution, KeyChooser, Mix, OpType, SizeDist, Xorshift64Star as Rng};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Dist {
@@ -736,7 +735,7 @@ fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
 }
 
 fn splitmix(x: u64) -> u64 {
-    workload::splitmix64(x)
+    kvload::splitmix64(x)
 }
 
 fn now_nanos() -> u64 {
@@ -959,7 +958,7 @@ impl Gen<'_> {
                         }
                         _ => (mix.next(rng), chooser.next(rng)),
                     };
-                    workload::write_key(k, hkey);
+                    kvload::write_key(k, hkey);
                     Some(Drawn {
                         key: k,
                         hash32: kvengine::key_hash(hkey) as u32,
@@ -1212,9 +1211,9 @@ impl Gen<'_> {
                 status == Status::Ok && {
                     let len = self.sizes.len_of(e.key, version);
                     if e.op == OpType::Reduce {
-                        value == workload::reduce_sum(e.key, version, len, adds).to_le_bytes()
+                        value == kvload::reduce_sum(e.key, version, len, adds).to_le_bytes()
                     } else {
-                        workload::value_matches_adds(e.key, version, len, adds, value)
+                        kvload::value_matches_adds(e.key, version, len, adds, value)
                     }
                 }
             }
@@ -1272,7 +1271,7 @@ fn push_op(
     sizes: SizeDist,
     model: Option<&mut Model>,
 ) -> Option<Expect> {
-    workload::write_key(k, key);
+    kvload::write_key(k, key);
     let key = &*key;
     let pushed = match op {
         OpType::Get => w.push(&KvOp::Get { key }),
@@ -1298,7 +1297,7 @@ fn push_op(
             // Without verify the model is not kept: no per-op cache miss.
             let v = model.as_ref().map_or(1, |m| m.peek_version());
             let len = sizes.len_of(k, v).min(val.len());
-            workload::write_value(k, v, &mut val[..len]);
+            kvload::write_value(k, v, &mut val[..len]);
             w.push(&KvOp::Put {
                 key,
                 value: &val[..len],
