@@ -328,19 +328,15 @@ struct Gen<'a> {
 
 fn run(mut args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let mut cfg = Config::load(&args.config)?;
-    if let Some(v) = &args.vdev {
-        if cfg.pktgen.vdevs.is_empty() {
-            cfg.pktgen.vdevs.push(v.clone());
-        } else {
-            cfg.pktgen.vdevs[0] = v.clone();
-        }
-    }
-    if let Some(p) = &args.file_prefix {
-        cfg.pktgen.file_prefix = p.clone();
-    }
-    if let Some(l) = &args.lcores {
-        cfg.pktgen.lcores = l.clone();
-    }
+    cfg.apply_overrides(
+        kvconf::Role::Pktgen,
+        &kvconf::Overrides {
+            vdev: args.vdev.clone(),
+            file_prefix: args.file_prefix.clone(),
+            lcores: args.lcores.clone(),
+            mem_mb: None,
+        },
+    );
     let sizes = SizeDist::parse(&args.value_size)?;
     let mix = Mix::new(args.get, args.put, args.atomic, args.vector, args.reduce)?;
     if let Some(u) = args.load_util {
