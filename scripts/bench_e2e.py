@@ -11,7 +11,6 @@ Each point is the median of --reps runs.
 Writes results/e2e.json and results/e2e.png (via the e2e_plot binary).
 """
 import argparse
-import glob
 import json
 import os
 import platform
@@ -21,56 +20,10 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# KVD_BIN_DIR: run binaries copied elsewhere (so a rebuild cannot swap them mid-run).
-BIN = os.environ.get("KVD_BIN_DIR", os.path.join(ROOT, "target/release"))
-DP = os.path.join(BIN, "dataplane")
-PG = os.path.join(BIN, "pktgen")
-CFG = os.path.join(ROOT, "configs/memif.json")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import BIN, ROOT, Dataplane, log, pktgen  # noqa: E402
+
 STALLS = os.path.join(BIN, "cpu_stalls")
-
-
-def log(*a):
-    print(*a, file=sys.stderr, flush=True)
-
-
-class Dataplane:
-    def __init__(self, tmp, name, extra):
-        self.sock = os.path.join(tmp, f"{name}.sock")
-        self.log = os.path.join(tmp, f"{name}.log")
-        vdev = f"net_memif0,role=server,id=0,socket={self.sock},socket-abstract=no,rsize=11"
-        cmd = [DP, "--config", CFG, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        for _ in range(300):
-            if "dataplane ready" in open(self.log).read():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError("dataplane did not start:\n" + open(self.log).read())
-
-    def stop(self):
-        self.proc.send_signal(2)
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        # EAL leaves hugepage files behind for secondary processes; free them.
-        for f in glob.glob("/dev/hugepages/kvd-bench-*"):
-            try:
-                os.remove(f)
-            except OSError:
-                pass
-
-
-def pktgen(dp, tmp, args):
-    out = os.path.join(tmp, "pg.json")
-    vdev = f"net_memif0,role=client,id=0,socket={dp.sock},socket-abstract=no,rsize=11"
-    cmd = [PG, "--config", CFG, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
-    if r.returncode != 0:
-        raise RuntimeError(f"pktgen failed: {' '.join(cmd)}\n{r.stdout}")
-    return json.load(open(out))
 
 
 def cpu_stalls(secs):

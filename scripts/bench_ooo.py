@@ -30,7 +30,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ROOT, Dataplane, log, pktgen  # noqa: E402
+from benchlib import ROOT, log, run_reps  # noqa: E402
 
 KEY_COUNTS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
 UNIFORM_KEYS = 100_000
@@ -42,30 +42,10 @@ PAYLOAD = 1400  # bytes of KV payload a packet carries comfortably (1500 B MTU)
 def run_point(tmp, tag, ooo, args, reps, dp_extra=()):
     """`reps` runs of pktgen `args`, each against a fresh dataplane; returns
     (median Mops, runs, dataplane stats of each run)."""
-    runs, stats = [], []
-    for rep in range(reps):
-        name = f"{tag}-{rep}"
-        sj = os.path.join(tmp, f"{name}.stats.json")
-        for attempt in range(2):
-            dp = Dataplane(tmp, name, ["--ooo", "true" if ooo else "false", "--mem-mb", "128",
-                                       "--stats-json", sj] + list(dp_extra))
-            try:
-                r = pktgen(dp, tmp, args + ["--seed", str(rep + 1)])
-                break
-            except RuntimeError as e:
-                # A memif peer that disconnects while the server is inside rx_burst can
-                # crash the DPDK 22.11 memif PMD (it unmaps the shared region without
-                # synchronising with the data path); retry such a run once.
-                if attempt == 1:
-                    raise
-                log(f"  {name}: run failed, retrying: {str(e).splitlines()[0]}")
-            finally:
-                dp.stop()
-        if r["mismatches"] or r["errors"]:
-            raise RuntimeError(f"{name}: {r['mismatches']} mismatches, {r['errors']} errors")
-        runs.append(r)
-        stats.append(json.load(open(sj)))
-    return statistics.median(r["throughput_mops"] for r in runs), runs, stats
+    def dp_args(sj):
+        return ["--ooo", "true" if ooo else "false", "--mem-mb", "128",
+                "--stats-json", sj] + list(dp_extra)
+    return run_reps(tmp, tag, dp_args, args, reps)
 
 
 def main():

@@ -30,32 +30,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_e2e import ROOT, Dataplane, log, pktgen  # noqa: E402
+from benchlib import ROOT, log, run_reps  # noqa: E402
 
 
 def run(tmp, tag, dp_extra, pg_args, reps):
-    runs, stats = [], []
-    for rep in range(reps):
-        name = f"{tag}-{rep}"
-        sj = os.path.join(tmp, f"{name}.stats.json")
-        for attempt in range(2):
-            dp = Dataplane(tmp, name, dp_extra + ["--stats-json", sj])
-            try:
-                r = pktgen(dp, tmp, pg_args + ["--seed", str(rep + 1)])
-                break
-            except RuntimeError as e:
-                # See bench_ooo.py: the DPDK 22.11 memif PMD can crash when a peer
-                # disconnects mid-burst; retry such a run once.
-                if attempt == 1:
-                    raise
-                log(f"  {name}: run failed, retrying: {str(e).splitlines()[0]}")
-            finally:
-                dp.stop()
-        if r["mismatches"] or r["errors"]:
-            raise RuntimeError(f"{name}: {r['mismatches']} mismatches, {r['errors']} errors")
-        runs.append(r)
-        stats.append(json.load(open(sj)))
-    return statistics.median(r["throughput_mops"] for r in runs), runs, stats
+    """`reps` runs against fresh dataplanes: (median Mops, runs, dataplane stats)."""
+    return run_reps(tmp, tag, lambda sj: dp_extra + ["--stats-json", sj], pg_args, reps)
 
 
 def main():

@@ -94,22 +94,15 @@ fn main() {
 
 fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut cfg = Config::load(&args.config)?;
-    if let Some(l) = &args.lcores {
-        cfg.dataplane.lcores = l.clone();
-    }
-    if let Some(v) = &args.vdev {
-        if cfg.dataplane.vdevs.is_empty() {
-            cfg.dataplane.vdevs.push(v.clone());
-        } else {
-            cfg.dataplane.vdevs[0] = v.clone();
-        }
-    }
-    if let Some(p) = &args.file_prefix {
-        cfg.dataplane.file_prefix = p.clone();
-    }
-    if let Some(m) = args.mem_mb {
-        cfg.engine.mem_mb = m;
-    }
+    cfg.apply_overrides(
+        kvconf::Role::Dataplane,
+        &kvconf::Overrides {
+            vdev: args.vdev.clone(),
+            file_prefix: args.file_prefix.clone(),
+            lcores: args.lcores.clone(),
+            mem_mb: args.mem_mb,
+        },
+    );
     let engine_mb = cfg.engine.mem_mb as u32;
     let huge = !args.no_huge
         && kvconf::resolve_hugepages(cfg.dataplane.hugepages, cfg.dataplane.memory_mb + engine_mb)?;

@@ -7,7 +7,7 @@
 //! leaves its key *uncertain* (it may or may not have been applied) until the next
 //! write to that key is sent.
 
-use crate::workload::OpType;
+use kvload::OpType;
 
 const UNCERTAIN: u32 = 1 << 31;
 const ABSENT: u32 = 0;

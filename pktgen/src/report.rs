@@ -1,10 +1,208 @@
 //! Results: latency percentiles from HdrHistogram, the summary table, the JSON file
 //! and the latency plot.
 
+use crate::cli::Dist;
+use crate::gen::Counts;
+use crate::phases::{LoadSummary, Measurement};
+use crate::spec::RunSpec;
 use hdrhistogram::Histogram;
 use plotters::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
+
+/// Everything a run reports.
+pub struct Outcome<'a> {
+    /// The run.
+    pub spec: &'a RunSpec,
+    /// The summary label (`--label`, or [`label`]).
+    pub label: String,
+    /// The loop-back calibration (min round trip) in ns; 0 without calibration.
+    pub calib_ns: f64,
+    /// Whether DPDK memory is on hugepages.
+    pub huge: bool,
+    /// The load phase, if run.
+    pub load: Option<LoadSummary>,
+    /// The measurement.
+    pub measurement: Measurement,
+    /// The read-back of verify mode, if run.
+    pub readback: Option<Counts>,
+}
+
+impl Outcome<'_> {
+    /// Measured throughput in Mops (ops completed in the measurement window).
+    pub fn mops(&self) -> f64 {
+        self.measurement.counts.done_ops as f64 / self.spec.phases.duration / 1e6
+    }
+
+    /// The process exit code: 1 when verify found mismatches or errors, else 0.
+    pub fn exit_code(&self) -> i32 {
+        let c = &self.measurement.counts;
+        let readback_bad = self.readback.map_or(0, |r| r.mismatches + r.errors);
+        if self.spec.phases.verify && (c.mismatches > 0 || c.errors > 0 || readback_bad > 0) {
+            1
+        } else {
+            0
+        }
+    }
+
+    /// Prints the summary table and the counters to stdout.
+    pub fn print(&self) {
+        let m = &self.measurement;
+        let c = &m.counts;
+        let lat = Percentiles::from_hist(&m.hist, self.calib_ns);
+        let raw = Percentiles::from_hist(&m.hist, 0.0);
+        print_table(
+            &self.label,
+            self.mops(),
+            c.done_ops,
+            &lat,
+            &raw,
+            self.calib_ns / 1e3,
+        );
+        println!(
+            "  timeouts {} ops, mismatches {}, errors {}, stale {}, rx drops {}",
+            c.timeouts_ops, c.mismatches, c.errors, c.stale, c.rx_drops
+        );
+        let (nparts, count_k) = (self.spec.qps.partitions, self.spec.qps.count_partitions);
+        if nparts > 1 || count_k > 1 {
+            println!(
+                "  ops per partition (of {nparts}): {:?}, hottest/mean {:.3}",
+                m.part_ops,
+                hottest_ratio(&m.part_ops).unwrap_or(0.0)
+            );
+            if count_k != nparts {
+                println!(
+                    "  ops per partition (of {count_k}): {:?}, hottest/mean {:.3}",
+                    m.part_ops_k,
+                    hottest_ratio(&m.part_ops_k).unwrap_or(0.0)
+                );
+            }
+        }
+        if c.wrong_partition > 0 {
+            println!("  WRONG_PARTITION results: {}", c.wrong_partition);
+        }
+    }
+
+    /// The results as the JSON object of `--json` (`command`: the command line).
+    pub fn to_json(&self, command: &str) -> Value {
+        let (spec, m) = (self.spec, &self.measurement);
+        let (c, w) = (&m.counts, &spec.workload);
+        let load = match &self.load {
+            Some(l) => json!({"keys_loaded": l.keys_loaded, "seconds": l.seconds,
+                "oom": l.counts.oom, "timeouts": l.counts.timeouts_ops,
+                "mismatches": l.counts.mismatches}),
+            None => json!(null),
+        };
+        let readback = match &self.readback {
+            Some(rc) => json!({"keys": rc.done_ops, "mismatches": rc.mismatches,
+                "errors": rc.errors, "timeouts": rc.timeouts_ops}),
+            None => json!(null),
+        };
+        let mut out = json!({
+            "label": self.label,
+            "command": command,
+            "config_file": spec.config_file.display().to_string(),
+            "throughput_mops": self.mops(),
+            "ops": c.done_ops,
+            "packets": c.done_pkts,
+            "mismatches": c.mismatches,
+            "timeouts": c.timeouts_ops,
+            "errors": c.errors,
+            "stale_responses": c.stale,
+            "rx_drops": c.rx_drops,
+            "latency_us": Percentiles::from_hist(&m.hist, self.calib_ns).to_json(),
+            "latency_raw_us": Percentiles::from_hist(&m.hist, 0.0).to_json(),
+            "share_within_10us": share_within(&m.hist, 10_000.0, self.calib_ns),
+            "calibration_us": self.calib_ns / 1e3,
+            "hugepages": self.huge,
+            "load": load,
+            "readback": readback,
+            "workload": {
+                "keys": w.keys, "key_size": w.key_size, "value_size": w.value_size,
+                "get": w.get, "put": w.put, "atomic": w.atomic, "vector": w.vector,
+                "reduce": w.reduce, "delete": w.mix.delete_share(),
+                "dist": format!("{:?}", w.dist).to_lowercase(), "theta": w.theta,
+                "ops_per_packet": w.ops_per_packet, "qps": spec.qps.qps.len(),
+                "window": spec.phases.window, "rate_mops": spec.phases.rate,
+                "warmup_s": spec.phases.warmup, "duration_s": spec.phases.duration,
+                "verify": spec.phases.verify, "echo": spec.phases.echo, "seed": w.seed,
+            },
+        });
+        // Top-level keys of their own (one json! call would exceed the macro
+        // recursion limit).
+        let parts = json!({
+            "wrong_partition": c.wrong_partition,
+            "partitions": spec.qps.partitions,
+            "misdirect": spec.qps.misdirect,
+            "partition_ops": m.part_ops,
+            "hottest_partition_ratio": hottest_ratio(&m.part_ops),
+            "count_partitions": spec.qps.count_partitions,
+            "partition_ops_k": m.part_ops_k,
+            "hottest_partition_ratio_k": hottest_ratio(&m.part_ops_k),
+        });
+        if let (Some(o), Value::Object(p)) = (out.as_object_mut(), parts) {
+            o.extend(p);
+        }
+        out
+    }
+
+    /// Writes the JSON to `path` and the latency plot beside it (`.png`; a plot
+    /// failure is reported on stderr only).
+    pub fn write(&self, path: &Path) -> Result<(), Box<dyn std::error::Error>> {
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        std::fs::write(path, serde_json::to_string_pretty(&self.to_json(&command))?)?;
+        let png = path.with_extension("png");
+        if let Err(e) = plot_latency(&png, &self.label, &self.measurement.hist, self.calib_ns) {
+            eprintln!("pktgen: plot: {e}");
+        }
+        Ok(())
+    }
+}
+
+/// The summary label of a run without `--label`: mode, mix, popularity, sizes,
+/// batching and pacing.
+pub fn label(spec: &RunSpec) -> String {
+    let w = &spec.workload;
+    let (nparts, misdirect) = (spec.qps.partitions, spec.qps.misdirect);
+    format!(
+        "{} {:.0}% GET {:.0}% PUT{} {}, {} B keys, {} B values, {} ops/packet, {}",
+        if spec.phases.echo { "echo" } else { "kv" },
+        w.get * 100.0,
+        w.put * 100.0,
+        [
+            ("atomic", w.atomic),
+            ("vector", w.vector),
+            ("reduce", w.reduce)
+        ]
+        .iter()
+        .filter(|(_, s)| *s > 0.0)
+        .map(|(n, s)| format!(" {:.0}% {n}", s * 100.0))
+        .collect::<String>(),
+        match w.dist {
+            Dist::Uniform => "uniform".to_string(),
+            Dist::Zipf => format!("zipf {}", w.theta),
+        },
+        w.key_size,
+        w.value_size,
+        w.ops_per_packet,
+        match spec.phases.rate {
+            Some(r) => format!("open loop {r} Mops"),
+            None => format!("closed loop window {}", spec.phases.window),
+        }
+    ) + &match (nparts, misdirect) {
+        (1, _) => String::new(),
+        (n, false) => format!(", {n} partitions"),
+        (n, true) => format!(", {n} partitions misdirected"),
+    }
+}
+
+/// Largest over mean of per-partition counts (1.0 is perfectly even); `None` when
+/// nothing was counted.
+pub fn hottest_ratio(counts: &[u64]) -> Option<f64> {
+    let sum: u64 = counts.iter().sum();
+    let max = counts.iter().copied().max()?;
+    (sum > 0).then(|| max as f64 * counts.len() as f64 / sum as f64)
+}
 
 /// Latency percentiles in microseconds.
 #[derive(Clone, Copy, Debug, Default)]
@@ -157,6 +355,160 @@ pub fn plot_latency(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::spec::tests::spec;
+
+    fn outcome(spec: &RunSpec, counts: Counts) -> Outcome<'_> {
+        let mut hist = new_histogram();
+        hist.record_n(5_000, counts.done_ops).unwrap();
+        Outcome {
+            spec,
+            label: label(spec),
+            calib_ns: 1_000.0,
+            huge: false,
+            load: None,
+            measurement: Measurement {
+                counts,
+                hist,
+                part_ops: vec![counts.done_ops],
+                part_ops_k: vec![counts.done_ops],
+            },
+            readback: None,
+        }
+    }
+
+    #[test]
+    fn default_labels() {
+        let s = spec(&["--dist", "zipf", "--ops-per-packet", "8", "--window", "64"]).unwrap();
+        assert_eq!(
+            label(&s),
+            "kv 95% GET 5% PUT zipf 0.99, 8 B keys, 2 B values, 8 ops/packet, closed loop window 64"
+        );
+        let s = spec(&[
+            "--echo", "--get", "0.5", "--put", "0.2", "--atomic", "0.3", "--rate", "2",
+        ])
+        .unwrap();
+        assert_eq!(
+            label(&s),
+            "echo 50% GET 20% PUT 30% atomic uniform, 8 B keys, 2 B values, 8 ops/packet, open loop 2 Mops"
+        );
+    }
+
+    #[test]
+    fn json_has_every_field() {
+        let s = spec(&["--duration", "2"]).unwrap();
+        let c = Counts {
+            done_ops: 4_000_000,
+            done_pkts: 500_000,
+            ..Counts::default()
+        };
+        let mut o = outcome(&s, c);
+        o.readback = Some(Counts::default());
+        let v = o.to_json("pktgen --duration 2");
+        let mut keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "calibration_us",
+                "command",
+                "config_file",
+                "count_partitions",
+                "errors",
+                "hottest_partition_ratio",
+                "hottest_partition_ratio_k",
+                "hugepages",
+                "label",
+                "latency_raw_us",
+                "latency_us",
+                "load",
+                "misdirect",
+                "mismatches",
+                "ops",
+                "packets",
+                "partition_ops",
+                "partition_ops_k",
+                "partitions",
+                "readback",
+                "rx_drops",
+                "share_within_10us",
+                "stale_responses",
+                "throughput_mops",
+                "timeouts",
+                "workload",
+                "wrong_partition"
+            ]
+        );
+        let mut wk: Vec<&str> = v["workload"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        wk.sort_unstable();
+        assert_eq!(
+            wk,
+            [
+                "atomic",
+                "delete",
+                "dist",
+                "duration_s",
+                "echo",
+                "get",
+                "key_size",
+                "keys",
+                "ops_per_packet",
+                "put",
+                "qps",
+                "rate_mops",
+                "reduce",
+                "seed",
+                "theta",
+                "value_size",
+                "vector",
+                "verify",
+                "warmup_s",
+                "window"
+            ]
+        );
+        assert_eq!(v["throughput_mops"], 2.0);
+        assert_eq!(v["workload"]["dist"], "uniform");
+        assert_eq!(v["load"], Value::Null);
+        assert_eq!(v["readback"]["mismatches"], 0);
+        assert_eq!(v["calibration_us"], 1.0);
+        let (raw, cal) = (
+            v["latency_raw_us"]["p50"].as_f64().unwrap(),
+            v["latency_us"]["p50"].as_f64().unwrap(),
+        );
+        assert!((raw - 5.0).abs() < 0.01 && (raw - cal - 1.0).abs() < 1e-9);
+        assert_eq!(v["hottest_partition_ratio"], 1.0);
+    }
+
+    #[test]
+    fn exit_code_follows_verify() {
+        let bad = Counts {
+            mismatches: 1,
+            ..Counts::default()
+        };
+        let s = spec(&[]).unwrap();
+        assert_eq!(outcome(&s, bad).exit_code(), 0, "without --verify");
+        let s = spec(&["--verify"]).unwrap();
+        assert_eq!(outcome(&s, bad).exit_code(), 1);
+        assert_eq!(outcome(&s, Counts::default()).exit_code(), 0);
+        let mut o = outcome(&s, Counts::default());
+        o.readback = Some(Counts {
+            errors: 2,
+            ..Counts::default()
+        });
+        assert_eq!(o.exit_code(), 1, "read-back errors");
+    }
+
+    #[test]
+    fn hottest_partition_ratio() {
+        assert_eq!(hottest_ratio(&[]), None);
+        assert_eq!(hottest_ratio(&[0, 0]), None);
+        assert_eq!(hottest_ratio(&[5, 5]), Some(1.0));
+        assert_eq!(hottest_ratio(&[3, 1]), Some(1.5));
+    }
 
     #[test]
     fn share_within_counts_calibrated_values() {

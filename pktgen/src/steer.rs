@@ -14,7 +14,7 @@
 //!
 //! Everything is preallocated: parking and filling never allocate.
 
-use crate::workload::OpType;
+use kvload::OpType;
 use kvwire::partition::partition_of_hash;
 
 /// A drawn operation: its key index, type and the low 32 bits of the engine's key
@@ -205,7 +205,7 @@ impl Steer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::workload::{splitmix64, write_key, Distribution, KeyChooser, Rng};
+    use kvload::{splitmix64, write_key, Distribution, KeyChooser, Xorshift64Star as Rng};
 
     fn hash32(key: u64) -> u32 {
         let mut b = [0u8; 8];

@@ -284,6 +284,62 @@ impl Config {
     }
 }
 
+/// Which process of a topology a program is: selects its [`ProcessConfig`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// The KV server (`dataplane` section).
+    Dataplane,
+    /// The traffic generator (`pktgen` section).
+    Pktgen,
+}
+
+/// Command-line flags that override fields of a loaded config; `None` keeps the
+/// file's value. The dataplane and pktgen take the same flags (`--vdev`,
+/// `--file-prefix`, `--lcores`; the dataplane also `--mem-mb`) and apply them with
+/// [`Config::apply_overrides`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Overrides {
+    /// Replaces the first EAL vdev of the process (added when it has none).
+    pub vdev: Option<String>,
+    /// Replaces the EAL file prefix of the process.
+    pub file_prefix: Option<String>,
+    /// Replaces the EAL lcore list of the process.
+    pub lcores: Option<String>,
+    /// Replaces `engine.mem_mb` (the store size in MiB).
+    pub mem_mb: Option<usize>,
+}
+
+impl Config {
+    /// The settings of the process playing `role`.
+    pub fn process_mut(&mut self, role: Role) -> &mut ProcessConfig {
+        match role {
+            Role::Dataplane => &mut self.dataplane,
+            Role::Pktgen => &mut self.pktgen,
+        }
+    }
+
+    /// Applies command-line overrides to the process playing `role` (and to the
+    /// engine section). Nothing is re-validated: the flags are the operator's.
+    pub fn apply_overrides(&mut self, role: Role, o: &Overrides) {
+        let p = self.process_mut(role);
+        if let Some(v) = &o.vdev {
+            match p.vdevs.first_mut() {
+                Some(first) => *first = v.clone(),
+                None => p.vdevs.push(v.clone()),
+            }
+        }
+        if let Some(f) = &o.file_prefix {
+            p.file_prefix = f.clone();
+        }
+        if let Some(l) = &o.lcores {
+            p.lcores = l.clone();
+        }
+        if let Some(m) = o.mem_mb {
+            self.engine.mem_mb = m;
+        }
+    }
+}
+
 impl ProcessConfig {
     /// The EAL argument vector (with a program name first) for this process.
     ///
@@ -442,6 +498,56 @@ mod tests {
         assert!(Config::parse(&typo).is_err());
         let bad_mac = good.replacen("02:00:00:00:00:01", "02:00:00:00:01", 1);
         assert!(Config::parse(&bad_mac).is_err());
+    }
+
+    #[test]
+    fn overrides_replace_only_what_is_given() {
+        let orig = memif();
+        let mut c = orig.clone();
+        c.apply_overrides(Role::Pktgen, &Overrides::default());
+        assert_eq!(
+            serde_json::to_value(&c).unwrap(),
+            serde_json::to_value(&orig).unwrap(),
+            "no flags, no change"
+        );
+        let o = Overrides {
+            vdev: Some("net_memif0,role=client,socket=/tmp/x.sock".into()),
+            file_prefix: Some("kvd-test".into()),
+            lcores: Some("1".into()),
+            mem_mb: None,
+        };
+        c.apply_overrides(Role::Pktgen, &o);
+        assert_eq!(
+            c.pktgen.vdevs[0],
+            "net_memif0,role=client,socket=/tmp/x.sock"
+        );
+        assert_eq!(c.pktgen.vdevs.len(), orig.pktgen.vdevs.len());
+        assert_eq!(c.pktgen.vdevs[1..], orig.pktgen.vdevs[1..]);
+        assert_eq!(c.pktgen.file_prefix, "kvd-test");
+        assert_eq!(c.pktgen.lcores, "1");
+        assert_eq!(c.engine.mem_mb, orig.engine.mem_mb);
+        // The other process is untouched.
+        assert_eq!(
+            serde_json::to_value(&c.dataplane).unwrap(),
+            serde_json::to_value(&orig.dataplane).unwrap()
+        );
+    }
+
+    #[test]
+    fn overrides_of_the_dataplane_and_engine() {
+        let mut c = memif();
+        c.dataplane.vdevs.clear();
+        let o = Overrides {
+            vdev: Some("net_tap0".into()),
+            mem_mb: Some(64),
+            ..Overrides::default()
+        };
+        c.apply_overrides(Role::Dataplane, &o);
+        assert_eq!(c.dataplane.vdevs, ["net_tap0"], "added when there was none");
+        assert_eq!(c.engine.mem_mb, 64);
+        assert_eq!(c.pktgen.vdevs, memif().pktgen.vdevs);
+        c.process_mut(Role::Pktgen).lcores = "7".into();
+        assert_eq!(c.pktgen.lcores, "7");
     }
 
     #[test]

@@ -14,71 +14,15 @@
 
 use hashbrown::HashMap;
 use kvengine::{BatchOp, Engine, EngineConfig, Region, ResultSink, Status};
+use kvload::{scattered_key as key_of, RandomSource, SplitMix64, Zipf};
 use plotters::prelude::*;
 use serde_json::{json, Value};
 use std::time::Instant;
 
 // ---------------------------------------------------------------- helpers
 
-/// Distinct 8-byte keys: an odd multiplier is a bijection on u64.
-#[inline(always)]
-fn key_of(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5bd1_e995_1234_5678).to_le_bytes()
-}
-
-/// splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
-/// synthetic databases"), rank 0 the hottest.
-struct Zipf {
-    n: u64,
-    theta: f64,
-    alpha: f64,
-    zetan: f64,
-    eta: f64,
-}
-impl Zipf {
-    fn new(n: u64, theta: f64) -> Zipf {
-        let zetan: f64 = (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum();
-        let zeta2 = 1.0 + 0.5f64.powf(theta);
-        let alpha = 1.0 / (1.0 - theta);
-        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        Zipf {
-            n,
-            theta,
-            alpha,
-            zetan,
-            eta,
-        }
-    }
-    fn next(&self, rng: &mut Rng) -> u64 {
-        let u = rng.unit();
-        let uz = u * self.zetan;
-        if uz < 1.0 {
-            return 0;
-        }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1;
-        }
-        ((self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n - 1)
-    }
-}
+// Keys, key sequences and Zipf ranks come from kvload (SplitMix64 stream,
+// `scattered_key`, YCSB's Zipfian).
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
@@ -132,7 +76,7 @@ fn lines_sweep(mem: usize, kv: usize, ratio: f64, inline: usize) -> (Vec<(f64, f
     };
     let mut e = Engine::new(region(mem), &cfg).unwrap();
     let val = vec![0x5au8; kv - 8];
-    let mut rng = Rng(42);
+    let mut rng = SplitMix64::new(42);
     let mut out = vec![0u8; 4096];
     let mut pts = Vec::new();
     let mut next_cp = 0.05;
@@ -200,7 +144,7 @@ fn slab_churn() -> Value {
         max_slab_class: 4096,
     };
     let mut e = Engine::new(region(mem), &cfg).unwrap();
-    let mut rng = Rng(7);
+    let mut rng = SplitMix64::new(7);
     let buf = vec![0x33u8; 2048];
     let mut live: Vec<u64> = Vec::new();
     let mut next = 0u64;
@@ -436,7 +380,7 @@ fn throughput_mode(args: &[String]) {
     drop(all);
     let hb_insert_mops = n as f64 / t.elapsed().as_secs_f64() / 1e6;
 
-    let mut rng = Rng(2024);
+    let mut rng = SplitMix64::new(2024);
     let uniform: Vec<[u8; 8]> = (0..nops).map(|_| key_of(rng.below(n))).collect();
     let t = Instant::now();
     let z = Zipf::new(n, 0.99);
@@ -753,7 +697,7 @@ fn memlat() -> Value {
     let mem = r.as_mut_slice();
     // A random cyclic permutation of lines (Sattolo).
     let mut perm: Vec<u32> = (0..lines as u32).collect();
-    let mut rng = Rng(99);
+    let mut rng = SplitMix64::new(99);
     for i in (1..lines).rev() {
         let j = rng.below(i as u64) as usize;
         perm.swap(i, j);
@@ -815,7 +759,7 @@ fn main() {
             let mut e = Engine::new(region(mem), &cfg).unwrap();
             let all: Vec<[u8; 8]> = (0..n).map(key_of).collect();
             engine_batched(&mut e, &all, Some(1));
-            let mut rng = Rng(5);
+            let mut rng = SplitMix64::new(5);
             let nops: usize = arg(&args, "--ops")
                 .map(|s| s.parse().unwrap())
                 .unwrap_or(10_000_000);

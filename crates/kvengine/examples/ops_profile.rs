@@ -14,25 +14,8 @@
 //! (or, without `--toggle-collect`, (Ir(MODE) - Ir(none)) / N).
 
 use kvengine::{BatchOp, Engine, EngineConfig, Region, ResultSink, Status};
+use kvload::{scattered_key as key_of, RandomSource, SplitMix64};
 use std::time::Instant;
-
-fn key_of(i: u64) -> [u8; 8] {
-    (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5bd1_e995_1234_5678).to_le_bytes()
-}
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
 
 #[derive(Default)]
 struct Sink {
@@ -104,7 +87,7 @@ fn main() {
     let mut e = Engine::new(Region::owned(mem), &cfg).unwrap();
     let all: Vec<[u8; 8]> = (0..n).map(key_of).collect();
     run(&mut e, &all, Some(1));
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     let seq: Vec<[u8; 8]> = (0..nops).map(|_| key_of(rng.below(n))).collect();
     let t = Instant::now();
     let s = match mode.as_str() {

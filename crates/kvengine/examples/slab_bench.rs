@@ -13,25 +13,11 @@
 //! also run other processes, which the JSON records (`loadavg`).
 
 use kvengine::{Engine, EngineConfig, Region, SlabService, Status, WorkerContention};
+use kvload::{RandomSource, SplitMix64};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
-
-/// splitmix64.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next()) * u128::from(n)) >> 64) as u64
-    }
-}
 
 fn arg(args: &[String], name: &str) -> Option<String> {
     args.iter()
@@ -69,7 +55,7 @@ struct Churn {
     e: Engine,
     live: Vec<u64>,
     next: u64,
-    rng: Rng,
+    rng: SplitMix64,
     buf: Vec<u8>,
 }
 
@@ -82,7 +68,7 @@ impl Churn {
         let t = Instant::now();
         let cpu0 = thread_cpu_s();
         for _ in 0..ops {
-            if self.rng.next() & 1 == 0 && !self.live.is_empty() {
+            if self.rng.next_u64() & 1 == 0 && !self.live.is_empty() {
                 let i = self.rng.below(self.live.len() as u64) as usize;
                 let k = self.live.swap_remove(i);
                 let st = self.e.delete(&k.to_le_bytes());
@@ -134,7 +120,7 @@ fn main() {
         e,
         live: Vec::new(),
         next: 0,
-        rng: Rng(42),
+        rng: SplitMix64::new(42),
         buf: (0..1100u32).map(|i| i as u8).collect(),
     };
     // Fill until the frontier is used up (or memory is full), then delete

@@ -1,0 +1,200 @@
+//! Key popularity: YCSB's Zipfian generator and a key chooser over a distribution.
+
+use crate::rng::{splitmix64, RandomSource};
+
+/// Key popularity distribution.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Distribution {
+    /// Every key equally likely.
+    Uniform,
+    /// YCSB's Zipfian with skew `theta` (0.99 in the paper), scrambled so that the
+    /// hot keys are spread over the key space as YCSB does.
+    Zipf(f64),
+}
+
+/// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
+/// synthetic databases"), with `zeta(n, theta)` computed once at start-up (O(n)).
+#[derive(Clone, Debug)]
+pub struct Zipf {
+    n: u64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    /// A generator over `0..n` with skew `theta` in (0, 1).
+    ///
+    /// # Panics
+    /// When `n == 0` or `theta` is outside (0, 1).
+    pub fn new(n: u64, theta: f64) -> Zipf {
+        assert!(
+            n > 0 && theta > 0.0 && theta < 1.0,
+            "zipf needs n > 0, 0 < theta < 1"
+        );
+        let zeta = |k: u64| (1..=k).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let zetan = zeta(n);
+        let zeta2 = zeta(2.min(n));
+        let alpha = 1.0 / (1.0 - theta);
+        let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
+        Zipf {
+            n,
+            theta,
+            alpha,
+            zetan,
+            eta,
+        }
+    }
+
+    /// The number of ranks, `n`.
+    pub fn n(&self) -> u64 {
+        self.n
+    }
+
+    /// The next rank in `0..n` (0 is the most popular), from one
+    /// [`RandomSource::next_f64`] draw.
+    #[inline]
+    pub fn next<R: RandomSource>(&self, rng: &mut R) -> u64 {
+        let u = rng.next_f64();
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n - 1);
+        }
+        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(self.n - 1)
+    }
+}
+
+/// Chooses key indices in `0..keys` according to a [`Distribution`].
+#[derive(Clone, Debug)]
+pub struct KeyChooser {
+    keys: u64,
+    zipf: Option<Zipf>,
+}
+
+impl KeyChooser {
+    /// A chooser over `keys` (> 0) keys.
+    pub fn new(keys: u64, dist: Distribution) -> KeyChooser {
+        let zipf = match dist {
+            Distribution::Uniform => None,
+            Distribution::Zipf(theta) => Some(Zipf::new(keys, theta)),
+        };
+        KeyChooser { keys, zipf }
+    }
+
+    /// The next key index: one [`RandomSource::below`] draw (uniform) or one Zipf
+    /// rank scrambled by [`splitmix64`].
+    #[inline]
+    pub fn next<R: RandomSource>(&self, rng: &mut R) -> u64 {
+        match &self.zipf {
+            None => rng.below(self.keys),
+            // Scramble the rank (as YCSB's ScrambledZipfian) so hot keys are not
+            // neighbours; the map is a permutation only up to collisions, which YCSB
+            // accepts too.
+            Some(z) => splitmix64(z.next(rng)) % self.keys,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{SplitMix64, Xorshift64Star};
+
+    #[test]
+    fn zipf_is_skewed_and_in_range() {
+        let n = 10_000;
+        let z = Zipf::new(n, 0.99);
+        let mut rng = Xorshift64Star::new(7);
+        let mut hits = vec![0u32; n as usize];
+        for _ in 0..200_000 {
+            let r = z.next(&mut rng);
+            assert!(r < n);
+            hits[r as usize] += 1;
+        }
+        // Rank 0 dominates rank 100 by roughly 100^0.99.
+        assert!(
+            hits[0] > 30 * hits[100].max(1),
+            "{} vs {}",
+            hits[0],
+            hits[100]
+        );
+    }
+
+    #[test]
+    fn zipf_golden() {
+        // pktgen's sequence (xorshift64*) and engine_bench's (SplitMix64 stream):
+        // computed with the copies this module replaced.
+        let z = Zipf::new(10_000, 0.99);
+        let mut r = Xorshift64Star::new(7);
+        let got: Vec<u64> = (0..12).map(|_| z.next(&mut r)).collect();
+        assert_eq!(got, [0, 6, 16, 126, 337, 209, 31, 250, 516, 20, 8, 3]);
+        let z = Zipf::new(100_000, 0.99);
+        let mut s = SplitMix64::new(2024);
+        let got: Vec<u64> = (0..12).map(|_| z.next(&mut s)).collect();
+        assert_eq!(
+            got,
+            [1129, 1, 20, 1, 13686, 478, 2, 818, 3, 101, 156, 14766]
+        );
+    }
+
+    #[test]
+    fn zipf_with_one_or_two_ranks() {
+        let mut r = Xorshift64Star::new(1);
+        let one = Zipf::new(1, 0.5);
+        assert!((0..1000).all(|_| one.next(&mut r) == 0));
+        let two = Zipf::new(2, 0.99);
+        assert_eq!(two.n(), 2);
+        let ones = (0..10_000).filter(|_| two.next(&mut r) == 1).count();
+        // P(rank 1) = 2^-0.99 / (1 + 2^-0.99), about 0.332.
+        assert!((3_000..3_650).contains(&ones), "{ones}");
+    }
+
+    #[test]
+    #[should_panic(expected = "zipf needs")]
+    fn zipf_rejects_theta_one() {
+        Zipf::new(10, 1.0);
+    }
+
+    #[test]
+    fn uniform_covers_keys() {
+        let c = KeyChooser::new(16, Distribution::Uniform);
+        let mut rng = Xorshift64Star::new(1);
+        let mut seen = [false; 16];
+        for _ in 0..1000 {
+            seen[c.next(&mut rng) as usize] = true;
+        }
+        assert!(seen.iter().all(|&s| s));
+    }
+
+    #[test]
+    fn chooser_golden() {
+        let c = KeyChooser::new(1000, Distribution::Zipf(0.99));
+        let mut r = Xorshift64Star::new(3);
+        let got: Vec<u64> = (0..10).map(|_| c.next(&mut r)).collect();
+        assert_eq!(got, [129, 978, 246, 941, 465, 592, 352, 370, 465, 346]);
+        let c = KeyChooser::new(1000, Distribution::Uniform);
+        let mut r = Xorshift64Star::new(3);
+        let got: Vec<u64> = (0..10).map(|_| c.next(&mut r)).collect();
+        assert_eq!(got, [876, 282, 702, 455, 184, 352, 675, 476, 166, 503]);
+    }
+
+    #[test]
+    fn scrambled_zipf_spreads_hot_keys() {
+        // The hottest ranks must not land on neighbouring key indices.
+        let c = KeyChooser::new(1_000_000, Distribution::Zipf(0.99));
+        let mut r = Xorshift64Star::new(2);
+        let mut counts = std::collections::HashMap::new();
+        for _ in 0..50_000 {
+            *counts.entry(c.next(&mut r)).or_insert(0u32) += 1;
+        }
+        let mut hot: Vec<(u64, u32)> = counts.into_iter().collect();
+        hot.sort_by_key(|&(k, n)| (std::cmp::Reverse(n), k));
+        let top: Vec<u64> = hot.iter().take(4).map(|h| h.0).collect();
+        assert!(top.windows(2).all(|w| w[0].abs_diff(w[1]) > 1), "{top:?}");
+    }
+}

@@ -1,0 +1,150 @@
+//! Command-line flags. Addresses and QPs come from the config file; `spec.rs` checks
+//! the flags against it.
+
+use clap::{Parser, ValueEnum};
+use std::path::PathBuf;
+
+/// Key popularity flag (`--dist`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Dist {
+    Uniform,
+    Zipf,
+}
+
+/// Workload and measurement flags; addresses and QPs come from the config file.
+#[derive(Parser, Debug, Clone)]
+#[command(
+    version,
+    args_override_self = true,
+    about = "KV-Direct traffic generator: batched RoCEv2 KV load, latency percentiles"
+)]
+pub struct Args {
+    /// Topology/config file (JSON) shared with the dataplane.
+    #[arg(long, default_value = "configs/memif.json")]
+    pub config: PathBuf,
+    /// Override the first vdev of the config's pktgen section.
+    #[arg(long)]
+    pub vdev: Option<String>,
+    /// Override the EAL file prefix.
+    #[arg(long)]
+    pub file_prefix: Option<String>,
+    /// Override the EAL lcore list.
+    #[arg(long)]
+    pub lcores: Option<String>,
+    /// Force --no-huge.
+    #[arg(long)]
+    pub no_huge: bool,
+    /// Number of distinct keys.
+    #[arg(long, default_value_t = 100_000)]
+    pub keys: u64,
+    /// Key size in bytes (>= 1; below 8 the key count must fit).
+    #[arg(long, default_value_t = 8)]
+    pub key_size: usize,
+    /// Value size in bytes: `N` or `MIN-MAX` (uniform per key and version).
+    #[arg(long, default_value = "2")]
+    pub value_size: String,
+    /// Share of GETs.
+    #[arg(long, default_value_t = 0.95)]
+    pub get: f64,
+    /// Share of PUTs (the rest are DELETEs).
+    #[arg(long, default_value_t = 0.05)]
+    pub put: f64,
+    /// Share of atomic fetch-adds (UPDATE_S2S, +1 to the value as one u64; needs
+    /// 8-byte values, others get BAD_LENGTH).
+    #[arg(long, default_value_t = 0.0)]
+    pub atomic: f64,
+    /// Share of vector updates (UPDATE_S2V, +1 to every u64 element; values must be a
+    /// multiple of 8 bytes).
+    #[arg(long, default_value_t = 0.0)]
+    pub vector: f64,
+    /// Share of REDUCEs (sum of the u64 elements).
+    #[arg(long, default_value_t = 0.0)]
+    pub reduce: f64,
+    /// Key popularity.
+    #[arg(long, value_enum, default_value_t = Dist::Uniform)]
+    pub dist: Dist,
+    /// Zipf skew.
+    #[arg(long, default_value_t = 0.99)]
+    pub theta: f64,
+    /// KV operations per packet (client-side batching).
+    #[arg(long, default_value_t = 8)]
+    pub ops_per_packet: usize,
+    /// Client QPs to spread packets over (from the config's clients list).
+    #[arg(long, default_value_t = 1)]
+    pub qps: usize,
+    /// Index in the config's clients list of the first QP used (the run uses
+    /// `--qps` QPs from there on).
+    #[arg(long, default_value_t = 0)]
+    pub qp_first: usize,
+    /// Key partitions of the dataplane (its worker lcores). pktgen opens N rx/tx queue
+    /// pairs and sends each packet with the keys of one partition p only, on queue p,
+    /// from a QP with `qpn % N == p` (each partition needs one among the first --qps).
+    #[arg(long, default_value_t = 1)]
+    pub partitions: u32,
+    /// Send partition p's packets on queue (p+1) % N instead of p (whole QPs, so
+    /// per-QP order holds): the dataplane must hand them to their owner.
+    #[arg(long)]
+    pub misdirect: bool,
+    /// Also tally the measured ops by key partition among K (default: --partitions),
+    /// whatever N is: reports partition_ops_k and hottest_partition_ratio_k. With K
+    /// different from N this hashes every op's key once more.
+    #[arg(long)]
+    pub count_partitions: Option<u32>,
+    /// Load phase: PUT every key before the run.
+    #[arg(long)]
+    pub load: bool,
+    /// Load phase to a target memory utilization of the server's store (sets --keys
+    /// from engine.mem_mb and the KV size; implies --load).
+    #[arg(long)]
+    pub load_util: Option<f64>,
+    /// Closed loop: packets outstanding.
+    #[arg(long, default_value_t = 32)]
+    pub window: usize,
+    /// Open loop: target rate in Mops (overrides the closed loop).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Warm-up seconds (not recorded).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Measurement seconds.
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Check every response against the expected value; exit 1 on any mismatch.
+    #[arg(long)]
+    pub verify: bool,
+    /// A response not back after this many ms is a timeout.
+    #[arg(long, default_value_t = 200)]
+    pub timeout_ms: u64,
+    /// Empty batches sent one at a time to calibrate the transport floor (0: off).
+    #[arg(long, default_value_t = 2000)]
+    pub calibrate: u32,
+    /// Yield the CPU on idle loop iterations (nothing sent or received) after this
+    /// many in a row; 0 = pure busy polling. Lets a dataplane worker that shares this
+    /// core run instead of waiting out a scheduler slice.
+    #[arg(long, default_value_t = 64)]
+    pub idle_yield_polls: u32,
+    /// The dataplane runs in echo mode: count echoed requests as completions.
+    #[arg(long)]
+    pub echo: bool,
+    /// PRNG seed.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write results as JSON here (a latency plot goes beside it as .png).
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// A label for the summary and JSON.
+    #[arg(long)]
+    pub label: Option<String>,
+}
+
+impl Args {
+    /// The flags that override fields of the config file.
+    pub fn overrides(&self) -> kvconf::Overrides {
+        kvconf::Overrides {
+            vdev: self.vdev.clone(),
+            file_prefix: self.file_prefix.clone(),
+            lcores: self.lcores.clone(),
+            mem_mb: None,
+        }
+    }
+}

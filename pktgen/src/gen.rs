@@ -1,0 +1,1205 @@
+//! The generator core: builds request batches from the workload, matches responses
+//! to the packets in flight, checks results against the verify model and expires
+//! timeouts. No DPDK here: it reads and writes frames as byte slices (`phases.rs`
+//! moves them through mbufs and queues), so tests feed it synthetic responses.
+//!
+//! Nothing here allocates per packet: slots, expectations and steering queues are
+//! preallocated for the run.
+
+use crate::model::{Expect, Model};
+use crate::qp::QpSet;
+use crate::report;
+use crate::spec::RunSpec;
+use crate::steer::{Drawn, Steer};
+use hdrhistogram::Histogram;
+use kvload::{write_key, write_value, KeyChooser, Mix, OpType, SizeDist, Xorshift64Star};
+use kvwire::partition::partition_of_hash;
+use kvwire::{
+    parse_request_unverified, parse_response, BatchReader, BatchWriter, KvOp, ResponseReader,
+    Status, REQUEST_HEADER_LEN,
+};
+
+/// Function, width and signedness of the atomic/vector/reduce ops: unsigned u64 add.
+const U64_ADD: kvwire::Atomic = kvwire::Atomic {
+    func: kvwire::func::FETCH_ADD,
+    width: kvwire::Width::W8,
+    signed: false,
+};
+
+/// What the generator sends in a phase.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Empty batches (calibration).
+    Ping,
+    /// PUTs of keys `next..keys` in order (load).
+    Load,
+    /// The workload mix.
+    Run,
+    /// GETs of keys `next..keys` in order (verify's final read-back).
+    Readback,
+}
+
+impl Phase {
+    /// Phases that sweep the keys in order.
+    pub fn sweeps(self) -> bool {
+        matches!(self, Phase::Load | Phase::Readback)
+    }
+}
+
+/// Counters of a run phase.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    /// Packets handed to the NIC.
+    pub sent_pkts: u64,
+    /// Packets completed (every result received).
+    pub done_pkts: u64,
+    /// Ops of completed packets counted in the phase.
+    pub done_ops: u64,
+    /// Packets timed out.
+    pub timeouts_pkts: u64,
+    /// Ops of timed-out packets.
+    pub timeouts_ops: u64,
+    /// Results that differ from the verify model's expectation.
+    pub mismatches: u64,
+    /// Error results and malformed responses.
+    pub errors: u64,
+    /// Responses to no packet in flight (late, duplicate or unknown batch id).
+    pub stale: u64,
+    /// Frames that are no response.
+    pub rx_drops: u64,
+    /// Results with a status other than OK / NOT_FOUND (or an expected BAD_LENGTH).
+    pub status_not_ok: u64,
+    /// Results with status WRONG_PARTITION (the op's key is not its QP's partition).
+    pub wrong_partition: u64,
+    /// PUTs answered OUT_OF_MEMORY.
+    pub oom: u64,
+}
+
+/// One operation's expectation, kept until its response arrives.
+#[derive(Clone, Copy, Debug)]
+struct ExpOp {
+    key: u64,
+    op: OpType,
+    expect: Expect,
+}
+
+/// A packet in flight.
+#[derive(Clone, Copy, Debug, Default)]
+struct Slot {
+    busy: bool,
+    gen: u16,
+    /// Send time (intended send time in open loop), TSC.
+    sent: u64,
+    nops: u16,
+    /// Results received so far.
+    got: u16,
+    /// Count this packet in the measurement.
+    record: bool,
+}
+
+/// Packets in flight: one slot per packet (its batch id is the slot index and the
+/// slot's generation), the expectations of its ops, and the free slots.
+#[derive(Debug)]
+pub struct InFlight {
+    slots: Vec<Slot>,
+    /// `stride` expectations per slot.
+    exp: Vec<ExpOp>,
+    stride: usize,
+    free: Vec<u16>,
+}
+
+impl InFlight {
+    /// `slots` packet slots of up to `stride` ops each.
+    fn new(slots: usize, stride: usize) -> InFlight {
+        InFlight {
+            slots: vec![Slot::default(); slots],
+            exp: vec![
+                ExpOp {
+                    key: 0,
+                    op: OpType::Get,
+                    expect: Expect::Any
+                };
+                slots * stride
+            ],
+            stride,
+            free: (0..slots as u16).rev().collect(),
+        }
+    }
+
+    /// Whether a packet can be sent (a slot is free).
+    #[inline]
+    pub fn has_free(&self) -> bool {
+        !self.free.is_empty()
+    }
+
+    /// Packets in flight.
+    #[cfg(test)]
+    pub fn busy(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+/// What is sent: the op and key draws, value sizes, the verify model, the sweep of
+/// the load and read-back phases, and the steering of ops to partitions.
+pub struct Workload {
+    keys: u64,
+    key_size: usize,
+    sizes: SizeDist,
+    /// Ops per packet of the current phase.
+    pub ops_per_packet: usize,
+    rng: Xorshift64Star,
+    chooser: KeyChooser,
+    mix: Mix,
+    /// Verify mode's model of the store (kept current only with verify).
+    model: Model,
+    /// The next key of a sweep (load, read-back).
+    pub sweep_next: u64,
+    /// A load phase hit OUT_OF_MEMORY: the sweep stops.
+    pub sweep_stop: bool,
+    /// Parked ops per partition; `None` with one partition (no steering at all).
+    steer: Option<Steer>,
+}
+
+impl Workload {
+    /// The number of distinct keys.
+    pub fn keys(&self) -> u64 {
+        self.keys
+    }
+}
+
+/// The measurement of the current phase: counters, latency histogram, ops per
+/// partition.
+#[derive(Debug)]
+pub struct Tally {
+    /// Counters.
+    pub counts: Counts,
+    /// Latencies in ns (one sample per op of a recorded packet; per packet when
+    /// pinging).
+    hist: Histogram<u64>,
+    /// Ops recorded per partition of N.
+    pub part_ops: Vec<u64>,
+    /// Ops recorded per partition of K (`--count-partitions`), when K != N.
+    pub part_ops_k: Vec<u64>,
+    count_k: u32,
+    /// Problem reports left to print on stderr.
+    verbose_left: u32,
+    /// TSC ticks per second.
+    hz: u64,
+}
+
+/// The generator: workload, packets in flight, measurement and the per-QP transport
+/// state.
+pub struct Gen {
+    /// What is sent.
+    pub workload: Workload,
+    /// Packets in flight.
+    pub flight: InFlight,
+    /// The measurement.
+    pub tally: Tally,
+    /// Per-QP transport state: QP choice, PSNs, framing.
+    pub qps: QpSet,
+    verify: bool,
+    echo: bool,
+    /// Request payload bytes per packet.
+    payload_cap: usize,
+}
+
+impl Gen {
+    /// A generator for `spec` sending over `qps`, timestamps in TSC ticks of `hz`
+    /// per second, payloads of at most `payload_cap` bytes.
+    pub fn new(spec: &RunSpec, qps: QpSet, hz: u64, payload_cap: usize) -> Gen {
+        let w = &spec.workload;
+        let nparts = spec.qps.partitions;
+        let stride = spec.ops_per_slot();
+        Gen {
+            workload: Workload {
+                keys: w.keys,
+                key_size: w.key_size,
+                sizes: w.sizes,
+                ops_per_packet: w.ops_per_packet,
+                rng: Xorshift64Star::new(w.seed),
+                chooser: KeyChooser::new(w.keys, w.distribution()),
+                mix: w.mix,
+                model: Model::new(w.keys),
+                sweep_next: 0,
+                sweep_stop: false,
+                // Room for a few packets' worth per partition: a queue that fills
+                // closes the packet being built, so it must not fill often.
+                steer: (nparts > 1).then(|| Steer::new(nparts, 4 * stride)),
+            },
+            flight: InFlight::new(spec.phases.slots, stride),
+            tally: Tally {
+                counts: Counts::default(),
+                hist: report::new_histogram(),
+                part_ops: vec![0; nparts as usize],
+                part_ops_k: vec![0; spec.qps.count_partitions as usize],
+                count_k: spec.qps.count_partitions,
+                verbose_left: 10,
+                hz,
+            },
+            qps,
+            verify: spec.phases.verify,
+            echo: spec.phases.echo,
+            payload_cap,
+        }
+    }
+
+    /// TSC ticks per second.
+    pub fn hz(&self) -> u64 {
+        self.tally.hz
+    }
+
+    /// Request payload bytes per packet.
+    pub fn payload_cap(&self) -> usize {
+        self.payload_cap
+    }
+
+    /// Resets the tallies (and the steering queues) for a new phase.
+    pub fn begin_phase(&mut self) {
+        self.tally.counts = Counts::default();
+        self.tally.hist.reset();
+        self.tally.part_ops.fill(0);
+        self.tally.part_ops_k.fill(0);
+        if let Some(s) = self.workload.steer.as_mut() {
+            s.clear();
+        }
+    }
+
+    /// Ends a phase: returns its counts and latency histogram (ns).
+    pub fn end_phase(&mut self, phase: Phase) -> (Counts, Histogram<u64>) {
+        if phase.sweeps() {
+            if let Some(s) = self.workload.steer.as_mut() {
+                // Keys parked when the sweep stopped early were drawn but never sent:
+                // do not count them as loaded.
+                self.workload.sweep_next -= s.total() as u64;
+                s.clear();
+            }
+        }
+        let mut h = report::new_histogram();
+        std::mem::swap(&mut h, &mut self.tally.hist);
+        (self.tally.counts, h)
+    }
+
+    /// Whether a sweep (load, read-back) has sent every key: none left to draw and
+    /// none parked.
+    pub fn sweep_done(&self) -> bool {
+        self.workload.sweep_next >= self.workload.keys
+            && self.workload.steer.as_ref().map_or(0, Steer::total) == 0
+    }
+
+    /// Builds one request frame (headers, payload, ICRC) into `buf` and returns its
+    /// length and partition; `None` when no slot is free, a sweep has nothing left to
+    /// send, or the frame does not fit `buf`. `intended` is the send time (TSC);
+    /// `record`: the packet counts in the measurement.
+    pub fn build(
+        &mut self,
+        buf: &mut [u8],
+        phase: Phase,
+        intended: u64,
+        record: bool,
+    ) -> Option<(usize, usize)> {
+        let slot_idx = self.flight.free.pop()?;
+        let s = &mut self.flight.slots[slot_idx as usize];
+        s.gen = s.gen.wrapping_add(1);
+        let batch_id = (u32::from(s.gen) << 16) | u32::from(slot_idx);
+        let payload_end = (REQUEST_HEADER_LEN + self.payload_cap).min(buf.len());
+        let exp_base = slot_idx as usize * self.flight.stride;
+        let verify = self.verify;
+        let sizes = self.workload.sizes;
+        let key_size = self.workload.key_size;
+        // Tally ops by partition of K only when it differs from N (otherwise the
+        // per-packet tally is the same thing): it costs a key hash per op.
+        let tally_k = record && self.tally.count_k != self.tally.part_ops.len() as u32;
+        let count_k = self.tally.count_k;
+        let mut nops = 0usize;
+        let mut part = 0usize;
+        let plen = {
+            let Some(Ok(mut w)) = buf
+                .get_mut(REQUEST_HEADER_LEN..payload_end)
+                .map(|p| BatchWriter::new(p, batch_id))
+            else {
+                self.flight.free.push(slot_idx);
+                return None;
+            };
+            let mut key = [0u8; kvwire::MAX_KEY_LEN];
+            let key = &mut key[..key_size];
+            let mut val = [0u8; 2048];
+            let wl = &mut self.workload;
+            let mut model = verify.then_some(&mut wl.model);
+            let target = if phase == Phase::Ping {
+                0
+            } else {
+                wl.ops_per_packet
+            };
+            if phase == Phase::Ping {
+                // Empty batches rotate over the partitions: every queue pair is used.
+                part = self.qps.next_ping_partition();
+            } else if let Some(steer) = wl.steer.as_mut() {
+                let keys = wl.keys;
+                let sweep_next = &mut wl.sweep_next;
+                let rng = &mut wl.rng;
+                let (mix, chooser) = (&wl.mix, &wl.chooser);
+                let mut hkey = [0u8; kvwire::MAX_KEY_LEN];
+                let hkey = &mut hkey[..key_size];
+                let draw = || {
+                    let (op, k) = match phase {
+                        Phase::Load | Phase::Readback => {
+                            if *sweep_next >= keys {
+                                return None;
+                            }
+                            *sweep_next += 1;
+                            let op = if phase == Phase::Load {
+                                OpType::Put
+                            } else {
+                                OpType::Get
+                            };
+                            (op, *sweep_next - 1)
+                        }
+                        _ => (mix.next(rng), chooser.next(rng)),
+                    };
+                    write_key(k, hkey);
+                    Some(Drawn {
+                        key: k,
+                        hash32: kvengine::key_hash(hkey) as u32,
+                        op,
+                    })
+                };
+                let exp = &mut self.flight.exp;
+                let part_ops_k = &mut self.tally.part_ops_k;
+                let nops = &mut nops;
+                let emit = |d: &Drawn| {
+                    let Some(expect) = push_op(
+                        &mut w,
+                        d.op,
+                        d.key,
+                        key,
+                        &mut val,
+                        sizes,
+                        model.as_deref_mut(),
+                    ) else {
+                        return false;
+                    };
+                    exp[exp_base + *nops] = ExpOp {
+                        key: d.key,
+                        op: d.op,
+                        expect,
+                    };
+                    *nops += 1;
+                    if tally_k {
+                        part_ops_k[partition_of_hash(u64::from(d.hash32), count_k) as usize] += 1;
+                    }
+                    true
+                };
+                if let Some((p, _)) = steer.fill(target, draw, emit) {
+                    part = p;
+                }
+            } else {
+                // One partition: no steering, no per-op partition work. A drawn op
+                // that does not fit the packet is dropped (a sweep retries its key).
+                while nops < target {
+                    let (op, k) = match phase {
+                        Phase::Load | Phase::Readback => {
+                            if wl.sweep_next >= wl.keys {
+                                break;
+                            }
+                            let op = if phase == Phase::Load {
+                                OpType::Put
+                            } else {
+                                OpType::Get
+                            };
+                            (op, wl.sweep_next)
+                        }
+                        _ => (wl.mix.next(&mut wl.rng), wl.chooser.next(&mut wl.rng)),
+                    };
+                    let Some(expect) =
+                        push_op(&mut w, op, k, key, &mut val, sizes, model.as_deref_mut())
+                    else {
+                        break; // packet full
+                    };
+                    self.flight.exp[exp_base + nops] = ExpOp { key: k, op, expect };
+                    nops += 1;
+                    if phase.sweeps() {
+                        wl.sweep_next += 1;
+                    }
+                    if tally_k {
+                        let h = kvengine::key_hash(key);
+                        self.tally.part_ops_k[partition_of_hash(h, count_k) as usize] += 1;
+                    }
+                }
+            }
+            w.finish()
+        };
+        if nops == 0 && phase != Phase::Ping {
+            self.flight.free.push(slot_idx);
+            return None;
+        }
+        if record {
+            self.tally.part_ops[part] += nops as u64;
+        }
+        let Some(len) = self.qps.frame(buf, part, plen) else {
+            self.flight.free.push(slot_idx);
+            return None;
+        };
+        let s = &mut self.flight.slots[slot_idx as usize];
+        *s = Slot {
+            busy: true,
+            gen: s.gen,
+            sent: intended,
+            nops: nops as u16,
+            got: 0,
+            record,
+        };
+        Some((len, part))
+    }
+
+    /// Handles one received frame at TSC `now`; returns 1 if it completed a packet
+    /// in flight. Packets sent from `rec_start` on and completed before `end` are
+    /// recorded (all of them when pinging).
+    pub fn complete(
+        &mut self,
+        frame: &[u8],
+        now: u64,
+        phase: Phase,
+        rec_start: u64,
+        end: u64,
+    ) -> usize {
+        let (batch_id, first, count, more, payload) = if self.echo {
+            match parse_request_unverified(frame)
+                .ok()
+                .and_then(|r| BatchReader::new(r.payload).ok())
+            {
+                Some(b) => (b.batch_id(), 0u16, b.op_count(), false, None),
+                None => {
+                    self.tally.counts.rx_drops += 1;
+                    return 0;
+                }
+            }
+        } else {
+            let resp = match parse_response(frame) {
+                Ok(r) => r,
+                Err(_) => {
+                    self.tally.counts.rx_drops += 1;
+                    return 0;
+                }
+            };
+            match ResponseReader::new(resp.payload) {
+                Ok(r) => (
+                    r.batch_id(),
+                    r.first_index(),
+                    r.result_count(),
+                    r.more(),
+                    Some(resp.payload),
+                ),
+                Err(_) => {
+                    self.tally.counts.rx_drops += 1;
+                    return 0;
+                }
+            }
+        };
+        let slot_idx = (batch_id & 0xffff) as usize;
+        let gen = (batch_id >> 16) as u16;
+        let Some(s) = self.flight.slots.get(slot_idx).copied() else {
+            self.tally.counts.stale += 1;
+            return 0;
+        };
+        if !s.busy || s.gen != gen {
+            self.tally.counts.stale += 1;
+            return 0;
+        }
+        if let Some(payload) = payload {
+            let reader = ResponseReader::new(payload).expect("parsed above");
+            let base = slot_idx * self.flight.stride;
+            let verify = self.verify;
+            for (k, r) in reader.enumerate() {
+                let idx = first as usize + k;
+                let Ok(r) = r else {
+                    self.tally.counts.errors += 1;
+                    break;
+                };
+                if idx >= s.nops as usize {
+                    self.tally.counts.errors += 1;
+                    continue;
+                }
+                // Without verify, `check` has nothing to do for OK / NOT_FOUND: skip
+                // the expectation lookup (the common case, per op).
+                if !verify && matches!(r.status, Status::Ok | Status::NotFound) {
+                    continue;
+                }
+                let e = self.flight.exp[base + idx];
+                self.check(phase, &e, r.status, r.value);
+            }
+        }
+        let got = s.got.saturating_add(count);
+        let finished = got >= s.nops && !more;
+        if !finished {
+            self.flight.slots[slot_idx].got = got;
+            return 0;
+        }
+        self.flight.slots[slot_idx].busy = false;
+        self.flight.free.push(slot_idx as u16);
+        let t = &mut self.tally;
+        t.counts.done_pkts += 1;
+        if s.record || phase == Phase::Ping {
+            let ops = u64::from(s.nops).max(1);
+            let done_in_window = now < end || phase == Phase::Ping;
+            if done_in_window && (s.sent >= rec_start || phase == Phase::Ping) {
+                t.counts.done_ops += u64::from(s.nops);
+                let ns = tsc_to_ns(now.saturating_sub(s.sent), t.hz);
+                let _ = t
+                    .hist
+                    .record_n(ns.max(1), if phase == Phase::Ping { 1 } else { ops });
+            }
+        } else if phase.sweeps() {
+            t.counts.done_ops += u64::from(s.nops);
+        }
+        1
+    }
+
+    /// Checks one result against its expectation.
+    fn check(&mut self, phase: Phase, e: &ExpOp, status: Status, value: &[u8]) {
+        let c = &mut self.tally.counts;
+        if status == Status::OutOfMemory && e.op == OpType::Put {
+            c.oom += 1;
+            if phase == Phase::Load {
+                self.workload.sweep_stop = true;
+            }
+            // The key was not written: the model must not expect the new version.
+            self.workload.model.on_lost_write(e.key);
+            return;
+        }
+        let expected_error = e.expect == Expect::BadLength && status == Status::BadLength;
+        if !matches!(status, Status::Ok | Status::NotFound) && !expected_error {
+            c.status_not_ok += 1;
+            if status == Status::WrongPartition {
+                c.wrong_partition += 1;
+            }
+            c.errors += 1;
+            if self.tally.verbose_left > 0 {
+                self.tally.verbose_left -= 1;
+                eprintln!(
+                    "pktgen: key {} {:?}: error status {:?}",
+                    e.key, e.op, status
+                );
+            }
+            return;
+        }
+        if !self.verify {
+            return;
+        }
+        let ok = match e.expect {
+            Expect::Any => true,
+            Expect::Absent | Expect::DeleteAbsent => status == Status::NotFound && value.is_empty(),
+            Expect::Done => status == Status::Ok && value.is_empty(),
+            Expect::BadLength => expected_error && value.is_empty(),
+            Expect::Value { version, adds } => {
+                status == Status::Ok && {
+                    let len = self.workload.sizes.len_of(e.key, version);
+                    if e.op == OpType::Reduce {
+                        value == kvload::reduce_sum(e.key, version, len, adds).to_le_bytes()
+                    } else {
+                        kvload::value_matches_adds(e.key, version, len, adds, value)
+                    }
+                }
+            }
+        };
+        if !ok {
+            c.mismatches += 1;
+            if self.tally.verbose_left > 0 {
+                self.tally.verbose_left -= 1;
+                eprintln!(
+                    "pktgen: MISMATCH key {} {:?}: expected {:?}, got {:?} with {} value bytes",
+                    e.key,
+                    e.op,
+                    e.expect,
+                    status,
+                    value.len()
+                );
+            }
+        }
+    }
+
+    /// Times out packets in flight longer than `timeout` ticks at TSC `now`; returns
+    /// how many.
+    pub fn expire(&mut self, now: u64, timeout: u64) -> usize {
+        let f = &mut self.flight;
+        let mut n = 0;
+        for i in 0..f.slots.len() {
+            let s = f.slots[i];
+            if s.busy && now.saturating_sub(s.sent) > timeout {
+                f.slots[i].busy = false;
+                f.free.push(i as u16);
+                self.tally.counts.timeouts_pkts += 1;
+                self.tally.counts.timeouts_ops += u64::from(s.nops);
+                let base = i * f.stride;
+                for k in 0..s.nops as usize {
+                    let e = f.exp[base + k];
+                    if e.op.writes() {
+                        self.workload.model.on_lost_write(e.key);
+                    }
+                }
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+/// Writes one op into the batch: key `k`'s bytes into `key`, a PUT's value into `val`.
+/// With a `model` (verify mode) the op is applied to it and its expected answer
+/// returned, else `Expect::Any`. `None` when the packet is full (nothing recorded).
+#[inline(always)]
+fn push_op(
+    w: &mut BatchWriter<'_>,
+    op: OpType,
+    k: u64,
+    key: &mut [u8],
+    val: &mut [u8],
+    sizes: SizeDist,
+    model: Option<&mut Model>,
+) -> Option<Expect> {
+    write_key(k, key);
+    let key = &*key;
+    let pushed = match op {
+        OpType::Get => w.push(&KvOp::Get { key }),
+        OpType::Delete => w.push(&KvOp::Delete { key }),
+        OpType::Atomic => w.push(&KvOp::UpdateS2S {
+            key,
+            atomic: U64_ADD,
+            param: 1,
+            param2: 0,
+        }),
+        OpType::Vector => w.push(&KvOp::UpdateS2V {
+            key,
+            atomic: U64_ADD,
+            param: 1,
+            param2: 0,
+        }),
+        OpType::Reduce => w.push(&KvOp::Reduce {
+            key,
+            atomic: U64_ADD,
+            init: 0,
+        }),
+        OpType::Put => {
+            // Without verify the model is not kept: no per-op cache miss.
+            let v = model.as_ref().map_or(1, |m| m.peek_version());
+            let len = sizes.len_of(k, v).min(val.len());
+            write_value(k, v, &mut val[..len]);
+            w.push(&KvOp::Put {
+                key,
+                value: &val[..len],
+            })
+        }
+    };
+    if pushed.is_err() {
+        return None;
+    }
+    Some(match model {
+        Some(m) => m.on_send(op, k, |v| sizes.len_of(k, v)).1,
+        None => Expect::Any,
+    })
+}
+
+/// TSC ticks to nanoseconds.
+#[inline]
+pub fn tsc_to_ns(ticks: u64, hz: u64) -> u64 {
+    (ticks as u128 * 1_000_000_000 / hz as u128) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::qp::tests::params;
+    use crate::spec::tests::spec;
+    use kvwire::{
+        emit_response_headers, finalize, parse_request, request_frame_len,
+        request_payload_capacity, response_frame_len, ResponseWriter, DEFAULT_MTU,
+    };
+    use std::collections::HashMap;
+
+    /// Timestamps in these tests are nanoseconds.
+    const HZ: u64 = 1_000_000_000;
+
+    fn gen(flags: &[&str]) -> Gen {
+        let s = spec(flags).unwrap();
+        let qps = QpSet::new(
+            s.qps.qps.clone(),
+            s.qps.by_partition.clone(),
+            params(),
+            1 << 32,
+            1 << 20,
+            1,
+        );
+        Gen::new(&s, qps, HZ, request_payload_capacity(DEFAULT_MTU))
+    }
+
+    /// Builds one request frame, as an mbuf of the generator would hold it.
+    fn build(g: &mut Gen, phase: Phase, at: u64, record: bool) -> Option<(Vec<u8>, usize)> {
+        let mut buf = vec![0u8; request_frame_len(g.payload_cap())];
+        let (len, part) = g.build(&mut buf, phase, at, record)?;
+        buf.truncate(len);
+        Some((buf, part))
+    }
+
+    type Results = Vec<(Status, Vec<u8>)>;
+
+    /// A response frame carrying `results` of batch `batch_id` from index `first`.
+    fn response(batch_id: u32, first: u16, results: &[(Status, Vec<u8>)], more: bool) -> Vec<u8> {
+        let mut payload = vec![0u8; 8192];
+        let mut w = ResponseWriter::new(&mut payload, batch_id, first).unwrap();
+        for (s, v) in results {
+            w.push(*s, v).unwrap();
+        }
+        w.set_more(more);
+        let plen = w.finish();
+        let mut frame = vec![0u8; response_frame_len(plen)];
+        let h = emit_response_headers(&mut frame, &params(), 17, 0, 0x8001_0001, 1, plen).unwrap();
+        frame[h..h + plen].copy_from_slice(&payload[..plen]);
+        let n = finalize(&mut frame).unwrap();
+        frame.truncate(n);
+        frame
+    }
+
+    fn elems(v: &[u8]) -> impl Iterator<Item = u64> + '_ {
+        v.chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+    }
+
+    /// A store that executes requests as the dataplane does (u64 fetch-adds of 1).
+    #[derive(Default)]
+    struct Store(HashMap<Vec<u8>, Vec<u8>>);
+
+    impl Store {
+        /// Executes one request frame; returns its batch id and results.
+        fn execute(&mut self, frame: &[u8]) -> (u32, Results) {
+            let req = parse_request(frame).expect("a valid request frame");
+            let b = BatchReader::new(req.payload).unwrap();
+            let id = b.batch_id();
+            let mut out = Vec::new();
+            for op in b {
+                out.push(self.op(op.expect("a valid op")));
+            }
+            (id, out)
+        }
+
+        fn op(&mut self, op: KvOp<'_>) -> (Status, Vec<u8>) {
+            let m = &mut self.0;
+            match op {
+                KvOp::Get { key } => match m.get(key) {
+                    Some(v) => (Status::Ok, v.clone()),
+                    None => (Status::NotFound, vec![]),
+                },
+                KvOp::Put { key, value } => {
+                    m.insert(key.to_vec(), value.to_vec());
+                    (Status::Ok, vec![])
+                }
+                KvOp::Delete { key } => match m.remove(key) {
+                    Some(_) => (Status::Ok, vec![]),
+                    None => (Status::NotFound, vec![]),
+                },
+                KvOp::UpdateS2S { key, .. } | KvOp::UpdateS2V { key, .. } => {
+                    let scalar = matches!(op, KvOp::UpdateS2S { .. });
+                    let Some(v) = m.get_mut(key) else {
+                        return (Status::NotFound, vec![]);
+                    };
+                    if (scalar && v.len() != 8) || v.len() % 8 != 0 {
+                        return (Status::BadLength, vec![]);
+                    }
+                    let orig = v.clone();
+                    let new: Vec<u8> = elems(&orig)
+                        .flat_map(|x| x.wrapping_add(1).to_le_bytes())
+                        .collect();
+                    *v = new;
+                    (Status::Ok, orig)
+                }
+                KvOp::Reduce { key, .. } => {
+                    let Some(v) = m.get(key) else {
+                        return (Status::NotFound, vec![]);
+                    };
+                    if v.len() % 8 != 0 {
+                        return (Status::BadLength, vec![]);
+                    }
+                    let sum = elems(v).fold(0u64, u64::wrapping_add);
+                    (Status::Ok, sum.to_le_bytes().to_vec())
+                }
+                other => panic!("pktgen does not send {other:?}"),
+            }
+        }
+    }
+
+    /// Runs `phase` for `packets` packets (or until the sweep ends) with `window`
+    /// packets in flight: requests execute in send order, responses come back
+    /// newest first. Returns the packets sent.
+    fn drive(g: &mut Gen, store: &mut Store, phase: Phase, packets: usize, window: usize) -> usize {
+        let mut sent = 0;
+        let mut t = 1_000;
+        while sent < packets {
+            let mut pending = Vec::new();
+            while pending.len() < window && sent < packets {
+                let Some((frame, _)) = build(g, phase, t, true) else {
+                    break;
+                };
+                pending.push(store.execute(&frame));
+                sent += 1;
+            }
+            if pending.is_empty() {
+                break;
+            }
+            t += 10;
+            for (id, results) in pending.into_iter().rev() {
+                assert_eq!(
+                    g.complete(&response(id, 0, &results, false), t, phase, 0, u64::MAX),
+                    1
+                );
+            }
+        }
+        assert_eq!(g.flight.busy(), 0);
+        sent
+    }
+
+    fn assert_clean(c: &Counts) {
+        assert_eq!(
+            (c.mismatches, c.errors, c.stale, c.rx_drops, c.timeouts_ops),
+            (0, 0, 0, 0, 0),
+            "{c:?}"
+        );
+    }
+
+    #[test]
+    fn verify_agrees_with_a_faithful_store() {
+        for extra in [&[][..], &["--partitions", "2", "--qps", "4"][..]] {
+            let flags = [
+                &[
+                    "--verify",
+                    "--keys",
+                    "300",
+                    "--value-size",
+                    "8-24",
+                    "--get",
+                    "0.4",
+                    "--put",
+                    "0.3",
+                    "--atomic",
+                    "0.1",
+                    "--vector",
+                    "0.05",
+                    "--reduce",
+                    "0.05",
+                ][..],
+                extra,
+            ]
+            .concat();
+            let mut g = gen(&flags);
+            let mut store = Store::default();
+            g.begin_phase();
+            let n = drive(&mut g, &mut store, Phase::Load, usize::MAX, 4);
+            let (c, _) = g.end_phase(Phase::Load);
+            assert_clean(&c);
+            assert_eq!(c.done_ops, 300, "every key loaded");
+            assert_eq!(c.done_pkts, n as u64);
+            assert_eq!(store.0.len(), 300);
+            g.begin_phase();
+            drive(&mut g, &mut store, Phase::Run, 2_000, 16);
+            let (c, h) = g.end_phase(Phase::Run);
+            assert_clean(&c);
+            assert_eq!(c.done_pkts, 2_000);
+            assert_eq!(c.done_ops, 2_000 * 8);
+            assert_eq!(h.len(), 2_000 * 8, "one latency sample per op");
+            assert!(c.status_not_ok == 0, "BAD_LENGTH was expected: {c:?}");
+            assert_eq!(g.tally.part_ops.iter().sum::<u64>(), 16_000);
+            g.workload.sweep_next = 0;
+            g.begin_phase();
+            drive(&mut g, &mut store, Phase::Readback, usize::MAX, 4);
+            let (c, _) = g.end_phase(Phase::Readback);
+            assert_clean(&c);
+            assert_eq!(c.done_ops, 300);
+        }
+    }
+
+    #[test]
+    fn a_wrong_value_is_a_mismatch() {
+        let mut g = gen(&["--verify", "--keys", "10", "--get", "1", "--put", "0"]);
+        let mut store = Store::default();
+        g.begin_phase();
+        drive(&mut g, &mut store, Phase::Load, usize::MAX, 1);
+        g.end_phase(Phase::Load);
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        let (id, mut results) = store.execute(&frame);
+        results[3].1[0] ^= 1;
+        results[5] = (Status::NotFound, vec![]);
+        assert_eq!(
+            g.complete(&response(id, 0, &results, false), 5, Phase::Run, 0, 10),
+            1
+        );
+        let (c, _) = g.end_phase(Phase::Run);
+        assert_eq!(c.mismatches, 2, "{c:?}");
+        // Without verify nothing is compared.
+        let mut g = gen(&["--keys", "10", "--get", "1", "--put", "0"]);
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        let (id, results) = Store::default().execute(&frame);
+        g.complete(&response(id, 0, &results, false), 5, Phase::Run, 0, 10);
+        assert_eq!(g.end_phase(Phase::Run).0.mismatches, 0);
+    }
+
+    #[test]
+    fn results_split_over_response_packets() {
+        let mut g = gen(&["--verify", "--keys", "50", "--ops-per-packet", "8"]);
+        let mut store = Store::default();
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 100, true).unwrap();
+        let (id, results) = store.execute(&frame);
+        assert_eq!(results.len(), 8);
+        let first = response(id, 0, &results[..3], true);
+        let rest = response(id, 3, &results[3..], false);
+        assert_eq!(
+            g.complete(&first, 150, Phase::Run, 0, 1_000),
+            0,
+            "more to come"
+        );
+        assert_eq!(g.flight.busy(), 1);
+        assert_eq!(g.complete(&rest, 200, Phase::Run, 0, 1_000), 1);
+        let (c, h) = g.end_phase(Phase::Run);
+        assert_clean(&c);
+        assert_eq!((c.done_pkts, c.done_ops), (1, 8));
+        assert_eq!(
+            (h.len(), h.min(), h.max()),
+            (8, 100, 100),
+            "100 ns after the send"
+        );
+    }
+
+    #[test]
+    fn stale_duplicate_and_garbage_frames() {
+        let mut g = gen(&["--keys", "50"]);
+        let mut store = Store::default();
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        let (id, results) = store.execute(&frame);
+        let resp = response(id, 0, &results, false);
+        assert_eq!(g.complete(&resp, 1, Phase::Run, 0, 10), 1);
+        assert_eq!(g.complete(&resp, 2, Phase::Run, 0, 10), 0, "duplicate");
+        // The slot is reused with the next generation: the old id stays stale.
+        let (frame2, _) = build(&mut g, Phase::Run, 3, true).unwrap();
+        let (id2, results2) = store.execute(&frame2);
+        assert_eq!(id2 & 0xffff, id & 0xffff, "same slot");
+        assert_ne!(id2, id);
+        assert_eq!(g.complete(&resp, 4, Phase::Run, 0, 10), 0, "old generation");
+        assert_eq!(
+            g.complete(&response(0xffff, 0, &[], false), 4, Phase::Run, 0, 10),
+            0
+        );
+        assert_eq!(g.complete(&[0u8; 60], 4, Phase::Run, 0, 10), 0);
+        assert_eq!(
+            g.complete(&frame2, 4, Phase::Run, 0, 10),
+            0,
+            "a request is no response"
+        );
+        assert_eq!(
+            g.complete(&response(id2, 0, &results2, false), 5, Phase::Run, 0, 10),
+            1
+        );
+        let (c, _) = g.end_phase(Phase::Run);
+        assert_eq!((c.stale, c.rx_drops, c.done_pkts), (3, 2, 2), "{c:?}");
+        // More results than ops: errors.
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        let (id, mut results) = store.execute(&frame);
+        results.push((Status::Ok, vec![]));
+        g.complete(&response(id, 0, &results, false), 1, Phase::Run, 0, 10);
+        assert_eq!(g.end_phase(Phase::Run).0.errors, 1);
+    }
+
+    #[test]
+    fn error_statuses_are_counted() {
+        let mut g = gen(&["--keys", "50", "--get", "1", "--put", "0"]);
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        let (id, mut results) = Store::default().execute(&frame);
+        results[0].0 = Status::WrongPartition;
+        results[1].0 = Status::BadLength;
+        assert_eq!(
+            g.complete(&response(id, 0, &results, false), 1, Phase::Run, 0, 10),
+            1
+        );
+        let (c, _) = g.end_phase(Phase::Run);
+        assert_eq!((c.wrong_partition, c.status_not_ok, c.errors), (1, 2, 2));
+        assert_eq!(c.done_pkts, 1, "the packet still completes");
+    }
+
+    #[test]
+    fn out_of_memory_stops_the_load() {
+        let mut g = gen(&["--verify", "--keys", "100"]);
+        g.workload.ops_per_packet = 10;
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Load, 0, false).unwrap();
+        let (id, mut results) = Store::default().execute(&frame);
+        results[9].0 = Status::OutOfMemory;
+        assert!(!g.workload.sweep_stop);
+        g.complete(&response(id, 0, &results, false), 1, Phase::Load, 0, 10);
+        assert!(g.workload.sweep_stop);
+        let (c, _) = g.end_phase(Phase::Load);
+        assert_eq!((c.oom, c.errors, c.done_ops), (1, 0, 10));
+    }
+
+    #[test]
+    fn timeouts_free_slots_and_make_writes_uncertain() {
+        let mut g = gen(&["--verify", "--keys", "4", "--timeout-ms", "1"]);
+        let mut store = Store::default();
+        g.begin_phase();
+        // The load packet is lost: its PUTs may or may not have been applied.
+        let (frame, _) = build(&mut g, Phase::Load, 0, false).unwrap();
+        assert_eq!(g.flight.busy(), 1);
+        assert_eq!(g.expire(1_000_000, 1_000_000), 0, "not yet");
+        assert_eq!(g.expire(1_000_001, 1_000_000), 1);
+        assert_eq!(g.flight.busy(), 0);
+        let (c, _) = g.end_phase(Phase::Load);
+        assert_eq!((c.timeouts_pkts, c.timeouts_ops), (1, 4));
+        // Its response arrives late: stale.
+        let (id, results) = Store::default().execute(&frame);
+        g.begin_phase();
+        assert_eq!(
+            g.complete(&response(id, 0, &results, false), 2, Phase::Load, 0, 10),
+            0
+        );
+        assert_eq!(g.end_phase(Phase::Load).0.stale, 1);
+        // Reading the keys back: NOT_FOUND (the store never saw the PUTs) is fine.
+        g.workload.sweep_next = 0;
+        g.begin_phase();
+        drive(&mut g, &mut store, Phase::Readback, usize::MAX, 1);
+        let (c, _) = g.end_phase(Phase::Readback);
+        assert_clean(&c);
+        assert_eq!(c.done_ops, 4);
+    }
+
+    #[test]
+    fn only_the_recording_window_is_measured() {
+        let mut g = gen(&["--keys", "50"]);
+        let mut store = Store::default();
+        g.begin_phase();
+        let mut respond = |g: &mut Gen, sent: u64, record: bool, done: u64| {
+            let (frame, _) = build(g, Phase::Run, sent, record).unwrap();
+            let (id, results) = store.execute(&frame);
+            g.complete(
+                &response(id, 0, &results, false),
+                done,
+                Phase::Run,
+                100,
+                200,
+            )
+        };
+        respond(&mut g, 50, false, 120); // warm-up
+        respond(&mut g, 150, true, 170); // measured: 20 ns
+        respond(&mut g, 190, true, 250); // completes after the end
+        let (c, h) = g.end_phase(Phase::Run);
+        assert_eq!((c.done_pkts, c.done_ops), (3, 8));
+        assert_eq!((h.len(), h.max()), (8, 20));
+        assert_eq!(g.tally.part_ops, [16], "ops sent in the window");
+    }
+
+    #[test]
+    fn pings_are_empty_and_rotate_over_partitions() {
+        let mut g = gen(&["--partitions", "2", "--qps", "4"]);
+        g.begin_phase();
+        let mut parts = Vec::new();
+        for t in 0..4u64 {
+            let (frame, part) = build(&mut g, Phase::Ping, t * 100, false).unwrap();
+            parts.push(part);
+            let req = parse_request(&frame).unwrap();
+            assert_eq!(req.dest_qp % 2, part as u32, "a QP of the partition");
+            let b = BatchReader::new(req.payload).unwrap();
+            assert_eq!(b.op_count(), 0);
+            let resp = response(b.batch_id(), 0, &[], false);
+            assert_eq!(g.complete(&resp, t * 100 + 30, Phase::Ping, 0, 0), 1);
+        }
+        assert_eq!(parts, [0, 1, 0, 1]);
+        let (c, h) = g.end_phase(Phase::Ping);
+        assert_eq!((c.done_pkts, c.done_ops), (4, 0));
+        assert_eq!((h.len(), h.min()), (4, 30), "one sample per ping");
+    }
+
+    #[test]
+    fn steered_packets_carry_one_partition_each() {
+        let mut g = gen(&[
+            "--partitions",
+            "2",
+            "--qps",
+            "4",
+            "--count-partitions",
+            "4",
+            "--window",
+            "200",
+        ]);
+        g.begin_phase();
+        for t in 0..200 {
+            let (frame, part) = build(&mut g, Phase::Run, t, true).unwrap();
+            let req = parse_request(&frame).unwrap();
+            assert_eq!(req.dest_qp % 2, part as u32);
+            for op in BatchReader::new(req.payload).unwrap() {
+                let h = kvengine::key_hash(op.unwrap().key());
+                assert_eq!(partition_of_hash(h, 2) as usize, part);
+            }
+        }
+        let (sum, sum_k) = (
+            g.tally.part_ops.iter().sum::<u64>(),
+            g.tally.part_ops_k.iter().sum::<u64>(),
+        );
+        assert_eq!(sum, 1600);
+        assert!(sum_k >= sum, "K counts every drawn op, parked ones too");
+        assert!(g.tally.part_ops_k.iter().all(|&n| n > 0));
+    }
+
+    #[test]
+    fn echo_counts_echoed_requests() {
+        let mut g = gen(&["--echo", "--keys", "50"]);
+        g.begin_phase();
+        let (frame, _) = build(&mut g, Phase::Run, 0, true).unwrap();
+        assert_eq!(g.complete(&frame, 10, Phase::Run, 0, 100), 1);
+        assert_eq!(
+            g.complete(&response(1, 0, &[], false), 10, Phase::Run, 0, 100),
+            0
+        );
+        let (c, _) = g.end_phase(Phase::Run);
+        assert_eq!((c.done_pkts, c.done_ops, c.rx_drops), (1, 8, 1));
+    }
+
+    #[test]
+    fn sweeps_stop_at_the_last_key_and_large_values_fill_packets() {
+        let mut g = gen(&["--keys", "100", "--value-size", "1000", "--window", "128"]);
+        g.workload.ops_per_packet = 64;
+        g.begin_phase();
+        let mut ops = 0;
+        while let Some((frame, _)) = build(&mut g, Phase::Load, 0, false) {
+            let req = parse_request(&frame).unwrap();
+            let n = BatchReader::new(req.payload).unwrap().op_count();
+            assert_eq!(n, 1, "one 1000 B value per packet");
+            ops += n as usize;
+        }
+        assert_eq!(ops, 100);
+        assert!(g.sweep_done());
+        assert_eq!(g.flight.busy(), 100);
+        assert!(build(&mut g, Phase::Load, 0, false).is_none());
+        assert_eq!(g.workload.keys(), 100);
+    }
+
+    #[test]
+    fn no_frame_without_a_free_slot_or_room() {
+        let mut g = gen(&["--keys", "50", "--window", "2"]);
+        g.begin_phase();
+        assert!(g.flight.has_free());
+        assert!(build(&mut g, Phase::Run, 0, true).is_some());
+        assert!(build(&mut g, Phase::Run, 0, true).is_some());
+        assert!(!g.flight.has_free());
+        assert!(build(&mut g, Phase::Run, 0, true).is_none());
+        let mut g = gen(&["--keys", "50"]);
+        let mut small = [0u8; 30];
+        assert_eq!(g.build(&mut small, Phase::Run, 0, true), None);
+        assert_eq!(g.flight.busy(), 0, "the slot is given back");
+    }
+
+    #[test]
+    fn ticks_to_ns() {
+        assert_eq!(tsc_to_ns(3_000, 3_000_000_000), 1_000);
+        assert_eq!(tsc_to_ns(u64::MAX, u64::MAX), 1_000_000_000);
+    }
+}

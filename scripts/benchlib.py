@@ -1,0 +1,98 @@
+"""Shared pieces of the benchmark scripts (bench_e2e.py, bench_ooo.py, bench_scale.py):
+paths, a dataplane started on its own memif socket, a pktgen run, and repeated runs
+against fresh dataplanes with a retry of a failed run.
+"""
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# KVD_BIN_DIR: run binaries copied elsewhere (so a rebuild cannot swap them mid-run).
+BIN = os.environ.get("KVD_BIN_DIR", os.path.join(ROOT, "target/release"))
+DP = os.path.join(BIN, "dataplane")
+PG = os.path.join(BIN, "pktgen")
+CFG = os.path.join(ROOT, "configs/memif.json")
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+class Dataplane:
+    def __init__(self, tmp, name, extra):
+        self.sock = os.path.join(tmp, f"{name}.sock")
+        self.log = os.path.join(tmp, f"{name}.log")
+        vdev = f"net_memif0,role=server,id=0,socket={self.sock},socket-abstract=no,rsize=11"
+        cmd = [DP, "--config", CFG, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
+        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
+        for _ in range(300):
+            if "dataplane ready" in open(self.log).read():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("dataplane did not start:\n" + open(self.log).read())
+
+    def stop(self):
+        self.proc.send_signal(2)
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        # EAL leaves hugepage files behind for secondary processes; free them.
+        for f in glob.glob("/dev/hugepages/kvd-bench-*"):
+            try:
+                os.remove(f)
+            except OSError:
+                pass
+
+
+def pktgen(dp, tmp, args):
+    out = os.path.join(tmp, "pg.json")
+    vdev = f"net_memif0,role=client,id=0,socket={dp.sock},socket-abstract=no,rsize=11"
+    cmd = [PG, "--config", CFG, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"pktgen failed: {' '.join(cmd)}\n{r.stdout}")
+    return json.load(open(out))
+
+
+def run_fresh(tmp, name, dp_args, pg_args, attempts=2):
+    """One pktgen run of `pg_args` against a dataplane started for it with `dp_args`
+    (stopped afterwards); returns pktgen's JSON.
+
+    A memif peer that disconnects while the server is inside rx_burst can crash the
+    DPDK 22.11 memif PMD (it unmaps the shared region without synchronising with the
+    data path): a failed run is retried with a fresh dataplane, up to `attempts` runs
+    in all; the last failure is raised."""
+    for attempt in range(attempts):
+        dp = Dataplane(tmp, name, dp_args)
+        try:
+            return pktgen(dp, tmp, pg_args)
+        except RuntimeError as e:
+            if attempt == attempts - 1:
+                raise
+            log(f"  {name}: run failed, retrying: {str(e).splitlines()[0]}")
+        finally:
+            dp.stop()
+
+
+def run_reps(tmp, tag, dp_args, pg_args, reps):
+    """`reps` runs of pktgen `pg_args` (seeds 1..reps), each against a fresh dataplane
+    started with `dp_args(stats_json_path)` (run_fresh: a failed run is retried once).
+    A run with mismatches or errors is an error. Returns (median Mops, pktgen JSON of
+    each run, dataplane stats JSON of each run)."""
+    runs, stats = [], []
+    for rep in range(reps):
+        name = f"{tag}-{rep}"
+        sj = os.path.join(tmp, f"{name}.stats.json")
+        r = run_fresh(tmp, name, dp_args(sj), pg_args + ["--seed", str(rep + 1)])
+        if r["mismatches"] or r["errors"]:
+            raise RuntimeError(f"{name}: {r['mismatches']} mismatches, {r['errors']} errors")
+        runs.append(r)
+        stats.append(json.load(open(sj)))
+    return statistics.median(r["throughput_mops"] for r in runs), runs, stats
