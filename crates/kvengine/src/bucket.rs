@@ -742,4 +742,47 @@ mod tests {
         assert_eq!(Meta::find_run(0b11_1111_1111, 1), None);
         assert_eq!(Meta::find_run(0b01_1111_1111, 1), Some(9));
     }
+
+    /// The unchecked reads of `slot_key_eq`: every slot start, every key
+    /// length around the word-load paths, equal and one byte off.
+    #[test]
+    fn slot_key_eq_every_slot_and_length() {
+        let b: [u8; BUCKET_BYTES] = std::array::from_fn(|i| (i * 31 + 7) as u8);
+        for s in 0..SLOTS as u32 {
+            let at = inline_offset(s);
+            for n in 0..=(INLINE_MAX - at).min(20) {
+                let key = &b[at..at + n];
+                assert!(slot_key_eq(&b, at, key), "slot {s} len {n}");
+                for i in 0..n {
+                    let mut k = key.to_vec();
+                    k[i] ^= 1;
+                    assert!(!slot_key_eq(&b, at, &k), "slot {s} len {n} byte {i}");
+                }
+            }
+        }
+    }
+
+    /// `read_slot_fast` (one unchecked 8-byte load) equals `read_slot`.
+    #[test]
+    fn read_slot_fast_equals_read_slot() {
+        let b: [u8; BUCKET_BYTES] = std::array::from_fn(|i| (i * 57 + 3) as u8);
+        for s in 0..SLOTS as u32 {
+            assert_eq!(read_slot_fast(&b, s), read_slot(&b, s), "slot {s}");
+        }
+    }
+
+    /// `copy_small`'s overlapping word moves copy exactly `n` bytes.
+    #[test]
+    fn copy_small_every_length() {
+        let src: Vec<u8> = (1..=40u8).collect();
+        for n in 0..=40 {
+            let mut dst = [0u8; 48];
+            copy_small(&mut dst[3..3 + n], &src[..n]);
+            assert_eq!(&dst[3..3 + n], &src[..n], "len {n}");
+            assert!(
+                dst[..3].iter().chain(&dst[3 + n..]).all(|&x| x == 0),
+                "len {n}"
+            );
+        }
+    }
 }
