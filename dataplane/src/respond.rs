@@ -223,19 +223,6 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
     }
 }
 
-/// The wire status of an engine status.
-#[inline]
-pub fn wire_status(s: kvengine::Status) -> Status {
-    match s {
-        kvengine::Status::Ok => Status::Ok,
-        kvengine::Status::NotFound => Status::NotFound,
-        kvengine::Status::OutOfMemory => Status::OutOfMemory,
-        kvengine::Status::KeyTooLarge => Status::KeyTooLarge,
-        kvengine::Status::ValueTooLarge => Status::ValueTooLarge,
-        kvengine::Status::BufferTooSmall => Status::Internal,
-    }
-}
-
 /// The engine's result sink for one chunk: results into the responder in chunk order,
 /// with the chunk's immediates emitted between them.
 pub(crate) struct EngineSink<'r, 's, 't, 'c, T> {
@@ -292,7 +279,7 @@ impl<T: TxSink> EngineSink<'_, '_, '_, '_, T> {
 impl<T: TxSink> kvengine::ResultSink for EngineSink<'_, '_, '_, '_, T> {
     #[inline(always)]
     fn result(&mut self, _index: usize, status: kvengine::Status, value: &[u8]) {
-        let status = wire_status(status);
+        let status = Status::from(status);
         if self.run_left != 0 && self.out.push_fast(status, value) {
             self.run_left -= 1;
             return;

@@ -9,20 +9,6 @@ use kvwire::Status;
 /// The storage engine as the reservation station's memory stage.
 pub struct EngineStage<'e>(pub &'e mut Engine);
 
-/// The wire status of an engine status (`BufferTooSmall`, a caller's buffer shorter than
-/// the value, is a server bug: `Internal`).
-#[inline]
-pub fn wire_status(s: kvengine::Status) -> Status {
-    match s {
-        kvengine::Status::Ok => Status::Ok,
-        kvengine::Status::NotFound => Status::NotFound,
-        kvengine::Status::OutOfMemory => Status::OutOfMemory,
-        kvengine::Status::KeyTooLarge => Status::KeyTooLarge,
-        kvengine::Status::ValueTooLarge => Status::ValueTooLarge,
-        kvengine::Status::BufferTooSmall => Status::Internal,
-    }
-}
-
 impl MemoryStage for EngineStage<'_> {
     #[inline]
     fn prefetch(&mut self, key: &[u8]) {
@@ -30,23 +16,21 @@ impl MemoryStage for EngineStage<'_> {
     }
 
     /// `out` is the station's value buffer: a value longer than it is too large for the
-    /// station (`ValueTooLarge`, the `MemoryStage::read` contract), not a server bug.
+    /// station, which the engine's `From` answers `ValueTooLarge` (the
+    /// `MemoryStage::read` contract).
     #[inline]
     fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status> {
-        self.0.get(key, out).map_err(|s| match s {
-            kvengine::Status::BufferTooSmall => Status::ValueTooLarge,
-            s => wire_status(s),
-        })
+        self.0.get(key, out).map_err(Status::from)
     }
 
     #[inline]
     fn write(&mut self, key: &[u8], value: &[u8]) -> Status {
-        wire_status(self.0.put(key, value))
+        Status::from(self.0.put(key, value))
     }
 
     #[inline]
     fn delete(&mut self, key: &[u8]) -> Status {
-        wire_status(self.0.delete(key))
+        Status::from(self.0.delete(key))
     }
 
     /// The merged write-back of a chain: the key exists with a value of this length, so

@@ -223,7 +223,7 @@ impl Engine {
                     self.ops.refused += 1;
                     return sink.result(i, s, &[]);
                 }
-                // SAFETY: forwarded from the caller.
+                // SAFETY: the caller guarantees `off == self.bucket_off(h)` (# Safety).
                 match unsafe { self.get_hashed_at(op.key, h, off) } {
                     Some((off, len)) => sink.result(i, Status::Ok, &self.mem()[off..off + len]),
                     None => sink.result(i, Status::NotFound, &[]),

@@ -1,4 +1,5 @@
-//! The engine: hash index walk, get/put/delete, in-place lookup.
+//! The engine: its state, construction and public API (get / put / delete /
+//! `lookup_mut`, statistics, slab service hooks).
 //!
 //! Region layout (offsets from the region start):
 //!
@@ -8,25 +9,29 @@
 //!  | primary buckets      | slab memory: KV records (32 B .. 4 KiB      |
 //!  | (64 B each)          | classes) and chained buckets (64 B class)   |
 //!  +----------------------+---------------------------------------------+
-//!
-//!  slab record, short header (klen < 64 and vlen < 512):
-//!                +-------------------------------+-----------+-------------+
-//!                | u16 LE: klen | vlen << 6 | 0<<15 | key bytes | value bytes |  (rest of the class unused)
-//!                +-------------------------------+-----------+-------------+
-//!  slab record, long header:
-//!                +------+------+---------+-----------+-------------+
-//!                | klen | 0x80 | vlen LE | key bytes | value bytes |
-//!                +------+------+---------+-----------+-------------+
-//!                  1 B    1 B     2 B
 //! ```
 //!
-//! The 2-byte short header lets a 254 B KV with a short key fill a 256 B
-//! block exactly (the paper's 254 B example).
+//! The work is split by job:
+//!
+//! * `lookup`: finding a key in its bucket chain (a named `Hit`);
+//! * `record`: the KV record format (slab record header, inline layout);
+//! * `update`: PUT (insert / replace in place / relocate) and DELETE;
+//! * `walk`: whole-index walks ([`Engine::for_each`],
+//!   [`Engine::check_invariants`]);
+//! * `crate::batch`: the prefetching batch pipeline over the same cores.
+
+mod lookup;
+mod record;
+mod update;
+mod walk;
+
+pub(crate) use lookup::primary_bucket;
+pub use record::{rec_hdr_len, KEY_LEN_LIMIT, REC_HDR};
 
 use crate::accounting::{Accounting, OpClass};
-use crate::bucket::{self, EntryKind, Meta, BUCKET_BYTES};
+use crate::bucket::BUCKET_BYTES;
 use crate::config::{ConfigError, EngineConfig};
-use crate::hash::{bucket_index, key_hash, secondary};
+use crate::hash::{bucket_index, key_hash};
 use crate::region::{Region, RegionView};
 use crate::service::{SlabService, SlabShared};
 use crate::slab::{
@@ -37,278 +42,8 @@ use crate::stats::{ClassStats, EngineStats, OpCounters};
 use crate::Status;
 use std::sync::Arc;
 
-/// Bytes of the long slab record header (key length, flag, value length).
-pub const REC_HDR: usize = 4;
-
-/// Header bytes of a slab record holding `klen` + `vlen` bytes.
-#[inline(always)]
-pub fn rec_hdr_len(klen: usize, vlen: usize) -> usize {
-    if klen < 64 && vlen < 512 {
-        2
-    } else {
-        REC_HDR
-    }
-}
-/// Largest key accepted (a record stores the key length in one byte).
-pub const KEY_LEN_LIMIT: usize = 255;
-const NONE: usize = usize::MAX;
 /// Slab class of a chained bucket (64 B).
 const CHAIN_CLASS: usize = 1;
-
-/// Where an entry was found.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Loc {
-    bucket: usize,
-    prev: usize,
-    entry: bucket::Entry,
-}
-
-#[inline(always)]
-pub(crate) fn bucket_ref(mem: &[u8], off: usize) -> &[u8; BUCKET_BYTES] {
-    debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
-    <&[u8; BUCKET_BYTES]>::try_from(&mem[off..off + BUCKET_BYTES]).expect("64-byte slice")
-}
-
-#[inline(always)]
-fn bucket_mut(mem: &mut [u8], off: usize) -> &mut [u8; BUCKET_BYTES] {
-    debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
-    <&mut [u8; BUCKET_BYTES]>::try_from(&mut mem[off..off + BUCKET_BYTES]).expect("64-byte slice")
-}
-
-#[inline(always)]
-fn rec_header(mem: &[u8], off: usize) -> (usize, usize, usize) {
-    let w = u16::from_le_bytes([mem[off], mem[off + 1]]);
-    if w & 0x8000 == 0 {
-        (2, usize::from(w & 63), usize::from((w >> 6) & 511))
-    } else {
-        (
-            REC_HDR,
-            usize::from(w & 0xff),
-            usize::from(u16::from_le_bytes([mem[off + 2], mem[off + 3]])),
-        )
-    }
-}
-
-/// Key equality with a branch-light fast path for keys up to 16 bytes
-/// (two overlapping word loads instead of a `memcmp` call).
-#[inline(always)]
-pub(crate) fn key_eq(a: &[u8], b: &[u8]) -> bool {
-    let n = a.len();
-    if n != b.len() {
-        return false;
-    }
-    if (8..=16).contains(&n) {
-        let w = |s: &[u8], at: usize| {
-            u64::from_le_bytes(<[u8; 8]>::try_from(&s[at..at + 8]).expect("8 bytes"))
-        };
-        (w(a, 0) ^ w(b, 0)) | (w(a, n - 8) ^ w(b, n - 8)) == 0
-    } else if (4..8).contains(&n) {
-        let w = |s: &[u8], at: usize| {
-            u32::from_le_bytes(<[u8; 4]>::try_from(&s[at..at + 4]).expect("4 bytes"))
-        };
-        (w(a, 0) ^ w(b, 0)) | (w(a, n - 4) ^ w(b, n - 4)) == 0
-    } else {
-        a == b
-    }
-}
-
-/// The primary bucket at byte offset `off`, without a bounds check.
-///
-/// # Safety
-///
-/// `mem` must be the engine's region and `off` a value of
-/// [`Engine::bucket_off`] for that engine.
-#[inline(always)]
-pub(crate) unsafe fn primary_bucket(mem: &[u8], off: usize) -> &[u8; BUCKET_BYTES] {
-    debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
-    // SAFETY: `bucket_off` returns `bucket_index(h, nbuckets) * 64` with
-    // `bucket_index < nbuckets` (the high word of a 64 x 64-bit product with
-    // `nbuckets`), so `off + 64 <= nbuckets * 64`. `Engine::new` zeroed
-    // `region[..nbuckets * 64]` through a checked slice, so that range lies
-    // inside the region (which never shrinks). `[u8; 64]` has alignment 1.
-    unsafe { &*mem.as_ptr().add(off).cast::<[u8; BUCKET_BYTES]>() }
-}
-
-/// An entry found by [`find`]: where it is and where its value is.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Hit {
-    /// Byte offset of the bucket holding the entry.
-    bucket: usize,
-    /// Byte offset of the bucket before it in the chain ([`NONE`] for the
-    /// primary bucket).
-    prev: usize,
-    /// Start slot of the entry.
-    slot: u32,
-    /// Byte offset of the value in the region.
-    val: usize,
-    /// Value length.
-    vlen: usize,
-    /// Slot count of an inline entry, 0 for a pointer entry.
-    inline_n: u32,
-}
-
-/// Multi-slot inline entries of one bucket (at byte offset `off`): one
-/// SWAR compare of key length and tag over the ten slot fields, then a key
-/// compare per candidate. Returns the start slot, the value's offset and
-/// length.
-#[inline(always)]
-fn match_multi(
-    b: &[u8; BUCKET_BYTES],
-    off: usize,
-    m: Meta,
-    key: &[u8],
-    probe: &bucket::Probe,
-) -> Option<(u32, usize, usize, u32)> {
-    let klen = key.len();
-    let mut inl = m.inline_multi(probe);
-    while inl != 0 {
-        let s = bucket::lane_slot(inl.trailing_zeros());
-        inl &= inl - 1;
-        let at = bucket::inline_offset(s);
-        if bucket::slot_key_eq(b, at, key) {
-            let n = m.entry_len(s);
-            let vlen = m.multi_total_n(s, n).wrapping_sub(klen);
-            return Some((s, off + at + klen, vlen, n));
-        }
-    }
-    None
-}
-
-/// One-slot entries of one bucket (pointers by secondary hash, short inline
-/// KVs by length): the less common case for small KVs, kept out of line.
-#[inline(never)]
-fn match_singles(
-    mem: &[u8],
-    acct: &mut Accounting,
-    b: &[u8; BUCKET_BYTES],
-    off: usize,
-    m: Meta,
-    key: &[u8],
-    sec: u16,
-) -> Option<(u32, usize, usize, u32)> {
-    let klen = key.len();
-    let mut single = m.single_starts();
-    while single != 0 {
-        let s = single.trailing_zeros();
-        single &= single - 1;
-        let f = m.field(s);
-        if f < bucket::INLINE1_BASE {
-            let word = bucket::read_slot_fast(b, s);
-            if (word >> bucket::PTR_BITS) as u16 != sec {
-                continue;
-            }
-            let r = ((word & ((1 << bucket::PTR_BITS) - 1)) as usize) << UNIT_SHIFT;
-            let (hl, k, v) = rec_header(mem, r);
-            acct.slab(r, hl + klen);
-            if k == klen && key_eq(&mem[r + hl..r + hl + k], key) {
-                acct.slab(r, hl + k + v);
-                return Some((s, r + hl + k, v, 0));
-            }
-        } else if klen <= bucket::SLOT_BYTES
-            && f.wrapping_sub(bucket::INLINE1_BASE + 6 * klen as u32) < 6
-        {
-            let at = bucket::inline_offset(s);
-            if bucket::slot_key_eq(b, at, key) {
-                let pad = (f - bucket::INLINE1_BASE) % 6;
-                let vlen = (bucket::SLOT_BYTES - klen).saturating_sub(pad as usize);
-                return Some((s, off + at + klen, vlen, 1));
-            }
-        }
-    }
-    None
-}
-
-/// Looks for `key` in one bucket (at byte offset `off`, metadata `m`).
-#[inline(always)]
-fn match_bucket(
-    mem: &[u8],
-    acct: &mut Accounting,
-    b: &[u8; BUCKET_BYTES],
-    off: usize,
-    m: Meta,
-    key: &[u8],
-    sec: u16,
-) -> Option<(u32, usize, usize, u32)> {
-    if key.len() <= bucket::INLINE_MAX {
-        let probe = bucket::Probe::new(key.len(), (sec & 7) as u8);
-        if let Some(r) = match_multi(b, off, m, key, &probe) {
-            return Some(r);
-        }
-    }
-    if m.single_starts() != 0 {
-        return match_singles(mem, acct, b, off, m, key, sec);
-    }
-    None
-}
-
-/// Walks the chain from the primary bucket at byte offset `primary` (whose
-/// bucket is `pb`) looking for `key` with hash `h`.
-#[inline(always)]
-pub(crate) fn find(
-    mem: &[u8],
-    acct: &mut Accounting,
-    primary: usize,
-    pb: &[u8; BUCKET_BYTES],
-    key: &[u8],
-    h: u64,
-) -> Option<Hit> {
-    acct.index(primary);
-    let m = Meta::load(pb);
-    if let Some((slot, val, vlen, inline_n)) =
-        match_bucket(mem, acct, pb, primary, m, key, secondary(h))
-    {
-        return Some(Hit {
-            bucket: primary,
-            prev: NONE,
-            slot,
-            val,
-            vlen,
-            inline_n,
-        });
-    }
-    match m.chain() {
-        0 => None,
-        c => find_chained(mem, acct, primary, c, key, h),
-    }
-}
-
-/// The rest of [`find`]: the chained buckets after the primary bucket at
-/// `primary`, the first at `chain` (32 B units). Out of line: most lookups
-/// end in the primary bucket.
-#[inline(never)]
-fn find_chained(
-    mem: &[u8],
-    acct: &mut Accounting,
-    primary: usize,
-    chain: u32,
-    key: &[u8],
-    h: u64,
-) -> Option<Hit> {
-    let sec = secondary(h);
-    let mut prev = primary;
-    let mut c = chain;
-    loop {
-        let off = (c as usize) << UNIT_SHIFT;
-        acct.index(off);
-        let b = bucket_ref(mem, off);
-        let m = Meta::load(b);
-        if let Some((slot, val, vlen, inline_n)) = match_bucket(mem, acct, b, off, m, key, sec) {
-            return Some(Hit {
-                bucket: off,
-                prev,
-                slot,
-                val,
-                vlen,
-                inline_n,
-            });
-        }
-        c = m.chain();
-        if c == 0 {
-            return None;
-        }
-        prev = off;
-    }
-}
 
 /// A KV-Direct storage engine over one [`Region`]. One per worker lcore:
 /// `Send`, not `Sync`, every method takes `&mut self` or `&self`. Its
@@ -455,42 +190,6 @@ impl Engine {
         Ok(())
     }
 
-    /// Finds `key` (hash `h`, primary bucket at byte offset `off`) and
-    /// returns `(offset, len)` of its value.
-    ///
-    /// # Safety
-    ///
-    /// `off` must be `self.bucket_off(h)` (asserted in debug builds).
-    #[inline(always)]
-    pub(crate) unsafe fn find_value_at(
-        &mut self,
-        key: &[u8],
-        h: u64,
-        off: usize,
-    ) -> Option<(usize, usize)> {
-        debug_assert_eq!(off, self.bucket_off(h));
-        let mem = self.region.as_slice();
-        // SAFETY: the caller guarantees `off == self.bucket_off(h)`.
-        let pb = unsafe { primary_bucket(mem, off) };
-        find(mem, &mut self.acct, off, pb, key, h).map(|hit| (hit.val, hit.vlen))
-    }
-
-    /// Finds `key` (hash `h`) and decodes its entry.
-    #[inline(always)]
-    fn find_at(&mut self, key: &[u8], h: u64) -> Option<Loc> {
-        let primary = self.bucket_off(h);
-        let mem = self.region.as_slice();
-        // SAFETY: `primary` is `bucket_off(h)`, computed just above.
-        let pb = unsafe { primary_bucket(mem, primary) };
-        let hit = find(mem, &mut self.acct, primary, pb, key, h)?;
-        let b = bucket_ref(mem, hit.bucket);
-        Some(Loc {
-            bucket: hit.bucket,
-            prev: hit.prev,
-            entry: Meta::load(b).decode(b, hit.slot),
-        })
-    }
-
     /// GET core: counts and returns the value's location.
     #[inline(always)]
     pub(crate) fn get_hashed(&mut self, key: &[u8], h: u64) -> Option<(usize, usize)> {
@@ -512,7 +211,7 @@ impl Engine {
         off: usize,
     ) -> Option<(usize, usize)> {
         self.ops.gets += 1;
-        // SAFETY: forwarded from the caller.
+        // SAFETY: the caller guarantees `off == self.bucket_off(h)` (# Safety).
         let r = unsafe { self.find_value_at(key, h, off) };
         if r.is_some() {
             self.ops.get_hits += 1;
@@ -561,290 +260,6 @@ impl Engine {
         st
     }
 
-    #[inline(always)]
-    fn alloc(&mut self, c: usize) -> Option<u32> {
-        self.cache.alloc(&self.slab.pool, c)
-    }
-
-    #[inline(always)]
-    fn free(&mut self, c: usize, unit: u32) {
-        self.cache.free(&self.slab.pool, c, unit)
-    }
-
-    /// First run of `need` free slots in the chain from bucket `from` on.
-    fn find_free(&mut self, from: usize, need: u32) -> Option<(usize, u32)> {
-        let mem = self.region.as_slice();
-        let mut off = from;
-        loop {
-            self.acct.index(off);
-            let m = Meta::load(bucket_ref(mem, off));
-            if let Some(s) = Meta::find_run(m.occupied(), need) {
-                return Some((off, s));
-            }
-            let c = m.chain();
-            if c == 0 {
-                return None;
-            }
-            off = (c as usize) << UNIT_SHIFT;
-        }
-    }
-
-    /// Appends a zeroed chained bucket at the tail of the chain through `from`.
-    fn new_chained(&mut self, from: usize) -> Option<usize> {
-        let unit = self.alloc(CHAIN_CLASS)?;
-        let off = (unit as usize) << UNIT_SHIFT;
-        let mem = self.region.as_mut_slice();
-        let mut tail = from;
-        loop {
-            let c = Meta::load(bucket_ref(mem, tail)).chain();
-            if c == 0 {
-                break;
-            }
-            tail = (c as usize) << UNIT_SHIFT;
-        }
-        bucket_mut(mem, off).fill(0);
-        let tb = bucket_mut(mem, tail);
-        let mut m = Meta::load(tb);
-        m.set_chain(unit);
-        m.store(tb);
-        self.acct.index(tail);
-        self.acct.index(off);
-        self.chained += 1;
-        Some(off)
-    }
-
-    fn write_record(&mut self, unit: u32, key: &[u8], value: &[u8]) {
-        let r = (unit as usize) << UNIT_SHIFT;
-        let hl = rec_hdr_len(key.len(), value.len());
-        let total = hl + key.len() + value.len();
-        self.acct.slab(r, total);
-        let mem = &mut self.region.as_mut_slice()[r..r + total];
-        if hl == 2 {
-            let w = key.len() as u16 | ((value.len() as u16) << 6);
-            mem[..2].copy_from_slice(&w.to_le_bytes());
-        } else {
-            mem[0] = key.len() as u8;
-            mem[1] = 0x80;
-            mem[2..4].copy_from_slice(&(value.len() as u16).to_le_bytes());
-        }
-        mem[hl..hl + key.len()].copy_from_slice(key);
-        mem[hl + key.len()..].copy_from_slice(value);
-    }
-
-    /// PUT core; sizes already checked: the lookup and the common in-place
-    /// update of an inline KV; everything else is in [`Engine::put_slow`].
-    /// Out of line: inlining it into the batch loop measured more
-    /// instructions per GET (register pressure) for fewer per PUT.
-    #[inline(never)]
-    pub(crate) fn put_hashed(&mut self, key: &[u8], value: &[u8], h: u64) -> Status {
-        self.ops.puts += 1;
-        let total = key.len() + value.len();
-        let primary = self.bucket_off(h);
-        let mem = self.region.as_slice();
-        // SAFETY: `primary` is `bucket_off(h)`, computed above.
-        let pb = unsafe { primary_bucket(mem, primary) };
-        let hit = find(mem, &mut self.acct, primary, pb, key, h);
-        if let Some(hit) = hit {
-            if total <= self.inline_threshold && hit.inline_n == bucket::inline_slots(total) {
-                // Same inline slot count: rewrite the value in place (the
-                // common update; put_slow's replace ends the same way).
-                let old_total = key.len() + hit.vlen;
-                self.ops.put_replaces += 1;
-                self.stored_bytes = self.stored_bytes - old_total as u64 + total as u64;
-                bucket::rewrite_inline(
-                    bucket_mut(self.region.as_mut_slice(), hit.bucket),
-                    hit.slot,
-                    hit.inline_n,
-                    key,
-                    value,
-                    (secondary(h) & 7) as u8,
-                );
-                return Status::Ok;
-            }
-        }
-        self.put_slow(key, value, h, primary, hit)
-    }
-
-    /// The rest of PUT after the lookup (`hit`, from the primary bucket at
-    /// `primary`): inserts and every replace but the in-place inline one.
-    /// Kept out of line so the batch loop stays small in the instruction cache.
-    #[inline(never)]
-    fn put_slow(
-        &mut self,
-        key: &[u8],
-        value: &[u8],
-        h: u64,
-        primary: usize,
-        hit: Option<Hit>,
-    ) -> Status {
-        let total = key.len() + value.len();
-        let inline = total <= self.inline_threshold;
-        let sec = secondary(h);
-        let tag = (sec & 7) as u8;
-        let need = if inline {
-            bucket::inline_slots(total)
-        } else {
-            1
-        };
-        let class = if inline {
-            0
-        } else {
-            class_for(rec_hdr_len(key.len(), value.len()) + total)
-        };
-        let found = hit.map(|hit| {
-            let b = bucket_ref(self.region.as_slice(), hit.bucket);
-            Loc {
-                bucket: hit.bucket,
-                prev: hit.prev,
-                entry: Meta::load(b).decode(b, hit.slot),
-            }
-        });
-
-        let Some(loc) = found else {
-            let rec = if inline {
-                0
-            } else {
-                match self.alloc(class) {
-                    Some(u) => u,
-                    None => return self.oom(),
-                }
-            };
-            let (b, s) = match self.find_free(primary, need) {
-                Some(p) => p,
-                None => match self.new_chained(primary) {
-                    Some(b) => (b, 0),
-                    None => {
-                        if !inline {
-                            self.free(class, rec);
-                        }
-                        return self.oom();
-                    }
-                },
-            };
-            if inline {
-                bucket::write_inline(
-                    bucket_mut(self.region.as_mut_slice(), b),
-                    s,
-                    key,
-                    value,
-                    tag,
-                );
-            } else {
-                self.write_record(rec, key, value);
-                bucket::write_ptr(
-                    bucket_mut(self.region.as_mut_slice(), b),
-                    s,
-                    rec,
-                    class as u8,
-                    sec,
-                );
-            }
-            self.acct.index(b);
-            self.stored_kvs += 1;
-            self.stored_bytes += total as u64;
-            self.ops.put_inserts += 1;
-            return Status::Ok;
-        };
-
-        // Replace.
-        let e = loc.entry;
-        let (s_old, n_old) = (u32::from(e.slot), u32::from(e.n));
-        let old_total = match e.kind {
-            EntryKind::Inline { klen, vlen, .. } => klen as usize + vlen as usize,
-            EntryKind::Ptr { unit, .. } => {
-                let (_, k, v) = rec_header(self.region.as_slice(), (unit as usize) << UNIT_SHIFT);
-                k + v
-            }
-        };
-        self.ops.put_replaces += 1;
-        self.stored_bytes = self.stored_bytes - old_total as u64 + total as u64;
-        match e.kind {
-            EntryKind::Ptr {
-                unit, class: oc, ..
-            } if !inline && oc as usize == class => {
-                self.write_record(unit, key, value);
-                return Status::Ok;
-            }
-            EntryKind::Inline { .. } if inline && n_old == need => {
-                bucket::rewrite_inline(
-                    bucket_mut(self.region.as_mut_slice(), loc.bucket),
-                    s_old,
-                    n_old,
-                    key,
-                    value,
-                    tag,
-                );
-                return Status::Ok;
-            }
-            _ => {}
-        }
-        let rec = if inline {
-            0
-        } else {
-            match self.alloc(class) {
-                Some(u) => u,
-                None => {
-                    self.undo_replace_count(old_total, total);
-                    return self.oom();
-                }
-            }
-        };
-        let occ = Meta::load(bucket_ref(self.region.as_slice(), loc.bucket)).occupied()
-            & !Meta::run_mask(s_old, n_old);
-        let (b, s) = if let Some(s) = Meta::find_run(occ, need) {
-            (loc.bucket, s)
-        } else if let Some(p) = self.find_free(primary, need) {
-            // The first run in the chain: the same one a walk that also
-            // tracked free runs would have picked.
-            p
-        } else {
-            match self.new_chained(loc.bucket) {
-                Some(b) => (b, 0),
-                None => {
-                    if !inline {
-                        self.free(class, rec);
-                    }
-                    self.undo_replace_count(old_total, total);
-                    return self.oom();
-                }
-            }
-        };
-        if !inline {
-            self.write_record(rec, key, value);
-        }
-        let mem = self.region.as_mut_slice();
-        {
-            let ob = bucket_mut(mem, loc.bucket);
-            let mut m = Meta::load(ob);
-            m.clear_entry(s_old, n_old);
-            m.store(ob);
-        }
-        let nb = bucket_mut(mem, b);
-        if inline {
-            bucket::write_inline(nb, s, key, value, tag);
-        } else {
-            bucket::write_ptr(nb, s, rec, class as u8, sec);
-        }
-        self.acct.index(b);
-        if let EntryKind::Ptr {
-            unit, class: oc, ..
-        } = e.kind
-        {
-            self.free(oc as usize, unit);
-        }
-        Status::Ok
-    }
-
-    fn undo_replace_count(&mut self, old_total: usize, total: usize) {
-        self.ops.put_replaces -= 1;
-        self.stored_bytes = self.stored_bytes + old_total as u64 - total as u64;
-    }
-
-    fn oom(&mut self) -> Status {
-        self.ops.put_oom += 1;
-        Status::OutOfMemory
-    }
-
     /// Removes `key`. Returns [`Status::Ok`], [`Status::NotFound`] or
     /// [`Status::KeyTooLarge`]. An emptied chained bucket goes back to the slab.
     pub fn delete(&mut self, key: &[u8]) -> Status {
@@ -856,48 +271,6 @@ impl Engine {
         let st = self.delete_hashed(key, key_hash(key));
         self.acct.finish(OpClass::Delete);
         st
-    }
-
-    /// DELETE core (out of line, like `put_hashed`).
-    #[inline(never)]
-    pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64) -> Status {
-        self.ops.deletes += 1;
-        let Some(loc) = self.find_at(key, h) else {
-            return Status::NotFound;
-        };
-        let e = loc.entry;
-        let mem = self.region.as_mut_slice();
-        let total = match e.kind {
-            EntryKind::Inline { klen, vlen, .. } => klen as usize + vlen as usize,
-            EntryKind::Ptr { unit, .. } => {
-                let (_, k, v) = rec_header(mem, (unit as usize) << UNIT_SHIFT);
-                k + v
-            }
-        };
-        let b = bucket_mut(mem, loc.bucket);
-        let mut m = Meta::load(b);
-        m.clear_entry(u32::from(e.slot), u32::from(e.n));
-        m.store(b);
-        let unlink = loc.prev != NONE && m.occupied() == 0;
-        if unlink {
-            let next = m.chain();
-            let pb = bucket_mut(mem, loc.prev);
-            let mut pm = Meta::load(pb);
-            pm.set_chain(next);
-            pm.store(pb);
-            self.acct.index(loc.prev);
-        }
-        if let EntryKind::Ptr { unit, class, .. } = e.kind {
-            self.free(class as usize, unit);
-        }
-        if unlink {
-            self.free(CHAIN_CLASS, (loc.bucket >> UNIT_SHIFT) as u32);
-            self.chained -= 1;
-        }
-        self.stored_kvs -= 1;
-        self.stored_bytes -= total as u64;
-        self.ops.delete_hits += 1;
-        Status::Ok
     }
 
     /// The stored value of `key`, writable in place: the handle the
@@ -981,178 +354,66 @@ impl Engine {
             lines: self.acct.totals(),
         }
     }
+}
 
-    /// Calls `f(key, value)` for every stored KV (off the hot path; order
-    /// unspecified).
-    pub fn for_each(&self, mut f: impl FnMut(&[u8], &[u8])) {
-        let mem = self.region.as_slice();
-        for i in 0..self.nbuckets as usize {
-            let mut off = i * BUCKET_BYTES;
-            loop {
-                let b = bucket_ref(mem, off);
-                let m = Meta::load(b);
-                let mut starts = m.starts();
-                while starts != 0 {
-                    let s = starts.trailing_zeros();
-                    starts &= starts - 1;
-                    match m.decode(b, s).kind {
-                        EntryKind::Inline { klen, vlen, .. } => {
-                            let at = bucket::inline_offset(s);
-                            let (k, v) = (klen as usize, vlen as usize);
-                            f(&b[at..at + k], &b[at + k..at + k + v]);
-                        }
-                        EntryKind::Ptr { unit, .. } => {
-                            let r = (unit as usize) << UNIT_SHIFT;
-                            let (hl, k, v) = rec_header(mem, r);
-                            f(&mem[r + hl..r + hl + k], &mem[r + hl + k..r + hl + k + v]);
-                        }
-                    }
-                }
-                let c = m.chain();
-                if c == 0 {
-                    break;
-                }
-                off = (c as usize) << UNIT_SHIFT;
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn engine() -> Engine {
+        let cfg = EngineConfig {
+            mem_bytes: 1 << 20,
+            ..EngineConfig::default()
+        };
+        Engine::new(Region::owned(cfg.mem_bytes), &cfg).unwrap()
     }
 
-    /// Full consistency audit (tests, debugging; allocates): every slab unit
-    /// is exactly one of live record, chained bucket, worker-cached, shared
-    /// free or frontier; free blocks are aligned; counters match the index;
-    /// every key sits in the chain of its own hash. Holds the pool lock
-    /// (taken when no merge has blocks detached) for the whole audit.
-    pub fn check_invariants(&self) -> Result<(), String> {
-        let mem = self.region.as_slice();
-        let pool = self.slab.pool.lock_quiescent();
-        let (base, end) = pool.bounds();
-        let mut spans: Vec<(u32, u32, &'static str)> = Vec::new();
-        let (mut kvs, mut bytes, mut chained) = (0u64, 0u64, 0u64);
-        let mut allocated = [0u64; MAX_CLASSES];
-        for i in 0..self.nbuckets as usize {
-            let mut off = i * BUCKET_BYTES;
-            let mut hops = 0u64;
-            loop {
-                let b = bucket_ref(mem, off);
-                let m = Meta::load(b);
-                if m.starts() & !m.occupied() != 0 {
-                    return Err(format!("bucket {off}: start bit on a free slot"));
-                }
-                let cont = m.occupied() & !m.starts();
-                if cont & !(m.occupied() << 1) != 0 {
-                    return Err(format!(
-                        "bucket {off}: continuation slot without an entry start"
-                    ));
-                }
-                let mut starts = m.starts();
-                while starts != 0 {
-                    let s = starts.trailing_zeros();
-                    starts &= starts - 1;
-                    let e = m.decode(b, s);
-                    let (k, key) = match e.kind {
-                        EntryKind::Inline { klen, vlen, .. } => {
-                            let at = bucket::inline_offset(s);
-                            if bucket::inline_slots(klen as usize + vlen as usize) != u32::from(e.n)
-                            {
-                                return Err(format!(
-                                    "bucket {off} slot {s}: inline length mismatch"
-                                ));
-                            }
-                            bytes += u64::from(klen) + u64::from(vlen);
-                            (klen as usize, &b[at..at + klen as usize])
-                        }
-                        EntryKind::Ptr { unit, class, .. } => {
-                            let c = class as usize;
-                            if c >= self.nclasses || unit < base || unit + (1 << c) > end {
-                                return Err(format!(
-                                    "bucket {off} slot {s}: bad pointer {unit} class {c}"
-                                ));
-                            }
-                            let r = (unit as usize) << UNIT_SHIFT;
-                            let (hl, k, v) = rec_header(mem, r);
-                            if hl != rec_hdr_len(k, v) || hl + k + v > class_bytes(c) {
-                                return Err(format!("record at {r} overflows its class"));
-                            }
-                            spans.push((unit, unit + (1 << c), "record"));
-                            allocated[c] += 1;
-                            bytes += (k + v) as u64;
-                            (k, &mem[r + hl..r + hl + k])
-                        }
-                    };
-                    debug_assert_eq!(k, key.len());
-                    if self.bucket_off(key_hash(key)) != i * BUCKET_BYTES {
-                        return Err(format!("key in bucket chain {i} hashes elsewhere"));
-                    }
-                    kvs += 1;
-                }
-                let c = m.chain();
-                if c == 0 {
-                    break;
-                }
-                if c < base || c + 2 > end || (c - base) % 2 != 0 {
-                    return Err(format!("bad chain pointer {c}"));
-                }
-                spans.push((c, c + 2, "chained bucket"));
-                allocated[CHAIN_CLASS] += 1;
-                chained += 1;
-                hops += 1;
-                if hops > u64::from(end) {
-                    return Err("chain cycle".into());
-                }
-                off = (c as usize) << UNIT_SHIFT;
-            }
+    #[test]
+    fn get_errors_copy_nothing_and_count() {
+        let mut e = engine();
+        assert_eq!(e.put(b"k", b"twelve bytes"), Status::Ok);
+        let mut out = [0xaau8; 11];
+        assert_eq!(e.get(b"k", &mut out), Err(Status::BufferTooSmall));
+        assert_eq!(out, [0xaa; 11], "copied into a short buffer");
+        assert_eq!(e.get(b"other", &mut out), Err(Status::NotFound));
+        let long = [1u8; KEY_LEN_LIMIT + 1];
+        assert_eq!(e.get(&long, &mut out), Err(Status::KeyTooLarge));
+        let mut exact = [0u8; 12];
+        assert_eq!(e.get(b"k", &mut exact), Ok(12));
+        assert_eq!(&exact, b"twelve bytes");
+        let ops = e.op_counters();
+        assert_eq!((ops.gets, ops.get_hits, ops.refused), (4, 2, 2));
+    }
+
+    #[test]
+    fn size_limits() {
+        let mut e = engine();
+        assert_eq!((e.max_key_len(), e.max_value_len()), (255, 4092));
+        let key = [7u8; 255];
+        assert_eq!(e.put(&key, b"v"), Status::Ok);
+        assert_eq!(e.put(&[7u8; 256], b"v"), Status::KeyTooLarge);
+        assert_eq!(e.delete(&[7u8; 256]), Status::KeyTooLarge);
+        // Long header (4 B) + key + value must fit the 4 KiB class.
+        assert_eq!(e.put(b"", &[1u8; 4092]), Status::Ok);
+        assert_eq!(e.put(b"", &[1u8; 4093]), Status::ValueTooLarge);
+        assert_eq!(e.put(b"ab", &[1u8; 4091]), Status::ValueTooLarge);
+        assert_eq!(e.put(b"ab", &[1u8; 4090]), Status::Ok);
+        e.check_invariants().unwrap();
+    }
+
+    #[test]
+    fn lookup_mut_writes_in_place() {
+        let mut e = engine();
+        for (key, len) in [(&b"inline"[..], 4), (b"slab", 100)] {
+            assert_eq!(e.put(key, &vec![0u8; len]), Status::Ok);
+            let v = e.lookup_mut(key).expect("stored");
+            assert_eq!(v.len(), len);
+            v.fill(9);
+            let mut out = [0u8; 128];
+            assert_eq!(e.get(key, &mut out), Ok(len));
+            assert!(out[..len].iter().all(|&b| b == 9));
         }
-        let mut misaligned = None;
-        pool.for_each_free(|c, u| {
-            if (u - base) % (1 << c) != 0 {
-                misaligned = Some(u);
-            }
-            spans.push((u, u + (1 << c), "shared free"));
-        });
-        if let Some(u) = misaligned {
-            return Err(format!("misaligned free block {u}"));
-        }
-        for c in 0..self.nclasses {
-            for &u in self.cache.cached(c) {
-                spans.push((u, u + (1 << c), "worker cache"));
-            }
-        }
-        let (f, e) = pool.frontier_range();
-        if f < e {
-            spans.push((f, e, "frontier"));
-        }
-        spans.sort_unstable();
-        let mut total = 0u64;
-        for w in spans.windows(2) {
-            if w[0].1 > w[1].0 {
-                return Err(format!("overlap: {:?} and {:?}", w[0], w[1]));
-            }
-        }
-        for s in &spans {
-            if s.0 < base || s.1 > end {
-                return Err(format!("span outside slab: {s:?}"));
-            }
-            total += u64::from(s.1 - s.0);
-        }
-        if total != pool.capacity_units() {
-            return Err(format!(
-                "slab units accounted {total} != capacity {}",
-                pool.capacity_units()
-            ));
-        }
-        if kvs != self.stored_kvs || bytes != self.stored_bytes || chained != self.chained {
-            return Err(format!(
-                "counters: kvs {kvs}/{} bytes {bytes}/{} chained {chained}/{}",
-                self.stored_kvs, self.stored_bytes, self.chained
-            ));
-        }
-        if allocated[..self.nclasses] != self.cache.allocated[..self.nclasses] {
-            return Err(format!(
-                "allocated per class {:?} != {:?}",
-                &allocated[..self.nclasses],
-                &self.cache.allocated[..self.nclasses]
-            ));
-        }
-        Ok(())
+        assert!(e.lookup_mut(b"missing").is_none());
+        assert!(e.lookup_mut(&[0u8; 300]).is_none());
     }
 }

@@ -17,37 +17,22 @@ fn mum(a: u64, b: u64) -> u64 {
     (r as u64) ^ ((r >> 64) as u64)
 }
 
-/// A little-endian `u32` of `k` at `at`, without a bounds check.
-///
-/// # Safety
-///
-/// `at + 4 <= k.len()`.
+/// The little-endian `u32` of `k` at `at`. Panics if `at + 4 > k.len()`;
+/// [`key_hash`] reads only at offsets its length tests put in bounds (a
+/// constant offset into a key of known length, or 0 and `len - 4` with
+/// `len >= 4`), so the compiler drops the check.
 #[inline(always)]
-unsafe fn r4u(k: &[u8], at: usize) -> u64 {
-    debug_assert!(at + 4 <= k.len());
-    // SAFETY: the caller guarantees `at + 4 <= k.len()`.
-    let w = unsafe { k.as_ptr().add(at).cast::<u32>().read_unaligned() };
-    u64::from(u32::from_le(w))
+fn r4(k: &[u8], at: usize) -> u64 {
+    u64::from(u32::from_le_bytes(
+        <[u8; 4]>::try_from(&k[at..at + 4]).expect("4 bytes"),
+    ))
 }
 
-/// A little-endian `u64` of `k` at `at`, without a bounds check.
-///
-/// # Safety
-///
-/// `at + 8 <= k.len()`.
-#[inline(always)]
-unsafe fn r8u(k: &[u8], at: usize) -> u64 {
-    debug_assert!(at + 8 <= k.len());
-    // SAFETY: the caller guarantees `at + 8 <= k.len()`.
-    let w = unsafe { k.as_ptr().add(at).cast::<u64>().read_unaligned() };
-    u64::from_le(w)
-}
-
+/// The little-endian `u64` of `k` at `at`. Panics if `at + 8 > k.len()`
+/// (checks dropped as for [`r4`], except in the loop over long keys).
 #[inline(always)]
 fn r8(k: &[u8], at: usize) -> u64 {
-    let mut b = [0u8; 8];
-    b.copy_from_slice(&k[at..at + 8]);
-    u64::from_le_bytes(b)
+    u64::from_le_bytes(<[u8; 8]>::try_from(&k[at..at + 8]).expect("8 bytes"))
 }
 
 /// 64-bit hash of a key (wyhash final-v4 structure, fixed seed).
@@ -64,21 +49,19 @@ pub fn key_hash(key: &[u8]) -> u64 {
             // The general 4..=16 case below with q = 4, as two 8-byte loads:
             // r4(0) << 32 | r4(4) is the word at 0 rotated by 32, and
             // r4(len - 4) << 32 | r4(len - 8) is the word at len - 8.
-            // SAFETY: 8 <= len, so both 8-byte reads, at 0 and at len - 8,
-            // lie inside `key`.
-            unsafe {
-                a = r8u(key, 0).rotate_left(32);
-                b = r8u(key, len - 8);
-            }
+            // 8 <= len: both reads, at 0 and at len - 8, are in bounds.
+            a = r8(key, 0).rotate_left(32);
+            b = r8(key, len - 8);
+        } else if len == 16 {
+            // The general case with q = (len >> 3) << 2 = 8: reads at 0, q,
+            // len - 4 and len - 4 - q, constant offsets of a 16-byte key.
+            a = (r4(key, 0) << 32) | r4(key, 8);
+            b = (r4(key, 12) << 32) | r4(key, 4);
         } else if len >= 4 {
-            let q = (len >> 3) << 2;
-            // SAFETY: 4 <= len <= 16 here, so q = 0 (len < 8), 4 (len < 16)
-            // or 8 (len = 16) and q <= len - 4: every offset read, 0, q,
-            // len - 4 and len - 4 - q, is in 0..=len - 4.
-            unsafe {
-                a = (r4u(key, 0) << 32) | r4u(key, q);
-                b = (r4u(key, len - 4) << 32) | r4u(key, len - 4 - q);
-            }
+            // 4 <= len < 8: q = 0, so the reads are at 0 and len - 4 (twice).
+            let (x, y) = (r4(key, 0), r4(key, len - 4));
+            a = (x << 32) | x;
+            b = (y << 32) | y;
         } else if len > 0 {
             a = (u64::from(key[0]) << 16)
                 | (u64::from(key[len >> 1]) << 8)

@@ -7,11 +7,14 @@
 //! * [`bucket`]: the bucket layout (10 slots of 5 B, inline KVs, chaining);
 //! * [`slab`]: the slab allocator (worker cache + shared pool, split, merge);
 //! * [`service`]: [`SlabService`], the shared pool served from another thread;
-//! * [`engine`]: get / put / delete / `lookup_mut` over the index;
+//! * [`engine`]: get / put / delete / `lookup_mut` over the index (split
+//!   into lookup, record format, updates and whole-index walks);
 //! * [`batch`]: group-prefetching batched execution;
 //! * [`accounting`]: distinct-cache-line counting (feature `accounting`);
 //! * [`hash`]: [`key_hash`], shared with clients for partition steering;
-//! * [`config`], [`region`], [`stats`]: parameters, memory, counters.
+//! * [`config`], [`region`], [`stats`]: parameters, memory, counters;
+//! * [`Status`]: operation outcomes, with their wire status
+//!   (`From<Status> for kvwire::Status`).
 //!
 //! Layout, limits, the prefetch pipeline and measured figures are in
 //! `docs/ENGINE.md`.
@@ -29,6 +32,7 @@
 //! No operation panics on any key or value size and the hot path (get, put,
 //! delete, `execute_batch`) does not allocate.
 #![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 #![warn(missing_docs)]
 
 pub mod accounting;
@@ -41,6 +45,7 @@ pub mod region;
 pub mod service;
 pub mod slab;
 pub mod stats;
+mod status;
 
 pub use accounting::{LineStats, OpClass};
 pub use config::{ConfigError, EngineConfig};
@@ -50,39 +55,7 @@ pub use region::Region;
 pub use service::SlabService;
 pub use slab::{BalanceReport, MergeReport, PoolLevels, WorkerContention};
 pub use stats::{ClassStats, EngineStats, OpCounters};
-
-/// Outcome of an operation (one byte on the wire).
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Status {
-    /// Success.
-    Ok = 0,
-    /// GET/DELETE of a key that is not stored.
-    NotFound = 1,
-    /// PUT could not get memory; the store is unchanged.
-    OutOfMemory = 2,
-    /// Key longer than [`Engine::max_key_len`].
-    KeyTooLarge = 3,
-    /// Key + value too large for the largest slab class.
-    ValueTooLarge = 4,
-    /// The caller's output buffer is shorter than the value.
-    BufferTooSmall = 5,
-}
-
-impl Status {
-    /// Decodes a wire byte.
-    pub fn from_u8(b: u8) -> Option<Status> {
-        Some(match b {
-            0 => Status::Ok,
-            1 => Status::NotFound,
-            2 => Status::OutOfMemory,
-            3 => Status::KeyTooLarge,
-            4 => Status::ValueTooLarge,
-            5 => Status::BufferTooSmall,
-            _ => return None,
-        })
-    }
-}
+pub use status::Status;
 
 /// Operation kind of a [`BatchOp`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -186,8 +186,9 @@ impl RegionView {
 impl Drop for Region {
     fn drop(&mut self) {
         if let Some(layout) = self.layout {
-            // SAFETY: ptr came from `alloc_zeroed(layout)` in `owned` and is
-            // freed exactly once, here.
+            // SAFETY: `layout` is `Some` only for a region made by `owned`,
+            // whose ptr came from `alloc(layout)` with this same layout; drop
+            // runs once, so it is freed exactly once.
             unsafe { dealloc(self.ptr.as_ptr(), layout) }
         }
     }
