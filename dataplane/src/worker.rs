@@ -113,21 +113,27 @@ impl TxFrame for TxMbuf {
     }
 }
 
-/// Frames waiting for the NIC: up to `TX_QUEUE` mbufs drained in bursts.
-struct TxPending {
+/// The worker's transmit side: response mbufs from the pool, and frames waiting for
+/// the NIC (up to `TX_QUEUE`, drained in bursts). It is the server's [`TxSink`].
+struct TxSide<'a> {
+    txq: TxQueue,
+    pool: &'a Mempool,
+    stats: &'a WorkerStats,
+    /// Bytes of a response frame at the MTU.
+    frame_cap: usize,
     burst: MbufBurst<TX_QUEUE>,
     /// TSC of the last flush that moved a frame (or found nothing to move).
     last_progress: u64,
 }
 
-impl TxPending {
+impl TxSide<'_> {
     /// Queues a frame; when the queue is full, tries the NIC once, then drops.
     #[inline]
-    fn push(&mut self, txq: &mut TxQueue, stats: &WorkerStats, m: Mbuf) {
+    fn push(&mut self, m: Mbuf) {
         if let Err(m) = self.burst.push(m) {
-            self.flush(txq, stats);
+            self.flush();
             if let Err(m) = self.burst.push(m) {
-                stats.drop(DropReason::TxFull);
+                self.stats.drop(DropReason::TxFull);
                 drop(m);
             }
         }
@@ -135,10 +141,10 @@ impl TxPending {
 
     /// Hands what the NIC takes to it; the rest stays queued for the next flush.
     #[inline]
-    fn flush(&mut self, txq: &mut TxQueue, stats: &WorkerStats) {
+    fn flush(&mut self) {
         if !self.burst.is_empty() {
-            let sent = txq.tx_burst(&mut self.burst);
-            stats.tx_packets.add(sent as u64);
+            let sent = self.txq.tx_burst(&mut self.burst);
+            self.stats.tx_packets.add(sent as u64);
             if sent > 0 {
                 self.last_progress = tsc::now();
             }
@@ -146,24 +152,28 @@ impl TxPending {
     }
 
     /// Frees everything queued (the peer stopped taking frames), counting `TxFull`.
-    fn discard(&mut self, stats: &WorkerStats) {
+    fn discard(&mut self) {
         let n = self.burst.len();
         self.burst.clear();
-        stats.drops[DropReason::TxFull.index()].add(n as u64);
+        self.stats.drops[DropReason::TxFull.index()].add(n as u64);
+    }
+
+    /// At exit: gives queued frames a last chance, then frees what the NIC will not
+    /// take (counted as `TxFull`).
+    fn close(mut self) {
+        for _ in 0..1000 {
+            if self.burst.is_empty() {
+                break;
+            }
+            self.flush();
+        }
+        let (sent, dropped) = self.txq.tx_burst_or_free(&mut self.burst);
+        self.stats.tx_packets.add(sent as u64);
+        self.stats.drops[DropReason::TxFull.index()].add(dropped as u64);
     }
 }
 
-/// The worker's transmit side: mbufs from the pool, finished frames queued for the NIC.
-struct MbufSink<'a> {
-    pool: &'a Mempool,
-    /// Bytes of a response frame at the MTU.
-    frame_cap: usize,
-    tx: &'a mut TxPending,
-    txq: &'a mut TxQueue,
-    stats: &'a WorkerStats,
-}
-
-impl TxSink for MbufSink<'_> {
+impl TxSink for TxSide<'_> {
     type Frame = TxMbuf;
 
     #[inline]
@@ -175,13 +185,13 @@ impl TxSink for MbufSink<'_> {
 
     #[inline]
     fn send(&mut self, frame: TxMbuf) {
-        self.tx.push(self.txq, self.stats, frame.0);
+        self.push(frame.0);
     }
 }
 
 /// Serves the frames of `rx` (this worker's requests) and queues the responses.
 #[inline]
-fn serve(store: &mut Store, rx: &mut MbufBurst<MAX_BURST>, tx: &mut MbufSink<'_>) {
+fn serve(store: &mut Store, rx: &mut MbufBurst<MAX_BURST>, tx: &mut TxSide<'_>) {
     let n = rx.len();
     if n == 0 {
         return;
@@ -202,7 +212,7 @@ fn serve(store: &mut Store, rx: &mut MbufBurst<MAX_BURST>, tx: &mut MbufSink<'_>
 pub fn run(
     mut store: Store,
     mut rxq: RxQueue,
-    mut txq: TxQueue,
+    txq: TxQueue,
     mut handoff: Handoff,
     pool: &Mempool,
     stats: &WorkerStats,
@@ -216,7 +226,11 @@ pub fn run(
     let check_ticks = hz / 100; // look at the clock/quit flag every 10 ms
     let frame_cap = response_frame_len(response_payload_capacity(DEFAULT_MTU));
     let mut rx = MbufBurst::<MAX_BURST>::new();
-    let mut tx = TxPending {
+    let mut tx = TxSide {
+        txq,
+        pool,
+        stats,
+        frame_cap,
         burst: MbufBurst::new(),
         last_progress: tsc::now(),
     };
@@ -241,23 +255,13 @@ pub fn run(
                         dst.swap_with_slice(&mut src[..6]);
                     }
                     stats.echoed.inc();
-                    tx.push(&mut txq, stats, m);
+                    tx.push(m);
                 }
             } else {
                 if handoff.n > 1 {
                     handoff.steer(&mut rx, stats);
                 }
-                serve(
-                    &mut store,
-                    &mut rx,
-                    &mut MbufSink {
-                        pool,
-                        frame_cap,
-                        tx: &mut tx,
-                        txq: &mut txq,
-                        stats,
-                    },
-                );
+                serve(&mut store, &mut rx, &mut tx);
             }
         }
         // Requests other workers received for this partition.
@@ -267,29 +271,19 @@ pub fn run(
         };
         if handed > 0 {
             stats.handed_in.add(handed as u64);
-            serve(
-                &mut store,
-                &mut rx,
-                &mut MbufSink {
-                    pool,
-                    frame_cap,
-                    tx: &mut tx,
-                    txq: &mut txq,
-                    stats,
-                },
-            );
+            serve(&mut store, &mut rx, &mut tx);
         }
         let n = n + handed;
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx
         // burst is the batch); the timer retries what the NIC did not take.
         if n > 0 || tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
-            tx.flush(&mut txq, stats);
+            tx.flush();
             last_drain = now;
             if tx.burst.is_empty() {
                 tx.last_progress = now;
             } else if now.wrapping_sub(tx.last_progress) > stall_ticks {
-                tx.discard(stats);
+                tx.discard();
                 tx.last_progress = now;
             }
         }
@@ -309,18 +303,7 @@ pub fn run(
             }
         }
     }
-    // Give queued responses a last chance, then free what the NIC will not take.
-    for _ in 0..1000 {
-        if tx.burst.is_empty() {
-            break;
-        }
-        tx.flush(&mut txq, stats);
-    }
-    let (sent, dropped) = txq.tx_burst_or_free(&mut tx.burst);
-    stats.tx_packets.add(sent as u64);
-    for _ in 0..dropped {
-        stats.drop(DropReason::TxFull);
-    }
+    tx.close();
     store
 }
 

@@ -20,6 +20,21 @@ fn server(mem: usize) -> Server {
     Server::new(identity(), &[(QPN, RKEY), (18, 99)], common::engine(mem))
 }
 
+/// A request with one PUT "a" = "1".
+fn put_a(batch_id: u32, psn: u32) -> Vec<u8> {
+    request(
+        &[KvOp::Put {
+            key: b"a",
+            value: b"1",
+        }],
+        batch_id,
+        QPN,
+        RKEY,
+        VA,
+        psn,
+    )
+}
+
 /// (batch id, first index, more, results) of a response frame.
 type Decoded = (u32, u16, bool, Vec<(Status, Vec<u8>)>);
 
@@ -217,17 +232,7 @@ fn bad_op_answered_with_status_later_ops_not_run() {
 fn op_count_larger_than_payload_is_malformed() {
     let mut s = server(1 << 20);
     let st = WorkerStats::default();
-    let mut f = request(
-        &[KvOp::Put {
-            key: b"a",
-            value: b"1",
-        }],
-        5,
-        QPN,
-        RKEY,
-        VA,
-        0,
-    );
+    let mut f = put_a(5, 0);
     // Batch header op count (bytes 2..4 of the payload) → 3.
     f[REQUEST_HEADER_LEN + 2..REQUEST_HEADER_LEN + 4].copy_from_slice(&3u16.to_be_bytes());
     finalize(&mut f).unwrap();
@@ -280,17 +285,7 @@ fn large_results_split_over_frames() {
 fn no_mbuf_is_counted_not_fatal() {
     let mut s = server(1 << 20);
     let st = WorkerStats::default();
-    let f = request(
-        &[KvOp::Put {
-            key: b"a",
-            value: b"1",
-        }],
-        1,
-        QPN,
-        RKEY,
-        VA,
-        0,
-    );
+    let f = put_a(1, 0);
     let mut tx = VecSink::with_budget(0);
     s.handle_burst(&[&f], &st, &mut tx);
     assert!(tx.sent.is_empty());
@@ -302,19 +297,6 @@ fn no_mbuf_is_counted_not_fatal() {
 /// answers has run all the same.
 #[test]
 fn response_failures_have_distinct_reasons() {
-    let put = |n: u32| {
-        request(
-            &[KvOp::Put {
-                key: b"a",
-                value: b"1",
-            }],
-            n,
-            QPN,
-            RKEY,
-            VA,
-            n,
-        )
-    };
     // A tx buffer shorter than the response frame.
     let mut s = server(1 << 20);
     let st = WorkerStats::default();
@@ -322,7 +304,7 @@ fn response_failures_have_distinct_reasons() {
         frame_size: 40,
         ..VecSink::default()
     };
-    s.handle_burst(&[&put(1)], &st, &mut tx);
+    s.handle_burst(&[&put_a(1, 1)], &st, &mut tx);
     assert!(tx.sent.is_empty());
     assert_eq!(st.drops[DropReason::TxBufferTooSmall.index()].get(), 1);
     assert_eq!(total_drops(&st), 1);
@@ -332,7 +314,7 @@ fn response_failures_have_distinct_reasons() {
     id.mtu = 40;
     let mut s = Server::new(id, &[(QPN, RKEY)], common::engine(1 << 20));
     let st = WorkerStats::default();
-    let out = run(&mut s, &st, &[put(1)]);
+    let out = run(&mut s, &st, &[put_a(1, 1)]);
     assert!(out.is_empty());
     assert_eq!(st.drops[DropReason::MtuTooSmall.index()].get(), 1);
     assert_eq!(total_drops(&st), 1);
@@ -360,6 +342,68 @@ fn broadcast_request_answered_from_own_address() {
     assert_eq!(r.dst_mac, common::CLIENT_MAC);
     assert_eq!(r.src_ip, common::SERVER_IP);
     assert_eq!(r.dst_ip, common::CLIENT_IP);
+}
+
+/// The statuses the server decides itself, apart from the engine and the station:
+/// a key of another partition (`WRONG_PARTITION`, nothing done) and a result that does
+/// not fit one response frame (`RESPONSE_TOO_LARGE`, the op applied).
+#[test]
+fn wrong_partition_and_response_too_large() {
+    // Partition 0 of 2: find a key of each partition.
+    let mut s = server(1 << 20);
+    s.set_partition(0, 2);
+    let part = |k: &[u8]| kvwire::partition::partition_of_hash(kvengine::key_hash(k), 2);
+    let keys: Vec<[u8; 1]> = (b'a'..=b'z').map(|c| [c]).collect();
+    let mine = keys.iter().find(|k| part(&k[..]) == 0).unwrap();
+    let other = keys.iter().find(|k| part(&k[..]) == 1).unwrap();
+    let st = WorkerStats::default();
+    let ops = [
+        KvOp::Put {
+            key: other,
+            value: b"x",
+        },
+        KvOp::Put {
+            key: mine,
+            value: b"y",
+        },
+        KvOp::Get { key: other },
+    ];
+    let out = run(&mut s, &st, &[request(&ops, 1, QPN, RKEY, VA, 0)]);
+    assert_eq!(
+        decode(&out[0]).3,
+        vec![
+            (Status::WrongPartition, vec![]),
+            (Status::Ok, vec![]),
+            (Status::WrongPartition, vec![])
+        ]
+    );
+    assert_eq!(st.puts.get(), 1, "the foreign PUT was not executed");
+
+    // A server whose MTU is smaller than the client's: a 1000 B value is stored, but
+    // reading it back cannot fit one of the server's response frames.
+    let mut id = identity();
+    id.mtu = 600;
+    let mut s = Server::new(id, &[(QPN, RKEY)], common::engine(1 << 20));
+    let st = WorkerStats::default();
+    let big = vec![7u8; 1000];
+    let ops = [
+        KvOp::Put {
+            key: b"big",
+            value: &big,
+        },
+        KvOp::Get { key: b"big" },
+    ];
+    let out = run(&mut s, &st, &[request(&ops, 2, QPN, RKEY, VA, 0)]);
+    let results: Vec<_> = out.iter().flat_map(|f| decode(f).3).collect();
+    assert_eq!(
+        results,
+        vec![(Status::Ok, vec![]), (Status::ResponseTooLarge, vec![])]
+    );
+    assert!(
+        out.iter().all(|f| f.len() <= 600 + 14),
+        "frames within the MTU"
+    );
+    assert_eq!(st.op_errors.get(), 1);
 }
 
 #[test]
