@@ -3,8 +3,8 @@
 //! The server does not know about mbufs. It asks a [`TxSink`] for an empty
 //! [`TxFrame`], writes one response frame into it and hands it back. In the dataplane
 //! the sink allocates mbufs from the port's pool and queues them for the NIC
-//! (`worker.rs`); in tests and benchmarks it is a `Vec` ([`FnSink`] turns two
-//! closures into a sink).
+//! (`worker.rs`); in the tests and the `server_scale` benchmark it collects frames in
+//! a `Vec` (`tests/common`).
 
 /// A buffer a response frame is written into (an mbuf in the dataplane, a `Vec` in
 /// tests).
@@ -24,26 +24,4 @@ pub trait TxSink {
     fn alloc(&mut self) -> Option<Self::Frame>;
     /// Takes a finished frame (responses arrive in the order they must be sent).
     fn send(&mut self, frame: Self::Frame);
-}
-
-/// A [`TxSink`] made of two closures: `alloc` and `send`.
-pub struct FnSink<A, S>(pub A, pub S);
-
-impl<B, A, S> TxSink for FnSink<A, S>
-where
-    B: TxFrame,
-    A: FnMut() -> Option<B>,
-    S: FnMut(B),
-{
-    type Frame = B;
-
-    #[inline]
-    fn alloc(&mut self) -> Option<B> {
-        (self.0)()
-    }
-
-    #[inline]
-    fn send(&mut self, frame: B) {
-        (self.1)(frame)
-    }
 }

@@ -356,16 +356,24 @@ impl Engine {
     }
 }
 
+/// An engine over `mem_bytes` of heap memory with hash index ratio `ratio`, the other
+/// parameters default: the engine modules' unit tests share it.
+#[cfg(test)]
+pub(crate) fn test_engine(mem_bytes: usize, ratio: f64) -> Engine {
+    let cfg = EngineConfig {
+        mem_bytes,
+        hash_index_ratio: ratio,
+        ..EngineConfig::default()
+    };
+    Engine::new(Region::owned(mem_bytes), &cfg).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn engine() -> Engine {
-        let cfg = EngineConfig {
-            mem_bytes: 1 << 20,
-            ..EngineConfig::default()
-        };
-        Engine::new(Region::owned(cfg.mem_bytes), &cfg).unwrap()
+        test_engine(1 << 20, EngineConfig::default().hash_index_ratio)
     }
 
     #[test]

@@ -344,16 +344,9 @@ mod tests {
     use super::*;
     use crate::bucket::EntryKind;
     use crate::hash::key_hash;
-    use crate::{EngineConfig, Region, Status};
+    use crate::Status;
 
-    fn engine(mem_bytes: usize, ratio: f64) -> Engine {
-        let cfg = EngineConfig {
-            mem_bytes,
-            hash_index_ratio: ratio,
-            ..EngineConfig::default()
-        };
-        Engine::new(Region::owned(mem_bytes), &cfg).unwrap()
-    }
+    use crate::engine::test_engine as engine;
 
     fn lookup(e: &mut Engine, key: &[u8]) -> Option<Hit> {
         e.find_hit(key, key_hash(key))

@@ -403,16 +403,9 @@ mod tests {
     use crate::bucket::EntryKind;
     use crate::hash::key_hash;
     use crate::slab::class_for;
-    use crate::{Engine, EngineConfig, Region, Status};
+    use crate::{Engine, Status};
 
-    fn engine(mem_bytes: usize, ratio: f64) -> Engine {
-        let cfg = EngineConfig {
-            mem_bytes,
-            hash_index_ratio: ratio,
-            ..EngineConfig::default()
-        };
-        Engine::new(Region::owned(mem_bytes), &cfg).unwrap()
-    }
+    use crate::engine::test_engine as engine;
 
     fn read(e: &mut Engine, key: &[u8]) -> Option<Vec<u8>> {
         let mut out = vec![0u8; e.max_value_len()];

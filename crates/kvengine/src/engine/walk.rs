@@ -186,18 +186,13 @@ impl Engine {
 mod tests {
     use super::super::lookup::{bucket_mut, locate};
     use super::*;
-    use crate::{EngineConfig, Region, Status};
+    use crate::Status;
     use std::collections::BTreeMap;
 
     /// An engine with four primary buckets holding inline, slab and
     /// chained entries, and the model of its content.
     fn filled() -> (Engine, BTreeMap<Vec<u8>, Vec<u8>>) {
-        let cfg = EngineConfig {
-            mem_bytes: 1 << 16,
-            hash_index_ratio: 0.004,
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(Region::owned(cfg.mem_bytes), &cfg).unwrap();
+        let mut e = crate::engine::test_engine(1 << 16, 0.004);
         assert_eq!(e.nbuckets, 4);
         let mut model = BTreeMap::new();
         for i in 0..48u32 {
