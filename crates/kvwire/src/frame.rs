@@ -34,7 +34,7 @@ const UDP_OFF: usize = IP_OFF + ipv4::HEADER_LEN;
 /// Offset of the BTH in a frame.
 const BTH_OFF: usize = UDP_OFF + udp::HEADER_LEN;
 /// Offset of the extension header (RETH/DETH) in a frame.
-const EXT_OFF: usize = BTH_OFF + ib::BTH_LEN;
+pub(crate) const EXT_OFF: usize = BTH_OFF + ib::BTH_LEN;
 
 /// Pad bytes needed to bring `payload_len` to a multiple of 4.
 #[inline]
@@ -111,7 +111,8 @@ pub enum DropReason {
     BadVa,
     /// (caller) Q_Key mismatch on a response.
     BadQKey,
-    /// (caller) PSN older than expected: dropped, not executed again.
+    /// (caller) PSN older than the window behind the expected one: dropped, not
+    /// executed again.
     PsnDuplicate,
     /// (caller) The KV batch payload header is malformed.
     BadPayload,
@@ -129,11 +130,26 @@ pub enum DropReason {
     ResponseEncode,
     /// (caller) A request for another partition's worker found its hand-off ring full.
     HandoffFull,
+    /// A CONNECT whose payload is not a valid protocol v2 CONNECT.
+    BadConnect,
+    /// (caller) A request on a QP with no connection (answered NAK "invalid request").
+    NotConnected,
+    /// (caller) A request ahead of the expected PSN (go-back-N: not served; the first
+    /// of a gap is answered NAK "PSN sequence error").
+    PsnAhead,
+    /// (caller) A CONNECT with a nonce older than the QP's current incarnation.
+    StaleConnect,
+    /// (caller) A duplicate request inside the window whose cached response was
+    /// overwritten (not executed again, not answered).
+    ReplayMissing,
+    /// (caller) A request refused because the transmit side is overloaded (answered
+    /// RNR NAK).
+    Overloaded,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 27;
+    pub const COUNT: usize = 33;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -163,6 +179,12 @@ impl DropReason {
         DropReason::TxBufferTooSmall,
         DropReason::ResponseEncode,
         DropReason::HandoffFull,
+        DropReason::BadConnect,
+        DropReason::NotConnected,
+        DropReason::PsnAhead,
+        DropReason::StaleConnect,
+        DropReason::ReplayMissing,
+        DropReason::Overloaded,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -199,6 +221,12 @@ impl DropReason {
             DropReason::TxBufferTooSmall => "tx_buffer_too_small",
             DropReason::ResponseEncode => "response_encode",
             DropReason::HandoffFull => "handoff_full",
+            DropReason::BadConnect => "bad_connect",
+            DropReason::NotConnected => "not_connected",
+            DropReason::PsnAhead => "psn_ahead",
+            DropReason::StaleConnect => "stale_connect",
+            DropReason::ReplayMissing => "replay_missing",
+            DropReason::Overloaded => "overloaded",
         }
     }
 }
@@ -353,23 +381,28 @@ pub struct Response<'a> {
 }
 
 /// Fields common to both parsers.
-struct Parsed<'a> {
-    src_mac: MacAddr,
-    dst_mac: MacAddr,
-    src_ip: Ipv4Addr,
-    dst_ip: Ipv4Addr,
-    udp_src_port: u16,
-    pkey: u16,
-    dest_qp: u32,
-    psn: u32,
-    ack_req: bool,
+pub(crate) struct Parsed<'a> {
+    pub opcode: u8,
+    pub src_mac: MacAddr,
+    pub dst_mac: MacAddr,
+    pub src_ip: Ipv4Addr,
+    pub dst_ip: Ipv4Addr,
+    pub udp_src_port: u16,
+    pub pkey: u16,
+    pub dest_qp: u32,
+    pub psn: u32,
+    pub ack_req: bool,
     /// Extension header + payload + pad (ICRC excluded).
-    rest: &'a [u8],
-    pad: usize,
+    pub rest: &'a [u8],
+    pub pad: usize,
 }
 
 #[inline]
-fn parse_common(frame: &[u8], want_opcode: u8, check_icrc: bool) -> Result<Parsed<'_>, DropReason> {
+pub(crate) fn parse_common<'a>(
+    frame: &'a [u8],
+    want_opcodes: &[u8],
+    check_icrc: bool,
+) -> Result<Parsed<'a>, DropReason> {
     if frame.len() < EXT_OFF {
         return Err(DropReason::TooShort);
     }
@@ -404,7 +437,7 @@ fn parse_common(frame: &[u8], want_opcode: u8, check_icrc: bool) -> Result<Parse
         return Err(DropReason::TruncatedBth);
     }
     let bth = Bth::new_unchecked(udp_payload);
-    if bth.opcode() != want_opcode {
+    if !want_opcodes.contains(&bth.opcode()) {
         return Err(DropReason::BadBthOpcode);
     }
     if bth.tver() != 0 {
@@ -423,6 +456,7 @@ fn parse_common(frame: &[u8], want_opcode: u8, check_icrc: bool) -> Result<Parse
         }
     }
     Ok(Parsed {
+        opcode: bth.opcode(),
         src_mac: eth.src_addr(),
         dst_mac: eth.dst_addr(),
         src_ip: ip.src_addr(),
@@ -451,7 +485,13 @@ pub fn parse_request_unverified(frame: &[u8]) -> Result<Request<'_>, DropReason>
 
 #[inline]
 fn parse_request_inner(frame: &[u8], check_icrc: bool) -> Result<Request<'_>, DropReason> {
-    let p = parse_common(frame, opcode::RC_RDMA_WRITE_ONLY, check_icrc)?;
+    let p = parse_common(frame, &[opcode::RC_RDMA_WRITE_ONLY], check_icrc)?;
+    request_from_parsed(&p)
+}
+
+/// The request of a parsed RC RDMA WRITE Only frame (RETH checks).
+#[inline]
+pub(crate) fn request_from_parsed<'a>(p: &Parsed<'a>) -> Result<Request<'a>, DropReason> {
     if p.rest.len() < ib::RETH_LEN {
         return Err(DropReason::TruncatedReth);
     }
@@ -483,7 +523,12 @@ fn parse_request_inner(frame: &[u8], check_icrc: bool) -> Result<Request<'_>, Dr
 /// Parses and validates a response frame (UD SEND ONLY + DETH), including
 /// the ICRC. Q_Key/QP checks are the caller's.
 pub fn parse_response(frame: &[u8]) -> Result<Response<'_>, DropReason> {
-    let p = parse_common(frame, opcode::UD_SEND_ONLY, true)?;
+    let p = parse_common(frame, &[opcode::UD_SEND_ONLY], true)?;
+    response_from_parsed(&p)
+}
+
+/// The response of a parsed UD SEND Only frame (DETH checks).
+pub(crate) fn response_from_parsed<'a>(p: &Parsed<'a>) -> Result<Response<'a>, DropReason> {
     if p.rest.len() < ib::DETH_LEN {
         return Err(DropReason::TruncatedDeth);
     }
@@ -510,7 +555,7 @@ pub fn parse_response(frame: &[u8]) -> Result<Response<'_>, DropReason> {
 
 /// Writes Ethernet/IPv4/UDP/BTH for a frame of `frame_len` bytes; returns
 /// the IP packet slice's total length.
-fn emit_lower(
+pub(crate) fn emit_lower(
     buf: &mut [u8],
     p: &FrameParams,
     bth_opcode: u8,

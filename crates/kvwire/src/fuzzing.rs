@@ -7,6 +7,8 @@ use crate::{frame, payload};
 /// re-emits an equivalent frame, which must parse back to the same request.
 pub fn parse_request(data: &[u8]) {
     let _ = frame::parse_response(data);
+    let _ = crate::transport::parse_client_frame(data);
+    let _ = crate::transport::parse_server_frame(data);
     let _ = frame::parse_request_unverified(data);
     if let Ok(req) = frame::parse_request(data) {
         for op in payload::BatchReader::new(req.payload).into_iter().flatten() {

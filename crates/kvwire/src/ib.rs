@@ -25,8 +25,12 @@ use crate::view::{be16, be24, be32, be64, put_be24, view, Error};
 pub mod opcode {
     /// RC RDMA WRITE Only: a request (followed by RETH).
     pub const RC_RDMA_WRITE_ONLY: u8 = 0x0a;
-    /// UD SEND Only: a response (followed by DETH).
+    /// UD SEND Only: a response or a connection accept (followed by DETH).
     pub const UD_SEND_ONLY: u8 = 0x64;
+    /// RC SEND Only: a connection request (protocol v2, `crate::transport`).
+    pub const RC_SEND_ONLY: u8 = 0x04;
+    /// RC Acknowledge: an ACK, RNR NAK or NAK (followed by AETH).
+    pub const RC_ACKNOWLEDGE: u8 = 0x11;
 }
 
 /// Mask of a 24-bit QP number or PSN.
@@ -79,6 +83,8 @@ pub const BTH_LEN: usize = 12;
 pub const RETH_LEN: usize = 16;
 /// DETH length.
 pub const DETH_LEN: usize = 8;
+/// AETH (ACK Extended Transport Header) length: syndrome (1 B) + MSN (3 B).
+pub const AETH_LEN: usize = 4;
 /// Default partition key (full member, default partition).
 pub const DEFAULT_PKEY: u16 = 0xffff;
 

@@ -8,6 +8,7 @@
 //!   [`emit_request_headers`], [`emit_response_headers`], [`finalize`],
 //!   and the [`DropReason`] enum for every drop counter.
 //! * [`psn`]: 24-bit PSN arithmetic and a per-QP tracker.
+//! * [`transport`]: protocol v2's connection set-up and RC Acknowledge packets.
 //!
 //! # Panic contract
 //!
@@ -31,6 +32,7 @@ pub mod ipv4;
 pub mod partition;
 pub mod payload;
 pub mod psn;
+pub mod transport;
 pub mod udp;
 mod view;
 
@@ -48,4 +50,9 @@ pub use payload::{
     MAX_VALUE_LEN,
 };
 pub use psn::{PsnClass, PsnTracker};
+pub use transport::{
+    emit_accept, emit_ack, emit_connect, parse_client_frame, parse_server_frame, slot_size,
+    slot_va, Accept, AcceptFrame, AckFrame, ClientFrame, Connect, ConnectFrame, NakCode,
+    ServerFrame, Syndrome,
+};
 pub use view::Error as HeaderError;

@@ -1,0 +1,126 @@
+use super::*;
+use crate::frame::{emit_request_headers, parse_request};
+
+fn params() -> FrameParams {
+    FrameParams::new(
+        [2, 0, 0, 0, 0, 1],
+        [2, 0, 0, 0, 0, 2],
+        Ipv4Addr::new(10, 0, 0, 1),
+        Ipv4Addr::new(10, 0, 0, 2),
+        0xc000,
+    )
+}
+
+#[test]
+fn connect_round_trips_and_is_told_from_requests() {
+    let mut buf = [0u8; 128];
+    let c = Connect {
+        rkey: 0x1234_abcd,
+        nonce: 0x0102_0304_0506_0708,
+    };
+    let n = emit_connect(&mut buf, &params(), 17, 5, &c).unwrap();
+    assert_eq!(n, CONNECT_FRAME_LEN);
+    match parse_client_frame(&buf[..n]).unwrap() {
+        ClientFrame::Connect(f) => {
+            assert_eq!((f.dest_qp, f.psn, f.connect), (17, 5, c));
+        }
+        other => panic!("{other:?}"),
+    }
+    // Not a request, and not a response.
+    assert_eq!(parse_request(&buf[..n]), Err(DropReason::BadBthOpcode));
+    assert_eq!(
+        parse_server_frame(&buf[..n]).unwrap_err(),
+        DropReason::BadBthOpcode
+    );
+    // A corrupted payload byte fails the ICRC; a valid frame with a wrong kind is
+    // BadConnect.
+    let mut bad = buf;
+    bad[EXT_OFF + 2] = 9;
+    assert_eq!(
+        parse_client_frame(&bad[..n]).unwrap_err(),
+        DropReason::BadIcrc
+    );
+    finalize(&mut bad[..n]).unwrap();
+    assert_eq!(
+        parse_client_frame(&bad[..n]).unwrap_err(),
+        DropReason::BadConnect
+    );
+}
+
+#[test]
+fn requests_still_parse_through_the_classifier() {
+    let mut buf = [0u8; 128];
+    let h = emit_request_headers(&mut buf, &params(), 17, 9, 4096, 7, 4).unwrap();
+    buf[h..h + 4].copy_from_slice(b"abcd");
+    let n = finalize(&mut buf).unwrap();
+    match parse_client_frame(&buf[..n]).unwrap() {
+        ClientFrame::Request(r) => assert_eq!((r.psn, r.payload), (9, &b"abcd"[..])),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn accept_round_trips() {
+    let mut buf = [0u8; 128];
+    let a = Accept {
+        nonce: 42,
+        credits: 32,
+        request_psn: 0xff_fff0,
+        response_psn: 7,
+        slot_size: 32768,
+        region_va: 1 << 32,
+    };
+    let n = emit_accept(&mut buf, &params(), 17, 0x8001_0000, 1, &a).unwrap();
+    assert_eq!(n, ACCEPT_FRAME_LEN);
+    match parse_server_frame(&buf[..n]).unwrap() {
+        ServerFrame::Accept(f) => {
+            assert_eq!(
+                (f.dest_qp, f.qkey, f.src_qp, f.accept),
+                (17, 0x8001_0000, 1, a)
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn acks_round_trip_every_syndrome() {
+    let mut buf = [0u8; 128];
+    for s in [
+        Syndrome::Ack { credits: 31 },
+        Syndrome::RnrNak { timer: 14 },
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        Syndrome::Nak(NakCode::InvalidRequest),
+    ] {
+        let n = emit_ack(&mut buf, &params(), 17, 0xab_cdef, s, 0x12_3456).unwrap();
+        assert_eq!(n, ACK_FRAME_LEN);
+        match parse_server_frame(&buf[..n]).unwrap() {
+            ServerFrame::Ack(f) => assert_eq!(
+                f,
+                AckFrame {
+                    dest_qp: 17,
+                    psn: 0xab_cdef,
+                    syndrome: s,
+                    msn: 0x12_3456
+                }
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(Syndrome::from_byte(0x40), None, "reserved type 10");
+    assert_eq!(Syndrome::from_byte(0x65), None, "reserved NAK code");
+    assert_eq!(rnr_timer_micros(1), 10);
+    assert_eq!(rnr_timer_micros(0), 655_360);
+    assert_eq!(rnr_timer_micros(31), 491_520);
+}
+
+#[test]
+fn slots_follow_the_psn_across_the_wrap() {
+    let s = slot_size(1 << 20, 32);
+    assert_eq!(s, 32768);
+    assert_eq!(slot_va(1 << 32, s, 32, 0), 1 << 32);
+    assert_eq!(slot_va(1 << 32, s, 32, 33), (1 << 32) + s);
+    // 2^24 is a multiple of every power-of-two window: slot(2^24 - 1) + 1 == slot(0).
+    assert_eq!(slot_va(0, s, 32, 0xff_ffff), 31 * s);
+    assert_eq!(slot_size(100, 0), 0);
+}
