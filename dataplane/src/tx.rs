@@ -24,4 +24,10 @@ pub trait TxSink {
     fn alloc(&mut self) -> Option<Self::Frame>;
     /// Takes a finished frame (responses arrive in the order they must be sent).
     fn send(&mut self, frame: Self::Frame);
+    /// Whether the transmit side is overloaded (its queue towards the NIC is nearly
+    /// full): the server then refuses new requests with an RNR NAK instead of
+    /// executing them and dropping their responses.
+    fn backlogged(&self) -> bool {
+        false
+    }
 }
