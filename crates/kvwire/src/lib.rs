@@ -32,6 +32,8 @@ pub mod ipv4;
 pub mod partition;
 pub mod payload;
 pub mod psn;
+#[cfg(test)]
+mod test_util;
 pub mod transport;
 pub mod udp;
 mod view;

@@ -427,6 +427,51 @@ pub fn emit_ack(
     finalize(buf)
 }
 
+/// The worked example's addresses (`docs/PROTOCOL.md` §8): client → server.
+fn sample_params(to_server: bool) -> FrameParams {
+    let (c, s) = ([2, 0, 0, 0, 0, 1], [2, 0, 0, 0, 0, 2]);
+    let (ci, si) = (Ipv4Addr::new(10, 0, 0, 1), Ipv4Addr::new(10, 0, 0, 2));
+    if to_server {
+        FrameParams::new(c, s, ci, si, 0xc000)
+    } else {
+        FrameParams::new(s, c, si, ci, 0xc000)
+    }
+}
+
+/// Builds the worked-example CONNECT (QP 0x11, R_Key 0x1234abcd, nonce
+/// 0x0102030405060708) into `buf`; returns its length.
+#[doc(hidden)]
+pub fn sample_connect(buf: &mut [u8]) -> usize {
+    let c = Connect {
+        rkey: 0x1234_abcd,
+        nonce: 0x0102_0304_0506_0708,
+    };
+    emit_connect(buf, &sample_params(true), 0x11, 0, &c).expect("buffer fits")
+}
+
+/// Builds the worked-example ACCEPT (W 32, request PSN 0x100, response PSN 0x100,
+/// slot 32768 B, region 0x10000) into `buf`; returns its length.
+#[doc(hidden)]
+pub fn sample_accept(buf: &mut [u8]) -> usize {
+    let a = Accept {
+        nonce: 0x0102_0304_0506_0708,
+        credits: 32,
+        request_psn: 0x100,
+        response_psn: 0x100,
+        slot_size: 32768,
+        region_va: 0x1_0000,
+    };
+    emit_accept(buf, &sample_params(false), 0x11, 0x1111_1111, 0x01, &a).expect("buffer fits")
+}
+
+/// Builds the worked-example NAK "PSN sequence error" expecting PSN 0x101 into
+/// `buf`; returns its length.
+#[doc(hidden)]
+pub fn sample_nak(buf: &mut [u8]) -> usize {
+    let s = Syndrome::Nak(NakCode::PsnSequenceError);
+    emit_ack(buf, &sample_params(false), 0x11, 0x101, s, 0).expect("buffer fits")
+}
+
 // The fixed frame lengths above assume these header sizes.
 const _: () = assert!(EXT_OFF == ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + 12);
 

@@ -4,6 +4,7 @@
 //! note, or fails if `KVD_REQUIRE_TOOLS=1`.
 
 use kvwire::frame::{hexdump, sample_request, sample_response};
+use kvwire::transport::{sample_accept, sample_connect, sample_nak};
 
 #[test]
 fn protocol_doc_examples_match_code() {
@@ -21,17 +22,20 @@ fn protocol_doc_examples_match_code() {
             return;
         }
     };
+    let samples: [(&str, fn(&mut [u8]) -> usize); 5] = [
+        ("connect", sample_connect),
+        ("accept", sample_accept),
+        ("request", sample_request),
+        ("response", sample_response),
+        ("nak", sample_nak),
+    ];
     let mut buf = [0u8; 256];
-    let n = sample_request(&mut buf);
-    assert!(
-        doc.contains(&hexdump(&buf[..n])),
-        "request dump in PROTOCOL.md is stale:\n{}",
-        hexdump(&buf[..n])
-    );
-    let n = sample_response(&mut buf);
-    assert!(
-        doc.contains(&hexdump(&buf[..n])),
-        "response dump in PROTOCOL.md is stale:\n{}",
-        hexdump(&buf[..n])
-    );
+    for (name, build) in samples {
+        let n = build(&mut buf);
+        assert!(
+            doc.contains(&hexdump(&buf[..n])),
+            "{name} dump in PROTOCOL.md is stale:\n{}",
+            hexdump(&buf[..n])
+        );
+    }
 }

@@ -297,29 +297,9 @@ proptest::proptest! {
 /// is skipped with a note, or fails if `KVD_REQUIRE_TOOLS=1`.
 #[test]
 fn tshark_decodes_as_infiniband() {
-    let why = match std::process::Command::new("tshark")
-        .arg("--version")
-        .output()
-    {
-        Ok(out) if out.status.success() => None,
-        Ok(out) => Some(format!("`tshark --version` failed ({})", out.status)),
-        Err(e) => Some(format!("tshark not runnable ({e})")),
-    };
-    if let Some(why) = why {
-        assert!(
-            std::env::var("KVD_REQUIRE_TOOLS").as_deref() != Ok("1"),
-            "{why}, and KVD_REQUIRE_TOOLS=1 requires it"
-        );
-        eprintln!("{why}; skipped (set KVD_REQUIRE_TOOLS=1 to fail instead)");
+    if !crate::test_util::tshark_available() {
         return;
     }
-    let mut pcap = Vec::new();
-    pcap.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
-    pcap.extend_from_slice(&2u16.to_le_bytes());
-    pcap.extend_from_slice(&4u16.to_le_bytes());
-    pcap.extend_from_slice(&[0; 8]);
-    pcap.extend_from_slice(&65535u32.to_le_bytes());
-    pcap.extend_from_slice(&1u32.to_le_bytes());
     let mut jumbo = vec![0u8; request_frame_len(8000)];
     let p = FrameParams::new(
         [2; 6],
@@ -330,24 +310,11 @@ fn tshark_decodes_as_infiniband() {
     );
     emit_request_headers(&mut jumbo, &p, 3, 0xff_ffff, 0x1000, 5, 8000).unwrap();
     finalize(&mut jumbo).unwrap();
-    for f in [&SCAPY_REQUEST[..], &SCAPY_RESPONSE[..], &jumbo[..]] {
-        pcap.extend_from_slice(&[0; 8]);
-        pcap.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        pcap.extend_from_slice(&(f.len() as u32).to_le_bytes());
-        pcap.extend_from_slice(f);
-    }
-    let path = std::env::temp_dir().join(format!("kvwire-{}.pcap", std::process::id()));
-    std::fs::write(&path, &pcap).unwrap();
-    let run = |filter: &str| {
-        let o = std::process::Command::new("tshark")
-            .args(["-o", "ip.check_checksum:TRUE", "-n", "-r"])
-            .arg(&path)
-            .args(["-Y", filter])
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "tshark failed on filter {filter:?}");
-        String::from_utf8_lossy(&o.stdout).lines().count()
-    };
+    let path = crate::test_util::write_pcap(
+        "frame",
+        &[&SCAPY_REQUEST[..], &SCAPY_RESPONSE[..], &jumbo[..]],
+    );
+    let run = |filter: &str| crate::test_util::tshark_count(&path, filter);
     assert_eq!(run("infiniband.bth.opcode == 0x0a && infiniband.reth"), 2);
     assert_eq!(run("infiniband.bth.opcode == 0x64 && infiniband.deth"), 1);
     assert_eq!(run("ip.checksum.status == 1"), 3);

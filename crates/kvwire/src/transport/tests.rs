@@ -124,3 +124,77 @@ fn slots_follow_the_psn_across_the_wrap() {
     assert_eq!(slot_va(0, s, 32, 0xff_ffff), 31 * s);
     assert_eq!(slot_size(100, 0), 0);
 }
+
+/// tshark decodes every v2 packet type as InfiniBand, with no malformed or expert
+/// warnings (skipped without tshark unless `KVD_REQUIRE_TOOLS=1`).
+#[test]
+fn tshark_decodes_v2_packets() {
+    if !crate::test_util::tshark_available() {
+        return;
+    }
+    let p = params();
+    let mut connect = [0u8; CONNECT_FRAME_LEN];
+    emit_connect(&mut connect, &p, 17, 0, &Connect { rkey: 5, nonce: 9 }).unwrap();
+    let mut accept = [0u8; ACCEPT_FRAME_LEN];
+    let a = Accept {
+        nonce: 9,
+        credits: 32,
+        request_psn: 100,
+        response_psn: 200,
+        slot_size: 32768,
+        region_va: 1 << 32,
+    };
+    emit_accept(&mut accept, &p, 17, 0x8001_0000, 1, &a).unwrap();
+    let mut nak = [0u8; ACK_FRAME_LEN];
+    emit_ack(
+        &mut nak,
+        &p,
+        17,
+        100,
+        Syndrome::Nak(NakCode::PsnSequenceError),
+        0,
+    )
+    .unwrap();
+    let mut rnr = [0u8; ACK_FRAME_LEN];
+    emit_ack(&mut rnr, &p, 17, 100, Syndrome::RnrNak { timer: 14 }, 0).unwrap();
+    let mut inv = [0u8; ACK_FRAME_LEN];
+    emit_ack(
+        &mut inv,
+        &p,
+        17,
+        100,
+        Syndrome::Nak(NakCode::InvalidRequest),
+        0,
+    )
+    .unwrap();
+    let path = crate::test_util::write_pcap("transport", &[&connect, &accept, &nak, &rnr, &inv]);
+    let run = |filter: &str| crate::test_util::tshark_count(&path, filter);
+    assert_eq!(
+        run("infiniband.bth.opcode == 0x04"),
+        1,
+        "CONNECT: RC SEND Only"
+    );
+    assert_eq!(run("infiniband.bth.opcode == 0x64 && infiniband.deth"), 1);
+    assert_eq!(run("infiniband.bth.opcode == 0x11 && infiniband.aeth"), 3);
+    assert_eq!(
+        run("infiniband.aeth.syndrome == 0x60"),
+        1,
+        "NAK PSN seq error"
+    );
+    assert_eq!(
+        run("infiniband.aeth.syndrome == 0x2e"),
+        1,
+        "RNR NAK timer 14"
+    );
+    assert_eq!(
+        run("infiniband.aeth.syndrome == 0x61"),
+        1,
+        "NAK invalid request"
+    );
+    assert_eq!(run("ip.checksum.status == 1"), 5);
+    assert_eq!(
+        run("_ws.malformed || _ws.expert.severity >= warning || ip.checksum.status == 0"),
+        0
+    );
+    let _ = std::fs::remove_file(&path);
+}
