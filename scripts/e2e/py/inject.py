@@ -5,8 +5,11 @@ interface from the kernel side (AF_PACKET raw socket) and checks the answers.
   inject.py run   --config configs/tap.json --iface kvtap0 --expect OUT.json
   inject.py check --expect OUT.json --stats DATAPLANE_STATS.json [--mbuf-baseline N]
 
-`run` sends a valid PUT, one frame per malformed case, then GETs; it checks every
-response (or the absence of one) and prints PASS/FAIL per case. It writes the
+`run` connects (protocol v2: a request before CONNECT, CONNECT/ACCEPT, a repeated and a
+stale CONNECT), sends a valid PUT, one frame per malformed case, the transport cases
+(duplicate → byte-identical replay, PSN ahead → one NAK, old duplicate, wrong slot,
+reconnection moving the PSNs), then GETs; it checks every answer (or the absence of
+one) and prints PASS/FAIL per case. It writes the
 dataplane counters the run must have produced to OUT.json. `check` compares them
 with the dataplane's --stats-json after it stopped: every drop reason exactly as
 expected (all others zero), op_errors, requests, responses, rx_packets.
@@ -54,8 +57,8 @@ class Tap:
         self.s.send(frame)
 
     def responses(self, wait):
-        """All UD SEND responses received within `wait` seconds (stops early after
-        the first one when wait is REPLY_S and then waits a short grace period)."""
+        """Everything the server sent within `wait` seconds (responses, ACCEPTs,
+        ACK/NAKs; stops waiting a short grace period after the first one)."""
         out = []
         deadline = time.monotonic() + wait
         while True:
@@ -69,7 +72,7 @@ class Tap:
                 return out
             if addr[2] == PACKET_OUTGOING:
                 continue
-            resp = r.parse_response(data)
+            resp = r.parse_server_frame(data)
             if resp is not None:
                 out.append(resp)
                 # one response expected: wait only a little longer for stragglers
@@ -84,15 +87,19 @@ def main_run(a):
     va0, vlen = srv["request_region_va"], srv["request_region_len"]
     tap = Tap(a.iface)
 
-    expect = {"drops": {}, "op_errors": 0, "requests": 0, "responses": 0, "rx_packets": 0}
-    state = {"psn": 0, "resp_psn": 0, "batch": 100, "fails": 0, "cases": 0}
+    expect = {"drops": {}, "op_errors": 0, "requests": 0, "responses": 0, "rx_packets": 0,
+              "replays": 0, "naks_sent": 0, "accepts_sent": 0}
+    credits = srv.get("credits", 32)
+    state = {"psn": 0, "resp_psn": 0, "batch": 100, "fails": 0, "cases": 0,
+             "slot": 0, "region": va0}
+    sent = {}   # PSN -> (request frame, response frames) of served requests
 
     def req(payload, psn=None, **kw):
+        psn = state["psn"] if psn is None else psn
         kw.setdefault("qpn", qpn)
         kw.setdefault("rkey", rkey)
-        kw.setdefault("va", va0 + 1440)
-        return r.request_frame(CLIENT_MAC, smac, CLIENT_IP, sip,
-                               kw["qpn"], state["psn"] if psn is None else psn,
+        kw.setdefault("va", r.slot_va(state["region"], state["slot"], credits, psn))
+        return r.request_frame(CLIENT_MAC, smac, CLIENT_IP, sip, kw["qpn"], psn,
                                kw["va"], kw["rkey"], payload, dma_len=kw.get("dma_len"))
 
     def next_batch():
@@ -105,49 +112,118 @@ def main_run(a):
             state["fails"] += 1
         print(f"{'PASS' if ok else 'FAIL'}: malformed/{name}: {detail}")
 
-    def expect_reply(name, frame, batch_id, want):
-        """Sends a frame that must be answered with exactly the results `want`."""
+    def exchange(frame, wait=REPLY_S):
         tap.drain()
         tap.send(frame)
         expect["rx_packets"] += 1
+        return tap.responses(wait)
+
+    def common_checks(g):
+        return [("dest_qp", g["dqpn"], qpn), ("dst_mac", g["dst_mac"], r.mac(CLIENT_MAC)),
+                ("src_mac", g["src_mac"], r.mac(smac)), ("ip_checksum_ok", g["ip_ok"], True),
+                ("icrc_ok", g["icrc_ok"], True)]
+
+    def report(name, checks, ok_detail):
+        problems = [f"{k} {have!r} != {exp!r}" for k, have, exp in checks if have != exp]
+        result(name, not problems, "; ".join(problems) if problems else ok_detail)
+
+    def expect_reply(name, frame, batch_id, want):
+        """Sends a frame that must be answered with exactly the results `want`."""
+        got = exchange(frame)
         expect["requests"] += 1
         expect["responses"] += 1
-        got = tap.responses(REPLY_S)
+        psn = state["psn"]
         state["psn"] = (state["psn"] + 1) & 0xFFFFFF
-        if len(got) != 1:
-            result(name, False, f"expected 1 response, got {len(got)}")
+        if len(got) != 1 or got[0]["kind"] != "response":
+            result(name, False, f"expected 1 response, got {[g['kind'] for g in got]}")
             return
         g = got[0]
-        problems = []
-        checks = [
+        sent[psn] = (frame, g["raw"])
+        checks = common_checks(g) + [
             ("magic", g["magic"], 0x52), ("version", g["version"], 1),
             ("batch_id", g["batch_id"], batch_id), ("first_index", g["first"], 0),
-            ("flags", g["flags"], 0), ("dest_qp", g["dqpn"], qpn),
+            ("flags", g["flags"], 0),
             ("deth_src_qp", g["src_qp"], srv["qpn"]), ("qkey", g["qkey"], srv["qkey"]),
             ("resp_psn", g["psn"], state["resp_psn"]),
-            ("dst_mac", g["dst_mac"], r.mac(CLIENT_MAC)), ("src_mac", g["src_mac"], r.mac(smac)),
-            ("ip_checksum_ok", g["ip_ok"], True), ("icrc_ok", g["icrc_ok"], True),
             ("udp_len_ok", g["udp_len_ok"], True), ("results", g["results"], want),
         ]
-        for k, have, exp in checks:
-            if have != exp:
-                problems.append(f"{k} {have!r} != {exp!r}")
         state["resp_psn"] = (state["resp_psn"] + 1) & 0xFFFFFF
-        sts = ",".join(str(s) for s, _ in g["results"])
-        result(name, not problems, "; ".join(problems) if problems else
-               f"answered: {len(g['results'])} result(s), status {sts}, ICRC/IP checksum ok")
+        sts = ",".join(str(st) for st, _ in g["results"])
+        report(name, checks, f"answered: {len(g['results'])} result(s), status {sts}, "
+               "ICRC/IP checksum ok")
 
     def expect_drop(name, frame, reason, consumes_psn=False):
         """Sends a frame that must be dropped silently and counted under `reason`."""
-        tap.drain()
-        tap.send(frame)
-        expect["rx_packets"] += 1
+        got = exchange(frame, QUIET_S)
         expect["drops"][reason] = expect["drops"].get(reason, 0) + 1
         if consumes_psn:
             state["psn"] = (state["psn"] + 1) & 0xFFFFFF
-        got = tap.responses(QUIET_S)
         result(name, not got, f"{len(frame)} B frame -> expect drop_{reason}" +
-               (f", but got {len(got)} response(s)" if got else ", no response"))
+               (f", but got {[g['kind'] for g in got]}" if got else ", no response"))
+
+    def expect_ack(name, frame, syndrome, psn, reason):
+        """Sends a frame that must be answered by one RC Acknowledge and counted under
+        `reason`."""
+        got = exchange(frame)
+        expect["drops"][reason] = expect["drops"].get(reason, 0) + 1
+        expect["naks_sent"] += 1
+        if len(got) != 1 or got[0]["kind"] != "ack":
+            result(name, False, f"expected 1 ACK/NAK, got {[g['kind'] for g in got]}")
+            return
+        g = got[0]
+        report(name, common_checks(g) + [("syndrome", g["syndrome"], syndrome),
+                                         ("psn", g["psn"], psn), ("msn", g["msn"], 0)],
+               f"answered RC Acknowledge, AETH 0x{syndrome:02x}, PSN {psn}")
+
+    def connect(name, nonce, want_request_psn=None):
+        """Sends a CONNECT that must be answered with an ACCEPT; adopts its values."""
+        got = exchange(r.connect_frame(CLIENT_MAC, smac, CLIENT_IP, sip, qpn, rkey, nonce))
+        expect["accepts_sent"] += 1
+        if len(got) != 1 or got[0]["kind"] != "accept":
+            result(name, False, f"expected 1 ACCEPT, got {[g['kind'] for g in got]}")
+            return None
+        g = got[0]
+        checks = common_checks(g) + [
+            ("version", g["version"], 2), ("kind", g["accept_kind"], 2),
+            ("nonce", g["nonce"], nonce), ("credits", g["credits"], credits),
+            ("region_va", g["region_va"], va0), ("qkey", g["qkey"], srv["qkey"]),
+            ("slot_size >= 1440", g["slot_size"] >= 1440, True),
+            ("slot_size * credits <= region", g["slot_size"] * credits <= vlen, True)]
+        if want_request_psn is not None:
+            checks.append(("request_psn", g["request_psn"], want_request_psn))
+        report(name, checks, f"ACCEPT: W {g['credits']}, request PSN {g['request_psn']}, "
+               f"response PSN {g['response_psn']}, slot {g['slot_size']} B")
+        state.update(psn=g["request_psn"], resp_psn=g["response_psn"], slot=g["slot_size"])
+        return g
+
+    K, V = b"e2e-key", b"value-of-e2e-key"
+
+    # -- 0. connection set-up (PROTOCOL.md 6.1) ----------------------------------------
+    expect_ack("request-before-connect", req(r.batch(next_batch(), [r.op_get(K)]), psn=77),
+               r.NAK_INVALID, 77, "not_connected")
+    nonce = time.time_ns()
+    acc = connect("connect", nonce)
+    if acc is None:
+        print("inject: no ACCEPT, cannot go on")
+        return 1
+    again = exchange(r.connect_frame(CLIENT_MAC, smac, CLIENT_IP, sip, qpn, rkey, nonce))
+    expect["accepts_sent"] += 1
+    result("connect-repeated-same-nonce",
+           len(again) == 1 and again[0]["raw"] == acc["raw"],
+           "the same ACCEPT, byte for byte" if len(again) == 1 and again[0]["raw"] == acc["raw"]
+           else f"got {[g['kind'] for g in again]}")
+    expect_drop("connect-stale-nonce",
+                r.connect_frame(CLIENT_MAC, smac, CLIENT_IP, sip, qpn, rkey, nonce - 1),
+                "stale_connect")
+    expect_drop("connect-wrong-rkey",
+                r.connect_frame(CLIENT_MAC, smac, CLIENT_IP, sip, qpn, rkey ^ 1, nonce + 1),
+                "bad_rkey")
+
+    # -- 1. a valid request first ------------------------------------------------------
+    b = next_batch()
+    expect_reply("valid-put", req(r.batch(b, [r.op_put(K, V)])), b, [(r.ST_OK, b"")])
+    b = next_batch()
+    expect_reply("valid-get", req(r.batch(b, [r.op_get(K)])), b, [(r.ST_OK, V)])
 
     def patched(frame, fn, ip_csum=True, icrc=True):
         f = bytearray(frame)
@@ -157,14 +233,6 @@ def main_run(a):
         if icrc:
             r.fix_icrc(f)
         return bytes(f)
-
-    K, V = b"e2e-key", b"value-of-e2e-key"
-
-    # -- 1. a valid request first ------------------------------------------------------
-    b = next_batch()
-    expect_reply("valid-put", req(r.batch(b, [r.op_put(K, V)])), b, [(r.ST_OK, b"")])
-    b = next_batch()
-    expect_reply("valid-get", req(r.batch(b, [r.op_get(K)])), b, [(r.ST_OK, V)])
 
     # Template for the drop cases: a valid GET at the current PSN.
     def tmpl():
@@ -234,8 +302,10 @@ def main_run(a):
                 patched(good, lambda f: f.__setitem__(r.IP_OFF + 9, 6)), "not_udp")
     expect_drop("ipv4-fragment-mf",
                 patched(good, lambda f: f.__setitem__(r.IP_OFF + 6, 0x20)), "bad_ip_header")
-    expect_drop("bad-bth-opcode-rc-send",
-                patched(good, lambda f: f.__setitem__(r.BTH_OFF, 0x04)), "bad_bth_opcode")
+    expect_drop("bad-bth-opcode-rc-send-first",
+                patched(good, lambda f: f.__setitem__(r.BTH_OFF, 0x00)), "bad_bth_opcode")
+    expect_drop("rc-send-only-not-a-connect",
+                patched(good, lambda f: f.__setitem__(r.BTH_OFF, 0x04)), "bad_connect")
     expect_drop("bad-bth-tver",
                 patched(good, lambda f: f.__setitem__(r.BTH_OFF + 1, f[r.BTH_OFF + 1] | 1)),
                 "bad_bth_version")
@@ -253,6 +323,8 @@ def main_run(a):
     pl = r.batch(next_batch(), [r.op_get(K)])
     expect_drop("reth-va-below-region", req(pl, va=va0 - 4096), "bad_va")
     expect_drop("reth-va-past-region-end", req(pl, va=va0 + vlen - len(pl) + 1), "bad_va")
+    expect_drop("reth-va-next-psns-slot",
+                req(pl, va=r.slot_va(va0, state["slot"], credits, state["psn"] + 1)), "bad_va")
 
     # -- 6. KV payload errors (answered) -----------------------------------------------
     K2, V2, K3 = b"e2e-k2", b"v2", b"e2e-k3"
@@ -272,9 +344,36 @@ def main_run(a):
     bad_magic[0] = 0x4C
     expect_drop("bad-batch-magic", req(bytes(bad_magic)), "bad_payload", consumes_psn=True)
 
-    # -- 7. PSN duplicate: re-send the request two PSNs back --------------------------
-    dup_psn = (state["psn"] - 2) & 0xFFFFFF
-    expect_drop("psn-duplicate", req(r.batch(next_batch(), [r.op_get(K)]), psn=dup_psn),
+    # -- 7. transport (PROTOCOL.md 6.3) ----------------------------------------------
+    # A duplicate of the PUT served first: not executed again, its response re-sent
+    # byte for byte (same response PSN, same ICRC).
+    first_psn = min(sent, key=lambda p: (p - state["psn"]) & 0xFFFFFF)
+    dup_req, dup_resp = sent[first_psn]
+    got = exchange(dup_req)
+    expect["replays"] += 1
+    result("psn-duplicate-replayed",
+           len(got) == 1 and got[0]["raw"] == dup_resp,
+           "the saved response, byte for byte" if len(got) == 1 and got[0]["raw"] == dup_resp
+           else f"got {[g['kind'] for g in got]}")
+    # A request ahead of the expected PSN: one NAK PSN sequence error naming it, then
+    # silence for the rest of the gap.
+    e = state["psn"]
+    expect_ack("psn-ahead-nak", req(r.batch(next_batch(), [r.op_get(K)]), psn=e + 2),
+               r.NAK_PSN_SEQ, e, "psn_ahead")
+    expect_drop("psn-ahead-again-silent", req(r.batch(next_batch(), [r.op_get(K)]), psn=e + 3),
+                "psn_ahead")
+    # Older than the window: dropped.
+    old = (e - credits - 1) & 0xFFFFFF
+    expect_drop("psn-older-than-window", req(r.batch(next_batch(), [r.op_get(K)]), psn=old),
+                "psn_duplicate")
+    # Serving resumes at the expected PSN.
+    b = next_batch()
+    expect_reply("resume-at-expected-psn", req(r.batch(b, [r.op_get(K)])), b, [(r.ST_OK, V)])
+    # Reconnection: a larger nonce starts a new incarnation half the PSN space away;
+    # the old incarnation's next PSN is then an old duplicate.
+    old_e = state["psn"]
+    connect("reconnect-moves-psns", nonce + 10, want_request_psn=(old_e + (1 << 23)) & 0xFFFFFF)
+    expect_drop("old-incarnation-request", req(r.batch(next_batch(), [r.op_get(K)]), psn=old_e),
                 "psn_duplicate")
 
     # -- 8. the store is intact ------------------------------------------------------
@@ -306,7 +405,8 @@ def main_check(a):
     others = {k: v for k, v in st.items()
               if k.startswith("drop_") and k[5:] not in exp["drops"] and v}
     chk("other drop counters", others, {})
-    for k in ("op_errors", "requests", "responses", "rx_packets"):
+    for k in ("op_errors", "requests", "responses", "rx_packets", "replays", "naks_sent",
+              "accepts_sent"):
         chk(k, st.get(k), exp[k])
     # net_tap keeps its rx ring filled: mbufs in use at exit must equal the count at
     # start ("dataplane ready (mbufs in use N)"), i.e. no response/request mbuf leaked.

@@ -1,8 +1,9 @@
 """Hand-written RoCEv2 / KV-Direct framing helpers for the end-to-end tests.
 
 Written from docs/PROTOCOL.md only (no kvwire code): byte offsets, the ICRC rule
-(section 2.7), the KV batch request/response formats (sections 3, 4). Used by
-icrc_check.py (pcap verification) and inject.py (malformed-frame injection).
+(section 2.7), the KV batch request/response formats (sections 3, 4), protocol v2's
+CONNECT/ACCEPT and RC Acknowledge packets and the request-slot rule (section 6).
+Used by icrc_check.py (pcap verification) and inject.py (malformed-frame injection).
 """
 import struct
 import zlib
@@ -24,6 +25,14 @@ RESP_PAYLOAD_OFF = EXT_OFF + DETH_LEN  # 62
 ROCE_PORT = 4791
 OP_RC_WRITE_ONLY = 0x0A
 OP_UD_SEND_ONLY = 0x64
+OP_RC_SEND_ONLY = 0x04
+OP_RC_ACK = 0x11
+AETH_LEN = 4
+
+# AETH syndromes (PROTOCOL.md 2.6a)
+NAK_PSN_SEQ = 0x60
+NAK_INVALID = 0x61
+RNR_NAK = 0x20      # | timer
 
 KV_GET, KV_PUT, KV_DELETE = 1, 2, 3
 ST_OK, ST_NOT_FOUND, ST_MALFORMED, ST_UNKNOWN_OPCODE = 0, 1, 5, 6
@@ -185,3 +194,72 @@ def parse_response(frame):
         "icrc_ok": icrc_of(frame, ip_total) == icrc_on_wire(frame),
         "udp_len_ok": struct.unpack_from("!H", frame, UDP_OFF + 4)[0] == ip_total - IP_LEN,
     }
+
+
+# ---- protocol v2 transport (PROTOCOL.md section 6) ----------------------------------
+
+def slot_va(region_va, slot_size, credits, psn):
+    """RETH VA of request PSN `psn` (6.2)."""
+    return region_va + (psn % credits) * slot_size
+
+
+def _lower(src_mac, dst_mac, src_ip, dst_ip, opcode, qpn, psn, body_len, pad=0):
+    ip_total = IP_LEN + UDP_LEN + BTH_LEN + body_len + ICRC_LEN
+    f = bytearray()
+    f += mac(dst_mac) + mac(src_mac) + b"\x08\x00"
+    f += struct.pack("!BBHHHBBH4s4s", 0x45, 0, ip_total, 0, 0x4000, 64, 17, 0,
+                     ip4(src_ip), ip4(dst_ip))
+    f += struct.pack("!HHHH", 0xC000, ROCE_PORT, ip_total - IP_LEN, 0)
+    f += struct.pack("!BBHB", opcode, pad << 4, 0xFFFF, 0) + struct.pack("!I", qpn)[1:]
+    f += struct.pack("!I", psn & 0xFFFFFF)
+    return f
+
+
+def connect_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce):
+    """A CONNECT (RC SEND Only, 16-byte payload, 6.1)."""
+    payload = bytes([0x43, 2, 1, 0]) + struct.pack("!IQ", rkey, nonce)
+    f = _lower(src_mac, dst_mac, src_ip, dst_ip, OP_RC_SEND_ONLY, qpn, 0, len(payload))
+    f += payload + b"\0\0\0\0"
+    fix_ip_checksum(f)
+    fix_icrc(f)
+    return bytes(f)
+
+
+def parse_server_frame(frame):
+    """Decodes what a server sends: a response (dict with kind 'response', as
+    parse_response), an ACCEPT (kind 'accept') or an RC Acknowledge (kind 'ack');
+    None for anything else. IP checksum and ICRC are checked and reported."""
+    if len(frame) < EXT_OFF + ICRC_LEN or frame[12:14] != b"\x08\x00":
+        return None
+    if frame[IP_OFF + 9] != 17 or struct.unpack_from("!H", frame, UDP_OFF + 2)[0] != ROCE_PORT:
+        return None
+    op = frame[BTH_OFF]
+    ip_total = struct.unpack_from("!H", frame, IP_OFF + 2)[0]
+    common = {
+        "raw": bytes(frame[:IP_OFF + ip_total]),
+        "dst_mac": frame[0:6], "src_mac": frame[6:12],
+        "dqpn": struct.unpack("!I", b"\0" + frame[BTH_OFF + 5:BTH_OFF + 8])[0],
+        "psn": struct.unpack("!I", b"\0" + frame[BTH_OFF + 9:BTH_OFF + 12])[0],
+        "ip_ok": ip_checksum_ok(frame),
+        "icrc_ok": icrc_of(frame, ip_total) == icrc_on_wire(frame),
+    }
+    if op == OP_RC_ACK:
+        if ip_total != IP_LEN + UDP_LEN + BTH_LEN + AETH_LEN + ICRC_LEN:
+            return None
+        syn = frame[EXT_OFF]
+        msn = struct.unpack("!I", b"\0" + frame[EXT_OFF + 1:EXT_OFF + 4])[0]
+        return dict(common, kind="ack", syndrome=syn, msn=msn)
+    if op != OP_UD_SEND_ONLY:
+        return None
+    if frame[RESP_PAYLOAD_OFF] == 0x43:
+        p = frame[RESP_PAYLOAD_OFF:RESP_PAYLOAD_OFF + 40]
+        magic, ver, kind, _, credits, _, nonce, rpsn, spsn, slot, _, va = struct.unpack(
+            "!BBBBHHQIIIIQ", p)
+        return dict(common, kind="accept", version=ver, accept_kind=kind, credits=credits,
+                    nonce=nonce, request_psn=rpsn & 0xFFFFFF, response_psn=spsn & 0xFFFFFF,
+                    slot_size=slot, region_va=va,
+                    qkey=struct.unpack_from("!I", frame, EXT_OFF)[0])
+    resp = parse_response(frame)
+    if resp is None:
+        return None
+    return dict(common, kind="response", **{k: v for k, v in resp.items() if k not in common})
