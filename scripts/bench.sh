@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,6 +19,12 @@ case "$suite" in
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p dataplane --example server_scale
     exec python3 scripts/bench_scale.py "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|all}" >&2; exit 2 ;;
+  transport)
+    # Reliable transport: kv/echo, 4..4096 QPs, loss 0.1 % / 1 %, exactly-once under loss.
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    cargo build --release -q -p ctlplane
+    exec python3 scripts/bench_transport.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|all}" >&2; exit 2 ;;
 esac

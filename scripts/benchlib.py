@@ -23,11 +23,12 @@ def log(*a):
 
 
 class Dataplane:
-    def __init__(self, tmp, name, extra):
+    def __init__(self, tmp, name, extra, cfg=CFG):
         self.sock = os.path.join(tmp, f"{name}.sock")
         self.log = os.path.join(tmp, f"{name}.log")
         vdev = f"net_memif0,role=server,id=0,socket={self.sock},socket-abstract=no,rsize=11"
-        cmd = [DP, "--config", CFG, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
+        self.cfg = cfg
+        cmd = [DP, "--config", cfg, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         for _ in range(300):
             if "dataplane ready" in open(self.log).read():
@@ -51,11 +52,13 @@ class Dataplane:
                 pass
 
 
-def pktgen(dp, tmp, args):
+def pktgen(dp, tmp, args, timeout=600):
+    """Runs pktgen against `dp` (same config file); returns its JSON. Raises
+    RuntimeError if it fails and subprocess.TimeoutExpired if it hangs."""
     out = os.path.join(tmp, "pg.json")
     vdev = f"net_memif0,role=client,id=0,socket={dp.sock},socket-abstract=no,rsize=11"
-    cmd = [PG, "--config", CFG, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args
-    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
+    cmd = [PG, "--config", dp.cfg, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
     if r.returncode != 0:
         raise RuntimeError(f"pktgen failed: {' '.join(cmd)}\n{r.stdout}")
     return json.load(open(out))
