@@ -80,6 +80,48 @@ struct Args {
     /// station (overrides server.station_kv; default off: the engine's batch is faster).
     #[arg(long)]
     station_kv: Option<bool>,
+    /// Fault injection (testing): drop each transmitted frame with this probability.
+    /// The `--inject-*` probabilities are exclusive per frame and sum to at most 1.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    inject_loss: f64,
+    /// Fault injection: send each transmitted frame twice with this probability.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    inject_dup: f64,
+    /// Fault injection: hold each transmitted frame back behind the next 1 to 4 frames
+    /// (at most one tx drain period) with this probability.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_probability)]
+    inject_reorder: f64,
+    /// Seed of the fault draws (worker w uses seed + w).
+    #[arg(long, default_value_t = 1)]
+    inject_seed: u64,
+}
+
+/// A `--inject-*` probability: a number in [0, 1].
+fn parse_probability(s: &str) -> Result<f64, String> {
+    let p: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
+    if (0.0..=1.0).contains(&p) {
+        Ok(p)
+    } else {
+        Err(format!("{p} is not a probability in [0, 1]"))
+    }
+}
+
+/// The fault injection of the `--inject-*` flags: `None` when they inject nothing.
+fn inject_config(args: &Args) -> Result<Option<kvload::FaultConfig>, String> {
+    let f = kvload::FaultConfig {
+        loss: args.inject_loss,
+        dup: args.inject_dup,
+        reorder: args.inject_reorder,
+        seed: args.inject_seed,
+    };
+    f.validate().map_err(|e| format!("--inject-*: {e}"))?;
+    if !f.is_zero() {
+        eprintln!(
+            "dataplane: injecting faults into transmitted frames: loss {} dup {} reorder {} seed {}",
+            f.loss, f.dup, f.reorder, f.seed
+        );
+    }
+    Ok((!f.is_zero()).then_some(f))
 }
 
 static QUIT: AtomicBool = AtomicBool::new(false);
@@ -287,6 +329,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         printed: Vec::new(),
         deadline,
         idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
+        inject: inject_config(&args)?,
     };
 
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));

@@ -1,6 +1,10 @@
 //! The run-to-completion worker loop (DPDK's l2fwd shape):
 //! rx burst → [`Server::handle_burst`] → tx burst, with a TSC-timed tx drain so a
 //! half-full tx batch never waits longer than `drain_us`.
+//!
+//! Fault injection (`--inject-*`): the transmit side can drop, duplicate or delay the
+//! frames it queues for the NIC, from a seeded [`kvload::Faults`] plan per worker;
+//! with no fault configured the only cost is one branch per frame.
 
 use dataplane::control::{self, WorkerControl};
 use dataplane::packet::MAX_BURST;
@@ -11,6 +15,7 @@ use dpdk::{
     tsc, DpdkRegion, IdleBackoff, Mbuf, MbufBurst, Mempool, RingConsumer, RingProducer, RxQueue,
     TxQueue,
 };
+use kvload::{Fate, FaultConfig, Faults, Holdback};
 use kvwire::partition::{partition_of_qp, peek_dest_qp};
 use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +27,11 @@ const TX_QUEUE: usize = 256;
 /// Queued tx frames are freed when the NIC took none of them for this long (a peer
 /// that went away must not pin mbufs forever).
 const TX_STALL_MS: u64 = 50;
+/// Above this many queued tx frames the transmit side reports itself backlogged
+/// (3/4 of `TX_QUEUE`).
+const TX_BACKLOG: usize = TX_QUEUE / 4 * 3;
+/// Delayed frames an injecting worker holds at most (a further delay is sent at once).
+const INJECT_HOLD: usize = 16;
 
 /// The server and the memory its engine lives in. Field order matters: the server
 /// (and its engine, which points into `_mem`) is dropped before `_mem` is freed.
@@ -52,6 +62,9 @@ pub struct WorkerConfig {
     /// Consecutive empty polls after which every further empty poll yields the CPU
     /// (0: never).
     pub idle_yield_polls: u32,
+    /// Faults injected into the frames this worker transmits (`--inject-*`); `None`
+    /// (no fault) costs one branch per frame. Worker `w` draws from `seed + w`.
+    pub inject: Option<FaultConfig>,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -113,6 +126,135 @@ impl TxFrame for TxMbuf {
     }
 }
 
+/// Fault injection state of one worker's transmit side (generic over the frame type
+/// for the tests; the worker's frames are mbufs).
+struct Injector<T = Mbuf> {
+    /// The seeded plan (and its per-fate counts).
+    faults: Faults,
+    /// Delayed frames, each released after its span of later frames.
+    held: Holdback<T, INJECT_HOLD>,
+    /// TSC at which the holdback last went from empty to holding a frame: every frame
+    /// held was held at or after it, so the timer may release a frame early, never
+    /// late.
+    held_since: u64,
+    /// Duplicates not sent for want of an mbuf (or room in one).
+    dup_failed: u64,
+    /// Delays not done because the holdback was full (sent at once).
+    hold_full: u64,
+}
+
+impl<T> Injector<T> {
+    /// The injector of worker `w`: the plan seeded with `seed + w`; `None` when no
+    /// fault is configured.
+    fn new(cfg: Option<FaultConfig>, w: u32) -> Option<Box<Injector<T>>> {
+        let cfg = cfg.filter(|c| !c.is_zero())?;
+        let faults = Faults::new(FaultConfig {
+            seed: cfg.seed.wrapping_add(u64::from(w)),
+            ..cfg
+        })
+        // The flags were validated at start-up; a bad config here injects nothing.
+        .ok()?;
+        Some(Box::new(Injector {
+            faults,
+            held: Holdback::new(),
+            held_since: 0,
+            dup_failed: 0,
+            hold_full: 0,
+        }))
+    }
+
+    /// The one-line summary printed at exit.
+    fn summary(&self, w: u32) -> String {
+        let c = self.faults.counts();
+        format!(
+            "inject worker{w}: frames {} dropped {} duplicated {} delayed {} (dup without mbuf {}, holdback full {})",
+            c.total(),
+            c.dropped,
+            c.duplicated,
+            c.delayed,
+            self.dup_failed,
+            self.hold_full
+        )
+    }
+
+    /// Passes `item` on as its drawn fate says: to `out` (once, or twice with a copy
+    /// made by `copy`), nowhere (dropped), or into the holdback (`now` gives the time
+    /// if it is the first held). Each frame passed to `out` counts as one later frame
+    /// for the held ones, which follow it to `out` when their span is over.
+    #[inline]
+    fn route(
+        &mut self,
+        item: T,
+        now: impl FnOnce() -> u64,
+        copy: impl FnOnce(&T) -> Option<T>,
+        mut out: impl FnMut(T),
+    ) {
+        let passed = match self.faults.decide() {
+            Fate::Deliver => {
+                out(item);
+                1
+            }
+            Fate::Drop => {
+                drop(item);
+                0
+            }
+            Fate::Duplicate => {
+                let second = copy(&item);
+                out(item);
+                match second {
+                    Some(c) => {
+                        out(c);
+                        2
+                    }
+                    None => {
+                        self.dup_failed += 1;
+                        1
+                    }
+                }
+            }
+            Fate::Delay => {
+                let was_empty = self.held.is_empty();
+                match self.held.hold(item, self.faults.delay_span()) {
+                    Ok(()) => {
+                        if was_empty {
+                            self.held_since = now();
+                        }
+                        0
+                    }
+                    Err(item) => {
+                        self.hold_full += 1;
+                        out(item);
+                        1
+                    }
+                }
+            }
+        };
+        for _ in 0..passed {
+            self.held.passed(&mut out);
+        }
+    }
+
+    /// Passes every held frame to `out` when the oldest has waited `max_ticks`.
+    #[inline]
+    fn release_stale(&mut self, now: u64, max_ticks: u64, out: impl FnMut(T)) {
+        if !self.held.is_empty() && now.wrapping_sub(self.held_since) >= max_ticks {
+            self.held.flush(out);
+        }
+    }
+}
+
+/// A copy of `m`'s frame in a new mbuf from `pool` (`None`: no mbuf, or the frame does
+/// not fit in one).
+fn copy_frame(pool: &Mempool, m: &Mbuf) -> Option<Mbuf> {
+    let mut c = Mbuf::alloc(pool)?;
+    let data = m.data();
+    if !c.set_len(data.len()) {
+        return None;
+    }
+    c.data_mut().copy_from_slice(data);
+    Some(c)
+}
+
 /// The worker's transmit side: response mbufs from the pool, and frames waiting for
 /// the NIC (up to `TX_QUEUE`, drained in bursts). It is the server's [`TxSink`].
 struct TxSide<'a> {
@@ -124,12 +266,46 @@ struct TxSide<'a> {
     burst: MbufBurst<TX_QUEUE>,
     /// TSC of the last flush that moved a frame (or found nothing to move).
     last_progress: u64,
+    /// Fault injection (`None`: off).
+    inject: Option<Box<Injector>>,
 }
 
 impl TxSide<'_> {
-    /// Queues a frame; when the queue is full, tries the NIC once, then drops.
+    /// Queues a frame for the NIC, through the fault injector when one is set.
     #[inline]
     fn push(&mut self, m: Mbuf) {
+        if self.inject.is_none() {
+            self.enqueue(m);
+        } else {
+            self.push_injected(m);
+        }
+    }
+
+    /// Queues a frame as its drawn fate says ([`Injector::route`]): dropped (freed),
+    /// queued twice (a copy in a new mbuf), held back behind later frames, or queued.
+    #[inline(never)]
+    fn push_injected(&mut self, m: Mbuf) {
+        let Some(mut inj) = self.inject.take() else {
+            return self.enqueue(m);
+        };
+        let pool = self.pool;
+        inj.route(m, tsc::now, |m| copy_frame(pool, m), |m| self.enqueue(m));
+        self.inject = Some(inj);
+    }
+
+    /// Queues every held frame when the oldest has waited `max_ticks` (the tx drain
+    /// period), so a delayed frame never waits for traffic that does not come.
+    #[inline]
+    fn release_held(&mut self, now: u64, max_ticks: u64) {
+        if let Some(mut inj) = self.inject.take() {
+            inj.release_stale(now, max_ticks, |m| self.enqueue(m));
+            self.inject = Some(inj);
+        }
+    }
+
+    /// Queues a frame; when the queue is full, tries the NIC once, then drops.
+    #[inline]
+    fn enqueue(&mut self, m: Mbuf) {
         if let Err(m) = self.burst.push(m) {
             self.flush();
             if let Err(m) = self.burst.push(m) {
@@ -158,9 +334,14 @@ impl TxSide<'_> {
         self.stats.drops[DropReason::TxFull.index()].add(n as u64);
     }
 
-    /// At exit: gives queued frames a last chance, then frees what the NIC will not
-    /// take (counted as `TxFull`).
-    fn close(mut self) {
+    /// At exit: queues the held frames and prints the injection summary of worker
+    /// `w`, gives queued frames a last chance, then frees what the NIC will not take
+    /// (counted as `TxFull`).
+    fn close(mut self, w: u32) {
+        if let Some(mut inj) = self.inject.take() {
+            inj.held.flush(|h| self.enqueue(h));
+            println!("{}", inj.summary(w));
+        }
         for _ in 0..1000 {
             if self.burst.is_empty() {
                 break;
@@ -186,6 +367,11 @@ impl TxSink for TxSide<'_> {
     #[inline]
     fn send(&mut self, frame: TxMbuf) {
         self.push(frame.0);
+    }
+
+    #[inline]
+    fn backlogged(&self) -> bool {
+        self.burst.len() > TX_BACKLOG
     }
 }
 
@@ -233,6 +419,7 @@ pub fn run(
         frame_cap,
         burst: MbufBurst::new(),
         last_progress: tsc::now(),
+        inject: Injector::new(cfg.inject, handoff.me),
     };
     let stall_ticks = hz / 1000 * TX_STALL_MS;
     let mut last_drain = tsc::now();
@@ -278,6 +465,9 @@ pub fn run(
         // The responses of one rx burst go out as one tx burst right away (the rx
         // burst is the batch); the timer retries what the NIC did not take.
         if n > 0 || tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
+            if tx.inject.is_some() {
+                tx.release_held(now, drain_ticks);
+            }
             tx.flush();
             last_drain = now;
             if tx.burst.is_empty() {
@@ -303,7 +493,7 @@ pub fn run(
             }
         }
     }
-    tx.close();
+    tx.close(handoff.me);
     store
 }
 
@@ -336,4 +526,110 @@ fn print_stats(workers: &[Arc<WorkerStats>], pool: &Mempool) {
         );
     }
     println!("stats: mbufs_in_use {}", pool.in_use_count());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn injector(loss: f64, dup: f64, reorder: f64) -> Box<Injector<u32>> {
+        Injector::new(
+            Some(FaultConfig {
+                loss,
+                dup,
+                reorder,
+                seed: 3,
+            }),
+            0,
+        )
+        .expect("faults configured")
+    }
+
+    /// Frames 0..n through `inj`, then a final flush: what went out, in order.
+    fn run(inj: &mut Injector<u32>, n: u32) -> Vec<u32> {
+        let mut out = Vec::new();
+        for f in 0..n {
+            inj.route(f, || 0, |&f| Some(f), |f| out.push(f));
+        }
+        inj.held.flush(|f| out.push(f));
+        out
+    }
+
+    #[test]
+    fn no_faults_no_injector() {
+        assert!(Injector::<u32>::new(None, 0).is_none());
+        assert!(Injector::<u32>::new(Some(FaultConfig::default()), 3).is_none());
+    }
+
+    #[test]
+    fn fates_reach_the_output() {
+        let mut inj = injector(0.1, 0.1, 0.2);
+        let out = run(&mut inj, 10_000);
+        let c = inj.faults.counts();
+        assert_eq!(c.total(), 10_000);
+        assert!(c.dropped > 0 && c.duplicated > 0 && c.delayed > 0);
+        assert_eq!(inj.dup_failed, 0);
+        assert_eq!(out.len() as u64, c.delivered + 2 * c.duplicated + c.delayed);
+        // Every frame that was not dropped comes out, reordered by at most a few places
+        // (a delay is at most 4 frames, a full holdback sends at once).
+        let mut sorted = out.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(sorted.len() as u64, 10_000 - c.dropped);
+        assert!(out.windows(2).any(|w| w[0] > w[1]));
+    }
+
+    #[test]
+    fn failed_copy_sends_the_original_once() {
+        let mut inj = injector(0.0, 1.0, 0.0);
+        let mut out = Vec::new();
+        for f in 0..10 {
+            inj.route(f, || 0, |_| None, |f| out.push(f));
+        }
+        assert_eq!(out, (0..10).collect::<Vec<_>>());
+        assert_eq!(inj.dup_failed, 10);
+    }
+
+    #[test]
+    fn held_frames_leave_on_the_timer() {
+        let mut inj = injector(0.0, 0.0, 1.0);
+        let mut out = Vec::new();
+        inj.route(7, || 100, |&f| Some(f), |f| out.push(f));
+        inj.route(8, || 999, |&f| Some(f), |f| out.push(f));
+        assert!(out.is_empty());
+        assert_eq!(inj.held_since, 100);
+        inj.release_stale(149, 50, |f| out.push(f));
+        assert!(out.is_empty());
+        inj.release_stale(150, 50, |f| out.push(f));
+        assert_eq!(out, [7, 8]);
+        assert!(inj.held.is_empty());
+        // A full holdback sends the next delayed frame at once (which lets the held
+        // ones count it).
+        out.clear();
+        for f in 0..INJECT_HOLD as u32 {
+            inj.route(f, || 0, |&f| Some(f), |f| out.push(f));
+        }
+        assert!(out.is_empty() && inj.held.is_full());
+        inj.route(99, || 0, |&f| Some(f), |f| out.push(f));
+        assert_eq!(inj.hold_full, 1);
+        assert_eq!(out[0], 99);
+        assert_eq!(out.len() + inj.held.len(), INJECT_HOLD + 1);
+        assert!(inj.summary(2).starts_with("inject worker2: frames"));
+    }
+
+    #[test]
+    fn workers_draw_different_sequences() {
+        let cfg = Some(FaultConfig {
+            loss: 0.5,
+            dup: 0.0,
+            reorder: 0.0,
+            seed: 10,
+        });
+        let mut a = Injector::<u32>::new(cfg, 0).unwrap();
+        let mut b = Injector::<u32>::new(cfg, 1).unwrap();
+        let mut a2 = Injector::<u32>::new(cfg, 0).unwrap();
+        let (ra, rb, ra2) = (run(&mut a, 200), run(&mut b, 200), run(&mut a2, 200));
+        assert_eq!(ra, ra2);
+        assert_ne!(ra, rb);
+    }
 }

@@ -16,17 +16,21 @@
 //!   [`scattered_key`] (8-byte keys scattered over the key space).
 //! * [`values`]: [`SizeDist`], [`write_value`] and the checks of a returned value.
 //! * [`mix`]: [`OpType`] and the operation [`Mix`].
+//! * [`faults`]: seeded packet loss, duplication and reordering ([`Faults`],
+//!   [`Holdback`]).
 //!
 //! Pure Rust, no dependencies, no allocation in the per-operation paths.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod faults;
 pub mod keys;
 pub mod mix;
 pub mod rng;
 pub mod values;
 pub mod zipf;
 
+pub use faults::{Fate, FaultConfig, FaultConfigError, FaultCounts, Faults, Holdback};
 pub use keys::{scattered_key, write_key};
 pub use mix::{Mix, OpType};
 pub use rng::{splitmix64, RandomSource, SplitMix64, Xorshift64Star};
