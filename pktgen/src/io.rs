@@ -1,0 +1,273 @@
+//! pktgen's packet I/O: the DPDK queues behind the client library's [`PacketIo`], with
+//! the seeded fault injection of `--loss/--dup/--reorder` on both sides.
+//!
+//! A frame to send goes to the tx queue of its client QP's partition (`qpn % N`, or
+//! the next one with `--misdirect`): each partition's packets leave in order on one
+//! queue. Frames are copied into mbufs and queued in per-queue bursts that
+//! [`PortIo::flush`] hands to the NIC once per loop iteration. Received frames are
+//! handed over one rx burst per queue at a time.
+//!
+//! Faults (when configured) are drawn per frame: on the transmit side a dropped frame
+//! is not sent, a duplicated one is sent twice, a delayed one is held back behind up
+//! to four later frames; on the receive side the same happens to the frames handed to
+//! the library. Held frames are released at the latest after [`HOLD_MAX_US`], so a
+//! quiet link does not keep them forever.
+
+use dpdk::{tsc, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
+use kvclient::PacketIo;
+use kvload::faults::{Fate, FaultConfig, FaultCounts, Faults, Holdback};
+use kvwire::partition::{partition_of_qp, peek_dest_qp};
+
+/// Frames per rx/tx burst.
+pub const BURST: usize = 32;
+/// Frames held back at most per direction.
+const HOLD: usize = 16;
+/// A held frame is released at the latest after this long.
+const HOLD_MAX_US: u64 = 200;
+
+/// One direction's fault injection.
+struct Injector {
+    faults: Faults,
+    held: Holdback<Mbuf, HOLD>,
+    /// TSC when the holdback last became non-empty.
+    held_since: u64,
+}
+
+impl Injector {
+    fn new(cfg: FaultConfig) -> Result<Option<Injector>, String> {
+        if cfg.is_zero() {
+            return Ok(None);
+        }
+        let faults = Faults::new(cfg).map_err(|e| e.to_string())?;
+        Ok(Some(Injector {
+            faults,
+            held: Holdback::new(),
+            held_since: 0,
+        }))
+    }
+
+    /// Routes `m` by its drawn fate to `out` (0, 1 or 2 times, now or later);
+    /// `copy` makes the duplicate.
+    fn route(&mut self, m: Mbuf, copy: impl Fn(&Mbuf) -> Option<Mbuf>, mut out: impl FnMut(Mbuf)) {
+        match self.faults.decide() {
+            Fate::Deliver => out(m),
+            Fate::Drop => drop(m),
+            Fate::Duplicate => {
+                if let Some(c) = copy(&m) {
+                    out(c);
+                }
+                out(m);
+            }
+            Fate::Delay => {
+                if self.held.is_empty() {
+                    self.held_since = tsc::now();
+                }
+                let span = self.faults.delay_span();
+                if let Err(m) = self.held.hold(m, span) {
+                    out(m); // holdback full: send at once
+                }
+                return;
+            }
+        }
+        self.held.passed(&mut out);
+    }
+
+    /// Releases everything held if the oldest waited longer than `max_ticks`.
+    fn expire(&mut self, now: u64, max_ticks: u64, out: impl FnMut(Mbuf)) {
+        if !self.held.is_empty() && now.wrapping_sub(self.held_since) > max_ticks {
+            self.held.flush(out);
+        }
+    }
+}
+
+/// Copies `m` into a new mbuf from `pool`.
+fn copy_mbuf(pool: &Mempool, m: &Mbuf) -> Option<Mbuf> {
+    let mut c = Mbuf::alloc(pool)?;
+    let d = m.data();
+    c.append(d.len())?.copy_from_slice(d);
+    Some(c)
+}
+
+/// The DPDK side of pktgen's transport (see the module doc).
+pub struct PortIo {
+    pool: Mempool,
+    rxqs: Vec<RxQueue>,
+    txqs: Vec<TxQueue>,
+    /// Tx queue of each partition.
+    tx_of: Vec<usize>,
+    nparts: u32,
+    txb: Vec<MbufBurst<BURST>>,
+    rx: MbufBurst<BURST>,
+    /// Next rx queue to poll.
+    rx_next: usize,
+    /// Frames received and waiting to be handed over (a receive-side delay can
+    /// release several at once).
+    ready: MbufBurst<{ 2 * BURST + HOLD }>,
+    tx_faults: Option<Injector>,
+    rx_faults: Option<Injector>,
+    hold_ticks: u64,
+    /// Frames handed to the NIC.
+    pub tx_frames: u64,
+    /// Frames dropped because a tx queue stayed full (the transport resends them).
+    pub tx_full: u64,
+}
+
+impl PortIo {
+    /// I/O over `rxqs`/`txqs` (one pair per partition), sending partition `p`'s frames
+    /// on `tx_of[p]`, mbufs from `pool`, with `tx`/`rx` faults (zero: none).
+    pub fn new(
+        pool: Mempool,
+        rxqs: Vec<RxQueue>,
+        txqs: Vec<TxQueue>,
+        tx_of: Vec<usize>,
+        tx: FaultConfig,
+        rx: FaultConfig,
+    ) -> Result<PortIo, String> {
+        let n = txqs.len();
+        Ok(PortIo {
+            pool,
+            rxqs,
+            nparts: tx_of.len().max(1) as u32,
+            tx_of,
+            txb: (0..n).map(|_| MbufBurst::new()).collect(),
+            txqs,
+            rx: MbufBurst::new(),
+            rx_next: 0,
+            ready: MbufBurst::new(),
+            tx_faults: Injector::new(tx)?,
+            rx_faults: Injector::new(rx)?,
+            hold_ticks: tsc::hz() / 1_000_000 * HOLD_MAX_US,
+            tx_frames: 0,
+            tx_full: 0,
+        })
+    }
+
+    /// The mbuf pool (for raw frames).
+    pub fn pool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// Counts of the injected faults (tx, rx).
+    pub fn fault_counts(&self) -> (FaultCounts, FaultCounts) {
+        let c = |i: &Option<Injector>| i.as_ref().map(|i| i.faults.counts()).unwrap_or_default();
+        (c(&self.tx_faults), c(&self.rx_faults))
+    }
+
+    /// Queues an mbuf on tx queue `q` (through the tx faults).
+    pub fn queue(&mut self, q: usize, m: Mbuf) {
+        let Some(mut inj) = self.tx_faults.take() else {
+            self.enqueue(q, m);
+            return;
+        };
+        let pool = self.pool;
+        inj.route(m, |m| copy_mbuf(&pool, m), |m| self.enqueue(q, m));
+        self.tx_faults = Some(inj);
+    }
+
+    fn enqueue(&mut self, q: usize, m: Mbuf) {
+        let Some(b) = self.txb.get_mut(q) else { return };
+        let m = match b.push(m) {
+            Ok(()) => return,
+            Err(m) => m,
+        };
+        let sent = self.txqs[q].tx_burst(b);
+        self.tx_frames += sent as u64;
+        if self.txb[q].push(m).is_err() {
+            self.tx_full += 1;
+        }
+    }
+
+    /// Hands the queued frames to the NIC (what it does not take stays queued) and
+    /// releases held frames that waited too long.
+    pub fn flush(&mut self) -> bool {
+        let now = tsc::now();
+        if let Some(mut inj) = self.tx_faults.take() {
+            // Held frames go to partition 0's queue only if their QP is unknown.
+            let mut held = MbufBurst::<HOLD>::new();
+            inj.expire(now, self.hold_ticks, |m| {
+                let _ = held.push(m);
+            });
+            self.tx_faults = Some(inj);
+            for m in held.drain() {
+                let q = self.queue_of(m.data());
+                self.enqueue(q, m);
+            }
+        }
+        if let Some(inj) = self.rx_faults.as_mut() {
+            let ready = &mut self.ready;
+            inj.expire(now, self.hold_ticks, |m| {
+                let _ = ready.push(m);
+            });
+        }
+        let mut moved = false;
+        for (b, q) in self.txb.iter_mut().zip(self.txqs.iter_mut()) {
+            if !b.is_empty() {
+                let sent = q.tx_burst(b);
+                self.tx_frames += sent as u64;
+                moved |= sent > 0;
+            }
+        }
+        moved
+    }
+
+    /// The tx queue of a request frame (by its destination QP's partition).
+    fn queue_of(&self, frame: &[u8]) -> usize {
+        let part = peek_dest_qp(frame).map_or(0, |qp| partition_of_qp(qp, self.nparts));
+        self.tx_of.get(part as usize).copied().unwrap_or(0)
+    }
+
+    /// Receives one burst from the next rx queue into `ready` (through the rx faults).
+    fn fill(&mut self) {
+        let nq = self.rxqs.len();
+        for _ in 0..nq {
+            let q = self.rx_next;
+            self.rx_next = (q + 1) % nq;
+            if self.rxqs[q].rx_burst(&mut self.rx) > 0 {
+                break;
+            }
+        }
+        let pool = self.pool;
+        let ready = &mut self.ready;
+        for m in self.rx.drain() {
+            match self.rx_faults.as_mut() {
+                None => {
+                    let _ = ready.push(m);
+                }
+                Some(inj) => inj.route(m, |m| copy_mbuf(&pool, m), |m| {
+                    let _ = ready.push(m);
+                }),
+            }
+        }
+    }
+
+    /// Receives raw frames (echo mode): one burst, through the rx faults.
+    pub fn recv_raw(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        self.recv(f)
+    }
+}
+
+impl PacketIo for PortIo {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        let q = self.queue_of(frame);
+        let Some(mut m) = Mbuf::alloc(&self.pool) else {
+            return false;
+        };
+        let Some(dst) = m.append(frame.len()) else {
+            return false;
+        };
+        dst.copy_from_slice(frame);
+        self.queue(q, m);
+        true
+    }
+
+    fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        if self.ready.is_empty() {
+            self.fill();
+        }
+        let n = self.ready.len();
+        for m in self.ready.drain() {
+            f(m.data());
+        }
+        n
+    }
+}
