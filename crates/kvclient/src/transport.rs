@@ -1,0 +1,665 @@
+//! The low-level reliable transport: [`Transport`] (see the crate documentation for
+//! the design).
+
+use crate::pool::FramePool;
+use crate::qp::{Qp, QpState, Slot};
+use crate::{Error, PacketIo};
+use hashbrown::HashMap;
+use kvwire::payload::{req_field, ResponseReader};
+use kvwire::psn;
+use kvwire::transport::{
+    emit_connect, parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame, AckFrame, Connect,
+    NakCode, ServerFrame, Syndrome, CONNECT_FRAME_LEN, MAX_CREDITS,
+};
+use kvwire::{
+    emit_request_headers, finalize, request_frame_len, request_payload_capacity, FrameParams,
+    Response, DEFAULT_MTU, REQUEST_HEADER_LEN,
+};
+
+/// Configuration of a [`Transport`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Config {
+    /// IP MTU of the link (request payloads are at most
+    /// [`request_payload_capacity`]`(mtu)` bytes, and at most the slot size).
+    pub mtu: usize,
+    /// First retransmission timeout (default 1 ms).
+    pub rto_initial_ns: u64,
+    /// Largest retransmission timeout after exponential back-off (default 100 ms).
+    pub rto_max_ns: u64,
+    /// RTO-driven retransmissions of a request before it fails with
+    /// [`Error::Timeout`] and its QP with it (default 8).
+    pub max_retries: u8,
+    /// Time between CONNECT retransmissions (same nonce) while no ACCEPT came
+    /// (default 10 ms).
+    pub connect_timeout_ns: u64,
+    /// Frame buffers, i.e. requests in flight across all QPs (default 256).
+    pub max_outstanding: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            mtu: DEFAULT_MTU,
+            rto_initial_ns: 1_000_000,
+            rto_max_ns: 100_000_000,
+            max_retries: 8,
+            connect_timeout_ns: 10_000_000,
+            max_outstanding: 256,
+        }
+    }
+}
+
+/// Why [`Transport::send_with`] sent nothing. Nothing is consumed on an error:
+/// the PSN, credit and frame buffer stay available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendError {
+    /// The QP is not connected.
+    NotConnected,
+    /// No credit: `W` requests are incomplete.
+    NoCredit,
+    /// Every frame buffer holds an in-flight request (`max_outstanding`).
+    NoBuffer,
+    /// The server answered RNR NAK: no transmission before its timer ran out.
+    RnrHoldOff,
+    /// The build closure returned `None`.
+    Aborted,
+    /// The build closure returned a length beyond the payload area, or a payload
+    /// whose batch id is not the PSN.
+    BadPayload,
+    /// [`PacketIo::send`] refused the frame.
+    IoBusy,
+}
+
+impl core::fmt::Display for SendError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        core::fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for SendError {}
+
+/// What [`Transport::poll`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Event<'a> {
+    /// The QP's ACCEPT arrived: requests may be sent.
+    Connected {
+        /// QP index.
+        qp: usize,
+    },
+    /// One in-order, non-duplicate response frame of request `tag`: read it with
+    /// [`ResponseReader`] (its `first_index` is the number of results delivered
+    /// before for this request).
+    Results {
+        /// QP index.
+        qp: usize,
+        /// The request's tag.
+        tag: u64,
+        /// The response payload.
+        payload: &'a [u8],
+    },
+    /// The last response frame of request `tag` arrived (after its `Results`).
+    Complete {
+        /// QP index.
+        qp: usize,
+        /// The request's tag.
+        tag: u64,
+        /// The request's PSN.
+        psn: u32,
+        /// Time of its first transmission (for latency).
+        first_sent_ns: u64,
+    },
+    /// Request `tag` failed: its outcome is unknown (it may or may not have been
+    /// executed, and some `Results` may have been delivered).
+    Failed {
+        /// QP index.
+        qp: usize,
+        /// The request's tag.
+        tag: u64,
+        /// Why.
+        error: Error,
+    },
+}
+
+/// Counters of a [`Transport`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Requests sent (first transmissions).
+    pub sent: u64,
+    /// Request retransmissions (RTO, NAK and RNR NAK driven).
+    pub retransmitted: u64,
+    /// CONNECT frames sent (retransmissions included).
+    pub connects_sent: u64,
+    /// NAK "PSN sequence error" acted upon.
+    pub naks_seq: u64,
+    /// RNR NAKs acted upon.
+    pub rnr_naks: u64,
+    /// NAK "invalid request" (and other fatal NAKs) that reset a connection.
+    pub naks_invalid: u64,
+    /// Positive ACKs (no action).
+    pub acks: u64,
+    /// Retransmission timer firings.
+    pub timeouts: u64,
+    /// Duplicate frames (response frames already received, replayed ACCEPTs, NAKs
+    /// already acted upon).
+    pub dup_frames: u64,
+    /// Frames for nothing outstanding (old PSNs, other nonces, unknown QPs).
+    pub stale_frames: u64,
+    /// Response frames after a missing one (dropped; the replay brings them again).
+    pub gap_frames: u64,
+    /// Frames that do not parse (or bad response/ACCEPT payloads).
+    pub bad_frames: u64,
+    /// Requests completed.
+    pub completed: u64,
+    /// Requests failed.
+    pub failed: u64,
+}
+
+/// The client half of protocol v2's reliable transport over many QPs.
+///
+/// Allocates at construction (frame pool, QP table) and when a connection is set
+/// up (the ring of `W` slots, reused afterwards); nothing per packet.
+#[derive(Debug)]
+pub struct Transport {
+    cfg: Config,
+    qps: Vec<Qp>,
+    by_qpn: HashMap<u32, usize>,
+    pool: FramePool,
+    stats: Stats,
+}
+
+impl Transport {
+    /// A transport for client QPs `qps` (`(qpn, rkey)` as admitted by the
+    /// operator), all sending with `params` (see [`Transport::set_frame_params`]).
+    pub fn new(cfg: Config, qps: &[(u32, u32)], params: FrameParams) -> Transport {
+        let frame_cap = request_frame_len(request_payload_capacity(cfg.mtu));
+        Transport {
+            cfg,
+            qps: qps
+                .iter()
+                .map(|&(qpn, rkey)| Qp::new(qpn, rkey, params, cfg.rto_initial_ns))
+                .collect(),
+            by_qpn: qps.iter().enumerate().map(|(i, &(q, _))| (q, i)).collect(),
+            pool: FramePool::new(cfg.max_outstanding, frame_cap),
+            stats: Stats::default(),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+
+    /// Number of QPs.
+    pub fn qp_count(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// QPN of QP `qp`.
+    pub fn qpn(&self, qp: usize) -> u32 {
+        self.qps[qp].qpn
+    }
+
+    /// Sets the addressing of QP `qp`'s frames (e.g. its own UDP source port).
+    pub fn set_frame_params(&mut self, qp: usize, params: FrameParams) {
+        self.qps[qp].params = params;
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
+    }
+
+    /// Connection state of QP `qp`.
+    pub fn state(&self, qp: usize) -> QpState {
+        self.qps[qp].state
+    }
+
+    /// True if QP `qp` is connected.
+    pub fn is_connected(&self, qp: usize) -> bool {
+        self.qps[qp].state == QpState::Connected
+    }
+
+    /// True if every QP is connected.
+    pub fn all_connected(&self) -> bool {
+        self.qps.iter().all(|q| q.state == QpState::Connected)
+    }
+
+    /// Requests of QP `qp` in flight.
+    pub fn in_flight(&self, qp: usize) -> usize {
+        usize::from(self.qps[qp].in_flight)
+    }
+
+    /// Requests in flight on all QPs.
+    pub fn total_in_flight(&self) -> usize {
+        self.cfg.max_outstanding - self.pool.available()
+    }
+
+    /// Window `W` granted to QP `qp` (0 before its first ACCEPT).
+    pub fn credits(&self, qp: usize) -> u16 {
+        self.qps[qp].credits
+    }
+
+    /// The PSN the next request of QP `qp` will carry.
+    pub fn next_psn(&self, qp: usize) -> u32 {
+        self.qps[qp].next_psn
+    }
+
+    /// Largest request payload of QP `qp`: the MTU's request capacity, at most its
+    /// slot size (0 before its first ACCEPT).
+    pub fn payload_capacity(&self, qp: usize) -> usize {
+        let q = &self.qps[qp];
+        request_payload_capacity(self.cfg.mtu).min(q.slot_size as usize)
+    }
+
+    /// Sends a CONNECT on every QP that is not connected or connecting.
+    pub fn connect_all<I: PacketIo + ?Sized>(&mut self, io: &mut I, now_ns: u64) {
+        for i in 0..self.qps.len() {
+            if matches!(self.qps[i].state, QpState::Idle | QpState::Failed) {
+                self.connect(i, io, now_ns);
+            }
+        }
+    }
+
+    /// Starts a new incarnation of QP `qp`: a CONNECT with a nonce larger than the
+    /// previous one (`now_ns`, or previous + 1). Requests still in flight are
+    /// reported [`Error::ConnectionLost`] at the next [`Transport::poll`]. A lost
+    /// CONNECT is retransmitted by `poll` every `connect_timeout_ns`.
+    pub fn connect<I: PacketIo + ?Sized>(&mut self, qp: usize, io: &mut I, now_ns: u64) {
+        let q = &mut self.qps[qp];
+        if q.in_flight > 0 {
+            q.abort = true;
+        }
+        q.nonce = now_ns.max(q.nonce + 1);
+        q.state = QpState::Connecting;
+        send_connect(q, io, now_ns, &mut self.stats);
+    }
+
+    /// True if a request may be sent on QP `qp` now: connected, a credit and a
+    /// frame buffer free, not in an RNR hold-off.
+    pub fn can_send(&self, qp: usize, now_ns: u64) -> bool {
+        let q = &self.qps[qp];
+        q.state == QpState::Connected
+            && !q.abort
+            && q.has_credit()
+            && self.pool.available() > 0
+            && now_ns >= q.rnr_until
+            && q.resend_from.is_none()
+    }
+
+    /// Frames and sends one request on QP `qp`. `build` gets the payload area
+    /// (at most [`Transport::payload_capacity`] bytes) and the batch id to use (=
+    /// the PSN), writes the KV batch and returns its length, or `None` to send
+    /// nothing. The frame is kept for retransmission until the request
+    /// completes. Returns the PSN.
+    pub fn send_with<I: PacketIo + ?Sized>(
+        &mut self,
+        io: &mut I,
+        qp: usize,
+        now_ns: u64,
+        tag: u64,
+        build: impl FnOnce(&mut [u8], u32) -> Option<usize>,
+    ) -> Result<u32, SendError> {
+        let cap = self.payload_capacity(qp);
+        let q = &mut self.qps[qp];
+        if q.state != QpState::Connected || q.abort {
+            return Err(SendError::NotConnected);
+        }
+        if now_ns < q.rnr_until || q.resend_from.is_some() {
+            return Err(SendError::RnrHoldOff);
+        }
+        if !q.has_credit() {
+            return Err(SendError::NoCredit);
+        }
+        let b = self.pool.alloc().ok_or(SendError::NoBuffer)?;
+        let psn = q.next_psn;
+        let frame = self.pool.buf_mut(b);
+        let built = build(
+            &mut frame[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + cap],
+            psn,
+        );
+        let len = match built {
+            None => Err(SendError::Aborted),
+            Some(n) if n > cap || n < req_field::BATCH_ID.end => Err(SendError::BadPayload),
+            Some(n) => {
+                let id = &frame[REQUEST_HEADER_LEN + req_field::BATCH_ID.start..][..4];
+                if id != psn.to_be_bytes() {
+                    Err(SendError::BadPayload)
+                } else {
+                    let va = slot_va(q.region_va, u64::from(q.slot_size), q.credits, psn);
+                    emit_request_headers(frame, &q.params, q.qpn, psn, va, q.rkey, n)
+                        .and_then(|_| finalize(frame))
+                        .map_err(|_| SendError::BadPayload)
+                }
+            }
+        };
+        let len = match len {
+            Ok(l) => l,
+            Err(e) => {
+                self.pool.release(b);
+                return Err(e);
+            }
+        };
+        if !io.send(self.pool.frame(b, len)) {
+            self.pool.release(b);
+            return Err(SendError::IoBusy);
+        }
+        if q.in_flight == 0 {
+            q.rto_deadline = now_ns + q.rto_ns;
+        }
+        let i = q.idx(psn);
+        q.ring[i] = Slot {
+            tag,
+            first_sent: now_ns,
+            last_sent: now_ns,
+            psn,
+            buf: b,
+            len: len as u16,
+            received: 0,
+            retries: 0,
+            busy: true,
+        };
+        q.in_flight += 1;
+        q.next_psn = psn::add(psn, 1);
+        self.stats.sent += 1;
+        Ok(psn)
+    }
+
+    /// Receives one burst from `io` and handles it (ACCEPTs, responses, ACKs and
+    /// NAKs), then runs the timers: CONNECT retransmission, resends asked for by
+    /// NAKs once any RNR hold-off is over, and retransmission timeouts.
+    pub fn poll<I: PacketIo + ?Sized>(
+        &mut self,
+        io: &mut I,
+        now_ns: u64,
+        on_event: &mut impl FnMut(Event<'_>),
+    ) {
+        for i in 0..self.qps.len() {
+            if self.qps[i].abort {
+                self.fail_all(i, Error::ConnectionLost, on_event);
+            }
+        }
+        io.recv(&mut |frame| self.handle_frame(frame, now_ns, on_event));
+        for i in 0..self.qps.len() {
+            self.run_timers(i, io, now_ns, on_event);
+        }
+    }
+
+    fn run_timers<I: PacketIo + ?Sized>(
+        &mut self,
+        i: usize,
+        io: &mut I,
+        now: u64,
+        on_event: &mut impl FnMut(Event<'_>),
+    ) {
+        let cfg = self.cfg;
+        let q = &mut self.qps[i];
+        match q.state {
+            QpState::Connecting => {
+                if now >= q.connect_sent + cfg.connect_timeout_ns {
+                    send_connect(q, io, now, &mut self.stats);
+                }
+                return;
+            }
+            QpState::Connected => {}
+            _ => return,
+        }
+        if now < q.rnr_until {
+            return;
+        }
+        if let Some(from) = q.resend_from.take() {
+            q.rto_deadline = now + q.rto_ns;
+            resend(q, &self.pool, &mut self.stats, io, now, from, false);
+            return;
+        }
+        if q.in_flight == 0 || now < q.rto_deadline {
+            return;
+        }
+        self.stats.timeouts += 1;
+        let oldest = q.ring[q.idx(q.una)];
+        if oldest.retries >= cfg.max_retries {
+            self.fail_all(i, Error::Timeout, on_event);
+            return;
+        }
+        q.rto_ns = (q.rto_ns * 2).min(cfg.rto_max_ns);
+        q.rto_deadline = now + q.rto_ns;
+        q.nak_seen = None;
+        let una = q.una;
+        resend(q, &self.pool, &mut self.stats, io, now, una, true);
+    }
+
+    /// Fails every in-flight request of QP `i` (the oldest with `first`, the others
+    /// with [`Error::ConnectionLost`]) and marks the QP failed.
+    fn fail_all(&mut self, i: usize, first: Error, on_event: &mut impl FnMut(Event<'_>)) {
+        let q = &mut self.qps[i];
+        q.abort = false;
+        if q.state != QpState::Connecting {
+            q.state = QpState::Failed;
+        }
+        let mut error = first;
+        let mut p = q.una;
+        while q.in_flight > 0 && p != q.next_psn {
+            let k = q.idx(p);
+            let s = &mut q.ring[k];
+            if s.busy && s.psn == p {
+                s.busy = false;
+                q.in_flight -= 1;
+                self.pool.release(s.buf);
+                self.stats.failed += 1;
+                on_event(Event::Failed {
+                    qp: i,
+                    tag: s.tag,
+                    error,
+                });
+                error = Error::ConnectionLost;
+            }
+            p = psn::add(p, 1);
+        }
+        q.una = q.next_psn;
+        q.resend_from = None;
+        q.nak_seen = None;
+    }
+
+    fn handle_frame(&mut self, frame: &[u8], now: u64, on_event: &mut impl FnMut(Event<'_>)) {
+        match parse_server_frame(frame) {
+            Ok(ServerFrame::Response(r)) => self.on_response(&r, now, on_event),
+            Ok(ServerFrame::Accept(a)) => self.on_accept(&a, on_event),
+            Ok(ServerFrame::Ack(a)) => self.on_ack(&a, now, on_event),
+            Err(_) => self.stats.bad_frames += 1,
+        }
+    }
+
+    fn qp_of(&mut self, qpn: u32) -> Option<usize> {
+        let i = self.by_qpn.get(&qpn).copied();
+        if i.is_none() {
+            self.stats.stale_frames += 1;
+        }
+        i
+    }
+
+    fn on_accept(&mut self, a: &AcceptFrame, on_event: &mut impl FnMut(Event<'_>)) {
+        let Some(i) = self.qp_of(a.dest_qp) else {
+            return;
+        };
+        let q = &mut self.qps[i];
+        let acc = a.accept;
+        if acc.nonce != q.nonce {
+            self.stats.stale_frames += 1;
+            return;
+        }
+        if q.state != QpState::Connecting {
+            self.stats.dup_frames += 1;
+            return;
+        }
+        let w = acc.credits;
+        if !w.is_power_of_two() || w > MAX_CREDITS || acc.slot_size < 64 {
+            self.stats.bad_frames += 1;
+            return;
+        }
+        // Failures of the previous incarnation first.
+        if q.in_flight > 0 {
+            self.fail_all(i, Error::ConnectionLost, on_event);
+        }
+        let q = &mut self.qps[i];
+        q.credits = w;
+        q.slot_size = acc.slot_size;
+        q.region_va = acc.region_va;
+        q.next_psn = acc.request_psn;
+        q.una = acc.request_psn;
+        q.ring.clear();
+        q.ring.resize(usize::from(w), Slot::default());
+        q.rto_ns = self.cfg.rto_initial_ns;
+        q.rnr_until = 0;
+        q.resend_from = None;
+        q.nak_seen = None;
+        q.abort = false;
+        q.state = QpState::Connected;
+        on_event(Event::Connected { qp: i });
+    }
+
+    fn on_ack(&mut self, a: &AckFrame, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
+        let Some(i) = self.qp_of(a.dest_qp) else {
+            return;
+        };
+        let q = &mut self.qps[i];
+        if let Syndrome::Ack { .. } = a.syndrome {
+            self.stats.acks += 1;
+            return;
+        }
+        if q.state != QpState::Connected || q.abort || !q.in_window(a.psn) {
+            self.stats.stale_frames += 1;
+            return;
+        }
+        match a.syndrome {
+            Syndrome::Ack { .. } => {}
+            Syndrome::RnrNak { timer } => {
+                self.stats.rnr_naks += 1;
+                let until = now + u64::from(rnr_timer_micros(timer)) * 1000;
+                q.rnr_until = q.rnr_until.max(until);
+                q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
+            }
+            Syndrome::Nak(NakCode::PsnSequenceError) => {
+                if q.nak_seen == Some(a.psn) {
+                    self.stats.dup_frames += 1;
+                    return;
+                }
+                self.stats.naks_seq += 1;
+                q.nak_seen = Some(a.psn);
+                q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
+            }
+            Syndrome::Nak(_) => {
+                self.stats.naks_invalid += 1;
+                self.fail_all(i, Error::ConnectionLost, on_event);
+            }
+        }
+    }
+
+    fn on_response(&mut self, r: &Response<'_>, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
+        let Some(i) = self.qp_of(r.dest_qp) else {
+            return;
+        };
+        let Ok(rd) = ResponseReader::new(r.payload) else {
+            self.stats.bad_frames += 1;
+            return;
+        };
+        let q = &mut self.qps[i];
+        let b = rd.batch_id();
+        if q.state != QpState::Connected || b > kvwire::ib::MASK_24 || !q.in_window(b) {
+            self.stats.stale_frames += 1;
+            return;
+        }
+        let k = q.idx(b);
+        let s = &mut q.ring[k];
+        if !s.busy || s.psn != b {
+            self.stats.dup_frames += 1;
+            return;
+        }
+        let first = rd.first_index();
+        if first < s.received {
+            self.stats.dup_frames += 1;
+            return;
+        }
+        if first > s.received {
+            self.stats.gap_frames += 1;
+            return;
+        }
+        s.received = s.received.wrapping_add(rd.result_count());
+        let (tag, first_sent) = (s.tag, s.first_sent);
+        // Progress: the timer restarts from the initial timeout.
+        q.rto_ns = self.cfg.rto_initial_ns;
+        q.rto_deadline = now + q.rto_ns;
+        on_event(Event::Results {
+            qp: i,
+            tag,
+            payload: r.payload,
+        });
+        if rd.more() {
+            return;
+        }
+        let s = &mut q.ring[k];
+        s.busy = false;
+        self.pool.release(s.buf);
+        q.in_flight -= 1;
+        q.advance_una();
+        if q.nak_seen.is_some_and(|n| psn::distance(q.una, n) < 0) {
+            q.nak_seen = None;
+        }
+        self.stats.completed += 1;
+        on_event(Event::Complete {
+            qp: i,
+            tag,
+            psn: b,
+            first_sent_ns: first_sent,
+        });
+    }
+}
+
+/// The older of a pending resend start and `psn` (both in the window from `una`).
+fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
+    match pending {
+        Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
+        _ => p,
+    }
+}
+
+fn send_connect<I: PacketIo + ?Sized>(q: &mut Qp, io: &mut I, now: u64, stats: &mut Stats) {
+    let mut buf = [0u8; CONNECT_FRAME_LEN];
+    let c = Connect {
+        rkey: q.rkey,
+        nonce: q.nonce,
+    };
+    q.connect_sent = now;
+    if let Ok(n) = emit_connect(&mut buf, &q.params, q.qpn, 0, &c) {
+        if io.send(&buf[..n]) {
+            stats.connects_sent += 1;
+        }
+    }
+}
+
+/// Go-back-N: resends every incomplete request of `q` from PSN `from` on, oldest
+/// first, same bytes. Stops at the first frame `io` refuses (the timer resends it).
+fn resend<I: PacketIo + ?Sized>(
+    q: &mut Qp,
+    pool: &FramePool,
+    stats: &mut Stats,
+    io: &mut I,
+    now: u64,
+    from: u32,
+    rto: bool,
+) {
+    let mut p = from;
+    while p != q.next_psn {
+        let k = q.idx(p);
+        let s = &mut q.ring[k];
+        if s.busy && s.psn == p {
+            if !io.send(pool.frame(s.buf, usize::from(s.len))) {
+                return;
+            }
+            stats.retransmitted += 1;
+            s.last_sent = now;
+            if rto {
+                s.retries = s.retries.saturating_add(1);
+            }
+        }
+        p = psn::add(p, 1);
+    }
+}
