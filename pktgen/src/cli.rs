@@ -112,9 +112,29 @@ pub struct Args {
     /// Check every response against the expected value; exit 1 on any mismatch.
     #[arg(long)]
     pub verify: bool,
-    /// A response not back after this many ms is a timeout.
+    /// The longest retransmission timeout in ms (the transport doubles its timeout
+    /// from --rto-us up to this, and gives up after 8 retransmissions); in echo mode,
+    /// a packet not back after this long is a timeout.
     #[arg(long, default_value_t = 200)]
     pub timeout_ms: u64,
+    /// First retransmission timeout of the transport, in µs.
+    #[arg(long, default_value_t = 5000)]
+    pub rto_us: u64,
+    /// Drop this share of the frames pktgen sends and of those it receives (seeded
+    /// by --seed; both directions are exercised).
+    #[arg(long, default_value_t = 0.0)]
+    pub loss: f64,
+    /// Duplicate this share of the frames sent and received.
+    #[arg(long, default_value_t = 0.0)]
+    pub dup: f64,
+    /// Hold back this share of the frames sent and received behind 1-4 later ones.
+    #[arg(long, default_value_t = 0.0)]
+    pub reorder: f64,
+    /// After the measurement, the exactly-once check: every QP does M fetch-adds on
+    /// one key and the QPs run CAS chains on another; each original must come back
+    /// exactly once (kvclient::check). Needs --partitions 1.
+    #[arg(long, default_value_t = 0)]
+    pub exactly_once: u64,
     /// Empty batches sent one at a time to calibrate the transport floor (0: off).
     #[arg(long, default_value_t = 2000)]
     pub calibrate: u32,

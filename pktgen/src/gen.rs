@@ -298,11 +298,33 @@ impl Gen {
         intended: u64,
         record: bool,
     ) -> Option<(usize, usize)> {
+        let area = buf.get_mut(REQUEST_HEADER_LEN..)?;
+        let (plen, part, slot) = self.build_payload(area, phase, intended, record)?;
+        let Some(len) = self.qps.frame(buf, part, plen) else {
+            self.release(slot);
+            return None;
+        };
+        Some((len, part))
+    }
+
+    /// Builds one request payload (the KV batch, at most [`Gen::payload_cap`] bytes)
+    /// into `payload` for a packet slot it takes, and returns the payload length, its
+    /// partition and the slot (the transport's tag: [`Gen::on_results`],
+    /// [`Gen::on_complete`], [`Gen::on_failed`]). The batch id written is the slot's
+    /// own (echo mode matches on it; the transport replaces it with the PSN). `None`
+    /// when no slot is free or a sweep has nothing left to send.
+    pub fn build_payload(
+        &mut self,
+        payload: &mut [u8],
+        phase: Phase,
+        intended: u64,
+        record: bool,
+    ) -> Option<(usize, usize, u16)> {
         let slot_idx = self.flight.free.pop()?;
         let s = &mut self.flight.slots[slot_idx as usize];
         s.gen = s.gen.wrapping_add(1);
         let batch_id = (u32::from(s.gen) << 16) | u32::from(slot_idx);
-        let payload_end = (REQUEST_HEADER_LEN + self.payload_cap).min(buf.len());
+        let payload_end = self.payload_cap.min(payload.len());
         let exp_base = slot_idx as usize * self.flight.stride;
         let verify = self.verify;
         let sizes = self.workload.sizes;
@@ -314,8 +336,8 @@ impl Gen {
         let mut nops = 0usize;
         let mut part = 0usize;
         let plen = {
-            let Some(Ok(mut w)) = buf
-                .get_mut(REQUEST_HEADER_LEN..payload_end)
+            let Some(Ok(mut w)) = payload
+                .get_mut(..payload_end)
                 .map(|p| BatchWriter::new(p, batch_id))
             else {
                 self.flight.free.push(slot_idx);
@@ -436,10 +458,6 @@ impl Gen {
         if record {
             self.tally.part_ops[part] += nops as u64;
         }
-        let Some(len) = self.qps.frame(buf, part, plen) else {
-            self.flight.free.push(slot_idx);
-            return None;
-        };
         let s = &mut self.flight.slots[slot_idx as usize];
         *s = Slot {
             busy: true,
@@ -449,12 +467,36 @@ impl Gen {
             got: 0,
             record,
         };
-        Some((len, part))
+        Some((plen, part, slot_idx))
     }
 
-    /// Handles one received frame at TSC `now`; returns 1 if it completed a packet
-    /// in flight. Packets sent from `rec_start` on and completed before `end` are
-    /// recorded (all of them when pinging).
+    /// Gives back a slot whose packet was never sent; the verify model forgets its
+    /// writes.
+    pub fn release(&mut self, slot: u16) {
+        self.free_slot(usize::from(slot));
+    }
+
+    /// Frees a busy slot whose outcome is unknown; the verify model forgets its
+    /// writes. Returns the slot as it was.
+    fn free_slot(&mut self, i: usize) -> Slot {
+        let f = &mut self.flight;
+        let s = f.slots[i];
+        f.slots[i].busy = false;
+        f.free.push(i as u16);
+        let base = i * f.stride;
+        for k in 0..s.nops as usize {
+            let e = f.exp[base + k];
+            if e.op.writes() {
+                self.workload.model.on_lost_write(e.key);
+            }
+        }
+        s
+    }
+
+    /// Handles one received frame at TSC `now` (echo mode: the echoed request, matched
+    /// by its batch id); returns 1 if it completed a packet in flight. Packets sent
+    /// from `rec_start` on and completed before `end` are recorded (all of them when
+    /// pinging).
     pub fn complete(
         &mut self,
         frame: &[u8],
@@ -463,12 +505,12 @@ impl Gen {
         rec_start: u64,
         end: u64,
     ) -> usize {
-        let (batch_id, first, count, more, payload) = if self.echo {
+        let (batch_id, count, more, payload) = if self.echo {
             match parse_request_unverified(frame)
                 .ok()
                 .and_then(|r| BatchReader::new(r.payload).ok())
             {
-                Some(b) => (b.batch_id(), 0u16, b.op_count(), false, None),
+                Some(b) => (b.batch_id(), b.op_count(), false, None),
                 None => {
                     self.tally.counts.rx_drops += 1;
                     return 0;
@@ -483,13 +525,7 @@ impl Gen {
                 }
             };
             match ResponseReader::new(resp.payload) {
-                Ok(r) => (
-                    r.batch_id(),
-                    r.first_index(),
-                    r.result_count(),
-                    r.more(),
-                    Some(resp.payload),
-                ),
+                Ok(r) => (r.batch_id(), r.result_count(), r.more(), Some(resp.payload)),
                 Err(_) => {
                     self.tally.counts.rx_drops += 1;
                     return 0;
@@ -498,45 +534,94 @@ impl Gen {
         };
         let slot_idx = (batch_id & 0xffff) as usize;
         let gen = (batch_id >> 16) as u16;
-        let Some(s) = self.flight.slots.get(slot_idx).copied() else {
-            self.tally.counts.stale += 1;
-            return 0;
-        };
-        if !s.busy || s.gen != gen {
-            self.tally.counts.stale += 1;
-            return 0;
-        }
-        if let Some(payload) = payload {
-            let reader = ResponseReader::new(payload).expect("parsed above");
-            let base = slot_idx * self.flight.stride;
-            let verify = self.verify;
-            for (k, r) in reader.enumerate() {
-                let idx = first as usize + k;
-                let Ok(r) = r else {
-                    self.tally.counts.errors += 1;
-                    break;
-                };
-                if idx >= s.nops as usize {
-                    self.tally.counts.errors += 1;
-                    continue;
-                }
-                // Without verify, `check` has nothing to do for OK / NOT_FOUND: skip
-                // the expectation lookup (the common case, per op).
-                if !verify && matches!(r.status, Status::Ok | Status::NotFound) {
-                    continue;
-                }
-                let e = self.flight.exp[base + idx];
-                self.check(phase, &e, r.status, r.value);
+        match self.flight.slots.get(slot_idx) {
+            Some(s) if s.busy && s.gen == gen => {}
+            _ => {
+                self.tally.counts.stale += 1;
+                return 0;
             }
         }
-        let got = s.got.saturating_add(count);
-        let finished = got >= s.nops && !more;
-        if !finished {
-            self.flight.slots[slot_idx].got = got;
+        if let Some(payload) = payload {
+            self.results(slot_idx, payload, phase);
+        }
+        let s = &mut self.flight.slots[slot_idx];
+        s.got = s.got.saturating_add(count);
+        if s.got < s.nops || more {
             return 0;
         }
-        self.flight.slots[slot_idx].busy = false;
-        self.flight.free.push(slot_idx as u16);
+        self.finish(slot_idx, now, phase, rec_start, end)
+    }
+
+    /// One response frame of the packet in slot `tag` (delivered by the transport in
+    /// order, without duplicates): checks its results.
+    pub fn on_results(&mut self, tag: u64, payload: &[u8], phase: Phase) {
+        let i = tag as usize;
+        if !self.flight.slots.get(i).is_some_and(|s| s.busy) {
+            self.tally.counts.stale += 1;
+            return;
+        }
+        self.results(i, payload, phase);
+    }
+
+    /// The packet in slot `tag` got its last response frame at TSC `now`; returns 1
+    /// (a packet completed) or 0 (no such packet).
+    pub fn on_complete(&mut self, tag: u64, now: u64, phase: Phase, rec_start: u64, end: u64) -> usize {
+        let i = tag as usize;
+        if !self.flight.slots.get(i).is_some_and(|s| s.busy) {
+            return 0;
+        }
+        self.finish(i, now, phase, rec_start, end)
+    }
+
+    /// The transport gave up on the packet in slot `tag` (its outcome is unknown):
+    /// counted as timed out. Returns 1, or 0 for no such packet.
+    pub fn on_failed(&mut self, tag: u64) -> usize {
+        let i = tag as usize;
+        if !self.flight.slots.get(i).is_some_and(|s| s.busy) {
+            return 0;
+        }
+        let s = self.free_slot(i);
+        self.tally.counts.timeouts_pkts += 1;
+        self.tally.counts.timeouts_ops += u64::from(s.nops);
+        1
+    }
+
+    /// Checks the results of one response payload of slot `i`.
+    fn results(&mut self, i: usize, payload: &[u8], phase: Phase) {
+        let Ok(reader) = ResponseReader::new(payload) else {
+            self.tally.counts.errors += 1;
+            return;
+        };
+        let first = usize::from(reader.first_index());
+        let nops = usize::from(self.flight.slots[i].nops);
+        let base = i * self.flight.stride;
+        let verify = self.verify;
+        for (k, r) in reader.enumerate() {
+            let idx = first + k;
+            let Ok(r) = r else {
+                self.tally.counts.errors += 1;
+                break;
+            };
+            if idx >= nops {
+                self.tally.counts.errors += 1;
+                continue;
+            }
+            // Without verify, `check` has nothing to do for OK / NOT_FOUND: skip
+            // the expectation lookup (the common case, per op).
+            if !verify && matches!(r.status, Status::Ok | Status::NotFound) {
+                continue;
+            }
+            let e = self.flight.exp[base + idx];
+            self.check(phase, &e, r.status, r.value);
+        }
+    }
+
+    /// Completes the packet of slot `i` at `now`: frees the slot, counts and records
+    /// its latency. Returns 1.
+    fn finish(&mut self, i: usize, now: u64, phase: Phase, rec_start: u64, end: u64) -> usize {
+        let s = self.flight.slots[i];
+        self.flight.slots[i].busy = false;
+        self.flight.free.push(i as u16);
         let t = &mut self.tally;
         t.counts.done_pkts += 1;
         if s.record || phase == Phase::Ping {
@@ -618,26 +703,14 @@ impl Gen {
         }
     }
 
-    /// Times out packets in flight longer than `timeout` ticks at TSC `now`; returns
-    /// how many.
+    /// Times out packets in flight longer than `timeout` ticks at TSC `now` (echo
+    /// mode; the transport times out its own requests); returns how many.
     pub fn expire(&mut self, now: u64, timeout: u64) -> usize {
-        let f = &mut self.flight;
         let mut n = 0;
-        for i in 0..f.slots.len() {
-            let s = f.slots[i];
+        for i in 0..self.flight.slots.len() {
+            let s = self.flight.slots[i];
             if s.busy && now.saturating_sub(s.sent) > timeout {
-                f.slots[i].busy = false;
-                f.free.push(i as u16);
-                self.tally.counts.timeouts_pkts += 1;
-                self.tally.counts.timeouts_ops += u64::from(s.nops);
-                let base = i * f.stride;
-                for k in 0..s.nops as usize {
-                    let e = f.exp[base + k];
-                    if e.op.writes() {
-                        self.workload.model.on_lost_write(e.key);
-                    }
-                }
-                n += 1;
+                n += self.on_failed(i as u64);
             }
         }
         n

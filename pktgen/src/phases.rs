@@ -1,20 +1,22 @@
-//! The run's phases over DPDK: the event loop that moves the generator's frames
-//! through mbufs and queues (send bursts, receive, time out), and the phases built
-//! on it: loop-back calibration, load, warm-up + measurement, read-back.
+//! The run's phases over DPDK: the event loop that moves the generator's requests
+//! through the client library's transport (or, in echo mode, raw frames) and the
+//! port (send, receive, time out), and the phases built on it: connection set-up,
+//! loop-back calibration, load, warm-up + measurement, read-back, and the
+//! exactly-once check.
 
-use crate::gen::{Counts, Gen, Phase};
+use crate::gen::{tsc_to_ns, Counts, Gen, Phase};
+use crate::io::PortIo;
 use crate::spec::RunSpec;
-use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
+use dpdk::{tsc, IdleBackoff, Mbuf};
 use hdrhistogram::Histogram;
+use kvclient::check::{ExactlyOnce, Report};
+use kvclient::{Event, Transport};
 use kvwire::request_frame_len;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// Set by Ctrl-C / SIGTERM: every phase stops.
 pub static QUIT: AtomicBool = AtomicBool::new(false);
-
-/// Packets per rx/tx burst.
-const BURST: usize = 32;
 
 /// The load phase's outcome.
 #[derive(Clone, Copy, Debug)]
@@ -40,41 +42,185 @@ pub struct Measurement {
     pub part_ops_k: Vec<u64>,
 }
 
-/// The generator on its queues.
+/// The generator on its port, through the transport.
 pub struct Driver {
     gen: Gen,
-    pool: Mempool,
-    /// Rx queue p is partition p's (all are polled).
-    rxqs: Vec<RxQueue>,
-    txqs: Vec<TxQueue>,
+    io: PortIo,
+    /// The client library's transport (`None` in echo mode: raw frames, no
+    /// connection, matched by batch id).
+    transport: Option<Transport>,
     /// Tx queue of each partition (p, or (p+1) % N with --misdirect).
     tx_of: Vec<usize>,
+    /// Indices of each partition's QPs in the transport, and the next to try.
+    qps_of: Vec<Vec<usize>>,
+    qp_cursor: Vec<usize>,
+    /// A request payload before the transport frames it.
+    scratch: Vec<u8>,
     idle_yield_polls: u32,
     timeout_ms: u64,
+    /// TSC at start (transport time is ns since then).
+    t0: u64,
 }
 
 impl Driver {
-    /// `gen` sending on `txqs` (one per partition) and polling `rxqs`, mbufs from
-    /// `pool`.
-    pub fn new(
-        gen: Gen,
-        pool: Mempool,
-        rxqs: Vec<RxQueue>,
-        txqs: Vec<TxQueue>,
-        spec: &RunSpec,
-    ) -> Driver {
+    /// `gen` sending through `transport` (None: echo mode) over `io`.
+    pub fn new(gen: Gen, io: PortIo, transport: Option<Transport>, spec: &RunSpec) -> Driver {
         let n = spec.qps.partitions as usize;
+        let scratch = vec![0; gen.payload_cap()];
         Driver {
             gen,
-            pool,
-            rxqs,
-            txqs,
+            io,
+            transport,
             tx_of: (0..n)
                 .map(|p| if spec.qps.misdirect { (p + 1) % n } else { p })
                 .collect(),
+            qps_of: spec.qps.by_partition.clone(),
+            qp_cursor: vec![0; n],
+            scratch,
             idle_yield_polls: spec.phases.idle_yield_polls,
             timeout_ms: spec.phases.timeout_ms,
+            t0: tsc::now(),
         }
+    }
+
+    /// Transport time (ns since start) of TSC `now`.
+    fn ns(&self, now: u64) -> u64 {
+        tsc_to_ns(now.wrapping_sub(self.t0), self.gen.hz())
+    }
+
+    /// The transport's counters and the injected faults, for the report.
+    pub fn transport_stats(&self) -> Option<(kvclient::Stats, kvload::faults::FaultCounts, kvload::faults::FaultCounts)> {
+        let (tx, rx) = self.io.fault_counts();
+        self.transport.as_ref().map(|t| (*t.stats(), tx, rx))
+    }
+
+    /// Connects every QP (CONNECT until ACCEPT); fails after `timeout`.
+    pub fn connect(&mut self, timeout: Duration) -> Result<(), String> {
+        let Some(t) = self.transport.as_mut() else {
+            return Ok(());
+        };
+        let start = Instant::now();
+        let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
+        t.connect_all(&mut self.io, now);
+        while !t.all_connected() {
+            if start.elapsed() > timeout || QUIT.load(Ordering::Relaxed) {
+                let n = (0..t.qp_count()).filter(|&q| t.is_connected(q)).count();
+                return Err(format!(
+                    "connect: {n} of {} QPs connected in {timeout:?} (is the dataplane running, same config, QPs admitted?)",
+                    t.qp_count()
+                ));
+            }
+            self.io.flush();
+            let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
+            t.poll(&mut self.io, now, &mut |_| {});
+        }
+        eprintln!(
+            "pktgen: {} QPs connected in {:.1} ms",
+            t.qp_count(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+        Ok(())
+    }
+
+    /// The exactly-once check (`kvclient::check`) over every QP, `per_qp` fetch-adds
+    /// each; keys tagged with `tag`.
+    pub fn exactly_once(&mut self, per_qp: u64, tag: u64) -> Option<Report> {
+        let t = self.transport.as_mut()?;
+        let mut check = ExactlyOnce::new(t.qp_count(), per_qp, tag);
+        let start = Instant::now();
+        loop {
+            let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
+            let done = check.step(t, &mut self.io, now);
+            self.io.flush();
+            if done || QUIT.load(Ordering::Relaxed) || start.elapsed() > Duration::from_secs(120) {
+                break;
+            }
+        }
+        let mut r = check.report().clone();
+        if !check.done() {
+            r.violations += 1;
+            r.problems.push("the check did not finish in 120 s".into());
+        }
+        eprintln!("pktgen: exactly-once: {}", r.summary());
+        Some(r)
+    }
+
+    /// A QP of partition `part` that can send now (round robin over them).
+    fn pick_qp(&mut self, part: usize, now_ns: u64) -> Option<usize> {
+        let t = self.transport.as_ref()?;
+        let qps = &self.qps_of[part];
+        let c = &mut self.qp_cursor[part];
+        for _ in 0..qps.len() {
+            let qp = qps[*c];
+            *c = (*c + 1) % qps.len();
+            if t.can_send(qp, now_ns) {
+                return Some(qp);
+            }
+        }
+        None
+    }
+
+    /// Sends one request through the transport; whether one went out.
+    fn send_transport(&mut self, phase: Phase, intended: u64, record: bool, now_ns: u64) -> bool {
+        // The payload's partition is known only once it is built: every partition
+        // must have a QP that can take it.
+        if (0..self.qps_of.len()).any(|p| self.pick_qp_peek(p, now_ns).is_none()) {
+            return false;
+        }
+        let Some((plen, part, slot)) =
+            self.gen
+                .build_payload(&mut self.scratch, phase, intended, record)
+        else {
+            return false;
+        };
+        let Some(qp) = self.pick_qp(part, now_ns) else {
+            self.gen.release(slot);
+            return false;
+        };
+        let (Some(t), scratch) = (self.transport.as_mut(), &self.scratch) else {
+            return false;
+        };
+        let sent = t.send_with(&mut self.io, qp, now_ns, u64::from(slot), |buf, batch_id| {
+            let dst = buf.get_mut(..plen)?;
+            dst.copy_from_slice(&scratch[..plen]);
+            // The batch id is the transport's (the PSN); the rest of the payload
+            // is the generator's.
+            dst.get_mut(4..8)?.copy_from_slice(&batch_id.to_be_bytes());
+            Some(plen)
+        });
+        if sent.is_err() {
+            self.gen.release(slot);
+            return false;
+        }
+        true
+    }
+
+    /// Whether partition `part` has a QP that can send (without moving the cursor
+    /// past it).
+    fn pick_qp_peek(&self, part: usize, now_ns: u64) -> Option<usize> {
+        let t = self.transport.as_ref()?;
+        let qps = &self.qps_of[part];
+        let c = self.qp_cursor[part];
+        (0..qps.len())
+            .map(|k| qps[(c + k) % qps.len()])
+            .find(|&qp| t.can_send(qp, now_ns))
+    }
+
+    /// Echo mode: builds one raw request frame and queues it; whether one went out.
+    fn send_raw(&mut self, phase: Phase, intended: u64, record: bool) -> bool {
+        let Some(mut m) = Mbuf::alloc(self.io.pool()) else {
+            return false;
+        };
+        let frame_cap = request_frame_len(self.gen.payload_cap()).min(m.tailroom());
+        if !m.set_len(frame_cap) {
+            return false;
+        }
+        let Some((len, part)) = self.gen.build(m.data_mut(), phase, intended, record) else {
+            return false;
+        };
+        m.set_len(len);
+        self.io.queue(self.tx_of[part], m);
+        true
     }
 
     /// Loop-back calibration: `n` empty batches one at a time. Returns the minimum
@@ -178,7 +324,7 @@ impl Driver {
     ///
     /// `warmup` seconds are run but not recorded; then `duration` seconds (or until
     /// `max_pkts` packets completed, or the sweep finished) are recorded. Outstanding
-    /// packets are drained (or timed out) at the end.
+    /// packets are drained at the end (the transport completes or gives up on each).
     fn run(
         &mut self,
         phase: Phase,
@@ -200,16 +346,12 @@ impl Driver {
         let mut next_send = start;
         let mut last_scan = start;
         let mut last_progress = Instant::now();
-        // One tx burst per queue: a queue's packets leave in build order, which keeps
-        // per-partition (so per-key) order for the verify model.
-        let mut txb: Vec<MbufBurst<BURST>> =
-            (0..self.txqs.len()).map(|_| MbufBurst::new()).collect();
-        let mut rx = MbufBurst::<BURST>::new();
         let mut in_flight = 0usize;
         let mut sending = true;
         let mut idle = IdleBackoff::new(self.idle_yield_polls);
         loop {
             let now = tsc::now();
+            let now_ns = self.ns(now);
             if QUIT.load(Ordering::Relaxed) {
                 break;
             }
@@ -223,14 +365,10 @@ impl Driver {
             if !sending && in_flight == 0 {
                 break;
             }
-            let mut moved = false;
-            // Send.
+            // Send. Each partition's packets leave in build order on one queue, which
+            // keeps per-key order for the verify model.
             if sending {
-                // Every burst must have room: the next packet's queue is not known yet.
-                while txb.iter().all(|b| b.remaining() > 0)
-                    && in_flight < window
-                    && self.gen.flight.has_free()
-                {
+                while in_flight < window && self.gen.flight.has_free() {
                     let intended = match interval {
                         Some(_) if now < next_send => break,
                         Some(_) => next_send,
@@ -240,45 +378,65 @@ impl Driver {
                         break;
                     }
                     let record = intended >= rec_start && intended < end;
-                    match self.build(phase, intended, record) {
-                        Some((m, p)) => {
-                            if let Some(iv) = interval {
-                                next_send += iv;
-                            }
-                            // Cannot fail: remaining() > 0 was checked.
-                            let _ = txb[self.tx_of[p]].push(m);
-                            in_flight += 1;
-                        }
-                        None => break,
+                    let sent = if self.transport.is_some() {
+                        self.send_transport(phase, intended, record, now_ns)
+                    } else {
+                        self.send_raw(phase, intended, record)
+                    };
+                    if !sent {
+                        break;
                     }
+                    self.gen.tally.counts.sent_pkts += 1;
+                    if let Some(iv) = interval {
+                        next_send += iv;
+                    }
+                    in_flight += 1;
                     if max_pkts.is_some() {
                         break; // calibration: one at a time
                     }
                 }
-                for (b, q) in txb.iter_mut().zip(self.txqs.iter_mut()) {
-                    if !b.is_empty() {
-                        let sent = q.tx_burst(b);
-                        self.gen.tally.counts.sent_pkts += sent as u64;
-                        moved |= sent > 0;
-                    }
-                }
             }
+            let mut moved = self.io.flush();
             // Receive (responses come back on the queue the request was served from).
-            for q in 0..self.rxqs.len() {
-                let n = self.rxqs[q].rx_burst(&mut rx);
-                if n > 0 {
-                    moved = true;
-                    let now = tsc::now();
-                    for m in rx.drain() {
-                        in_flight -= self.gen.complete(m.data(), now, phase, rec_start, end);
-                    }
+            let Driver {
+                gen,
+                io,
+                transport,
+                ..
+            } = self;
+            let done = match transport.as_mut() {
+                Some(t) => {
+                    let mut done = 0;
+                    let before = t.stats().completed + t.stats().failed;
+                    t.poll(io, now_ns, &mut |ev| match ev {
+                        Event::Results { tag, payload, .. } => gen.on_results(tag, payload, phase),
+                        Event::Complete { tag, .. } => {
+                            done += gen.on_complete(tag, tsc::now(), phase, rec_start, end)
+                        }
+                        Event::Failed { tag, .. } => done += gen.on_failed(tag),
+                        Event::Connected { .. } => {}
+                    });
+                    moved |= t.stats().completed + t.stats().failed != before;
+                    done
                 }
-            }
+                None => {
+                    let mut done = 0;
+                    let now = tsc::now();
+                    let n = io.recv(&mut |frame| {
+                        done += gen.complete(frame, now, phase, rec_start, end);
+                    });
+                    moved |= n > 0;
+                    done
+                }
+            };
+            in_flight -= done.min(in_flight);
             idle.poll(!moved);
-            // Timeouts, every ~1 ms.
+            // Timeouts (echo mode; the transport times out its own), every ~1 ms.
             if now.wrapping_sub(last_scan) > hz_ticks / 1000 {
                 last_scan = now;
-                in_flight -= self.gen.expire(now, timeout);
+                if self.transport.is_none() {
+                    in_flight -= self.gen.expire(now, timeout).min(in_flight);
+                }
                 if phase == Phase::Load && last_progress.elapsed() > Duration::from_secs(1) {
                     last_progress = Instant::now();
                     let (next, keys) = (self.gen.workload.sweep_next, self.gen.workload.keys());
@@ -291,25 +449,6 @@ impl Driver {
                 }
             }
         }
-        // Anything the NIC did not take is freed with `txb`; count those slots lost.
-        for b in txb.iter_mut() {
-            for m in b.drain() {
-                drop(m);
-            }
-        }
         self.gen.end_phase(phase)
-    }
-
-    /// Builds one request packet and returns it with its partition; `None` when no
-    /// mbuf or slot is available (or a sweep has nothing left to send).
-    fn build(&mut self, phase: Phase, intended: u64, record: bool) -> Option<(Mbuf, usize)> {
-        let mut m = Mbuf::alloc(&self.pool)?;
-        let frame_cap = request_frame_len(self.gen.payload_cap()).min(m.tailroom());
-        if !m.set_len(frame_cap) {
-            return None;
-        }
-        let (len, part) = self.gen.build(m.data_mut(), phase, intended, record)?;
-        m.set_len(len);
-        Some((m, part))
     }
 }

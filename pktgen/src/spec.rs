@@ -57,6 +57,18 @@ pub enum SpecError {
         /// The QPNs of the run.
         qpns: Vec<u32>,
     },
+    /// `--loss/--dup/--reorder` out of range (each in [0, 1], sum at most 1).
+    Faults(String),
+    /// `--exactly-once` with more than one partition, or in echo mode.
+    ExactlyOnce,
+    /// `--rto-us` 0.
+    Rto,
+}
+
+impl SpecError {
+    fn faults(e: kvload::faults::FaultConfigError) -> SpecError {
+        SpecError::Faults(e.to_string())
+    }
 }
 
 impl fmt::Display for SpecError {
@@ -78,6 +90,12 @@ impl fmt::Display for SpecError {
             ),
             SpecError::Partitions => f.write_str("--partitions must be 1..=64"),
             SpecError::CountPartitions => f.write_str("--count-partitions must be 1..=1024"),
+            SpecError::Faults(e) => write!(f, "--loss/--dup/--reorder: {e}"),
+            SpecError::ExactlyOnce => write!(
+                f,
+                "--exactly-once needs --partitions 1 and the transport (not --echo)"
+            ),
+            SpecError::Rto => write!(f, "--rto-us must be at least 1"),
             SpecError::NoQpForPartition {
                 partitions: n,
                 partition: p,
@@ -184,6 +202,14 @@ pub struct PhaseSpec {
     pub verify: bool,
     /// The dataplane echoes requests.
     pub echo: bool,
+    /// First retransmission timeout of the transport, in µs.
+    pub rto_us: u64,
+    /// Faults injected on what pktgen sends.
+    pub tx_faults: kvload::faults::FaultConfig,
+    /// Faults injected on what pktgen receives.
+    pub rx_faults: kvload::faults::FaultConfig,
+    /// Fetch-adds per QP of the exactly-once check (0: no check).
+    pub exactly_once: u64,
 }
 
 impl PhaseSpec {
@@ -281,6 +307,20 @@ impl RunSpec {
             .map(|c| (c.qpn, c.rkey))
             .collect();
         let by_partition = qps_by_partition(&qps, nparts)?;
+        let faults = |seed: u64| kvload::faults::FaultConfig {
+            loss: args.loss,
+            dup: args.dup,
+            reorder: args.reorder,
+            seed,
+        };
+        let (tx_faults, rx_faults) = (faults(args.seed ^ 0x7478), faults(args.seed ^ 0x7278));
+        tx_faults.validate().map_err(SpecError::faults)?;
+        if args.exactly_once > 0 && (nparts != 1 || args.echo) {
+            return Err(SpecError::ExactlyOnce);
+        }
+        if args.rto_us == 0 {
+            return Err(SpecError::Rto);
+        }
         let window = args.window.clamp(1, MAX_SLOTS);
         let slots = window.max(if args.rate.is_some() {
             MAX_SLOTS
@@ -323,6 +363,10 @@ impl RunSpec {
                 idle_yield_polls: args.idle_yield_polls,
                 verify: args.verify,
                 echo: args.echo,
+                rto_us: args.rto_us,
+                tx_faults,
+                rx_faults,
+                exactly_once: args.exactly_once,
             },
             no_huge: args.no_huge,
             config_file: args.config.clone(),
