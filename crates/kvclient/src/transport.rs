@@ -563,8 +563,18 @@ impl Transport {
         };
         let q = &mut self.qps[i];
         let b = rd.batch_id();
-        if q.state != QpState::Connected || b > kvwire::ib::MASK_24 || !q.in_window(b) {
+        if q.state != QpState::Connected || b > kvwire::ib::MASK_24 {
             self.stats.stale_frames += 1;
+            return;
+        }
+        if !q.in_window(b) {
+            // Behind `una` by at most W: a duplicate of a completed request.
+            let behind = psn::distance(b, q.una);
+            if behind > 0 && behind <= i32::from(q.credits) {
+                self.stats.dup_frames += 1;
+            } else {
+                self.stats.stale_frames += 1;
+            }
             return;
         }
         let k = q.idx(b);
