@@ -26,8 +26,9 @@ pub struct Config {
     pub rto_initial_ns: u64,
     /// Largest retransmission timeout after exponential back-off (default 100 ms).
     pub rto_max_ns: u64,
-    /// RTO-driven retransmissions of a request before it fails with
-    /// [`Error::Timeout`] and its QP with it (default 8).
+    /// RTO-driven retransmissions of a request without any response frame of it
+    /// arriving, before it fails with [`Error::Timeout`] and its QP with it
+    /// (default 8).
     pub max_retries: u8,
     /// Time between CONNECT retransmissions (same nonce) while no ACCEPT came
     /// (default 10 ms).
@@ -593,6 +594,8 @@ impl Transport {
             return;
         }
         s.received = s.received.wrapping_add(rd.result_count());
+        // Progress on this request: its retry budget starts again.
+        s.retries = 0;
         let (tag, first_sent) = (s.tag, s.first_sent);
         // Progress: the timer restarts from the initial timeout.
         q.rto_ns = self.cfg.rto_initial_ns;

@@ -131,14 +131,14 @@ fn fetch_adds(seed: u64, nqp: u32, m: usize, srv: SrvCfg, p: f64) -> Driver {
         param2: 0,
     };
     loop {
-        for qp in 0..nqp as usize {
-            while left[qp] > 0 {
-                let k = (1 + (seed as usize + next_tag as usize) % 4).min(left[qp]);
+        for (qp, left) in left.iter_mut().enumerate() {
+            while *left > 0 {
+                let k = (1 + (seed as usize + next_tag as usize) % 4).min(*left);
                 if !d.send(qp, next_tag, &vec![add; k]) {
                     break;
                 }
                 ops_of.insert(next_tag, k);
-                left[qp] -= k;
+                *left -= k;
                 next_tag += 1;
             }
         }
