@@ -41,10 +41,12 @@
 //!
 //! **RTO.** One retransmission timer per QP runs while requests are in flight.
 //! When it fires the client resends every incomplete request (go-back-N from the
-//! oldest), doubles the timeout up to `rto_max_ns`, and counts a retry of the
-//! oldest request. Any accepted response frame resets the timeout to
-//! `rto_initial_ns`. When the oldest request has been retransmitted
-//! `max_retries` times and the timer fires again, it fails with
+//! oldest), doubles the timeout up to `rto_max_ns`, and counts a retry of each
+//! request resent. Any accepted response frame resets the timeout to
+//! `rto_initial_ns`, and the retry count of its request to 0 (a long multi-frame
+//! response that arrives piecemeal is progress, not a failure). When the oldest
+//! request has been retransmitted `max_retries` times without progress and the
+//! timer fires again, it fails with
 //! [`Error::Timeout`], the others in flight with [`Error::ConnectionLost`], and
 //! the QP must reconnect.
 //!
