@@ -565,7 +565,14 @@ impl Gen {
 
     /// The packet in slot `tag` got its last response frame at TSC `now`; returns 1
     /// (a packet completed) or 0 (no such packet).
-    pub fn on_complete(&mut self, tag: u64, now: u64, phase: Phase, rec_start: u64, end: u64) -> usize {
+    pub fn on_complete(
+        &mut self,
+        tag: u64,
+        now: u64,
+        phase: Phase,
+        rec_start: u64,
+        end: u64,
+    ) -> usize {
         let i = tag as usize;
         if !self.flight.slots.get(i).is_some_and(|s| s.busy) {
             return 0;

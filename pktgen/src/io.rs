@@ -233,16 +233,15 @@ impl PortIo {
                 None => {
                     let _ = ready.push(m);
                 }
-                Some(inj) => inj.route(m, |m| copy_mbuf(&pool, m), |m| {
-                    let _ = ready.push(m);
-                }),
+                Some(inj) => inj.route(
+                    m,
+                    |m| copy_mbuf(&pool, m),
+                    |m| {
+                        let _ = ready.push(m);
+                    },
+                ),
             }
         }
-    }
-
-    /// Receives raw frames (echo mode): one burst, through the rx faults.
-    pub fn recv_raw(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
-        self.recv(f)
     }
 }
 

@@ -12,14 +12,21 @@
 //! QP of that partition, on that partition's queue (`steer.rs` keeps the drawn key
 //! sequence intact while doing so).
 //!
-//! Modules: `cli` (flags) → `spec` (the checked run) → `gen` (building requests,
-//! matching and checking responses, timeouts; no DPDK) over `qp` (per-QP transport
-//! state) → `phases` (the DPDK event loop and the phases) → `report` (table, JSON,
-//! plot). `model` is verify mode's model of the store, `steer` the per-partition
-//! steering. This file is the wiring: flags, config, EAL and port, phases, report.
+//! Requests go through the client library's reliable transport (`kvclient`:
+//! connections, credits, retransmission, reassembly; protocol v2), which `io` moves
+//! over the DPDK port, with `--loss/--dup/--reorder` injected on both sides. In echo
+//! mode (`--echo`) frames are raw: the dataplane bounces them, no transport.
+//!
+//! Modules: `cli` (flags) → `spec` (the checked run) → `gen` (building request
+//! payloads, checking results, the verify model's bookkeeping; no DPDK) → `phases`
+//! (the event loop and the phases, over kvclient's `Transport` and `io`'s `PortIo`)
+//! → `report` (table, JSON, plot). `qp` frames echo mode's raw requests, `model` is
+//! verify mode's model of the store, `steer` the per-partition steering. This file is
+//! the wiring: flags, config, EAL and port, phases, report.
 
 mod cli;
 mod gen;
+mod io;
 mod model;
 mod phases;
 mod qp;
@@ -31,6 +38,8 @@ use clap::Parser;
 use cli::Args;
 use dpdk::{tsc, Eal, Mempool, Port, PortConfig, PortQueues};
 use gen::Gen;
+use io::PortIo;
+use kvclient::Transport;
 use kvconf::{Config, Role};
 use kvwire::frame::FrameParams;
 use kvwire::{request_payload_capacity, DEFAULT_MTU};
@@ -86,8 +95,26 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         cfg.server.request_region_len,
         spec.workload.seed ^ now_nanos(),
     );
+    let ph = &spec.phases;
+    let n = spec.qps.partitions as usize;
+    let tx_of = (0..n)
+        .map(|p| if spec.qps.misdirect { (p + 1) % n } else { p })
+        .collect();
+    let io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
+    let transport = (!ph.echo).then(|| {
+        let tcfg = kvclient::Config {
+            mtu: DEFAULT_MTU,
+            rto_initial_ns: ph.rto_us * 1000,
+            rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
+            max_retries: 8,
+            connect_timeout_ns: 20_000_000,
+            max_outstanding: ph.slots,
+        };
+        Transport::new(tcfg, &spec.qps.qps, params)
+    });
     let gen = Gen::new(&spec, qps, tsc::hz(), request_payload_capacity(DEFAULT_MTU));
-    let mut d = Driver::new(gen, pool, rx, tx, &spec);
+    let mut d = Driver::new(gen, io, transport, &spec);
+    d.connect(Duration::from_secs(30))?;
 
     let calib_ns = match spec.phases.calibrate {
         0 => 0.0,
@@ -96,6 +123,9 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let load = spec.phases.load.then(|| d.load(&spec));
     let measurement = d.measure(&spec);
     let readback = (spec.phases.verify && !QUIT.load(Ordering::Relaxed)).then(|| d.readback(&spec));
+    let exactly_once = (spec.phases.exactly_once > 0 && !QUIT.load(Ordering::Relaxed))
+        .then(|| d.exactly_once(spec.phases.exactly_once, now_nanos()))
+        .flatten();
 
     let outcome = report::Outcome {
         spec: &spec,
@@ -105,6 +135,8 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         load,
         measurement,
         readback,
+        transport: d.transport_stats(),
+        exactly_once,
     };
     outcome.print();
     if let Some(path) = &spec.json {

@@ -10,7 +10,7 @@ use crate::spec::RunSpec;
 use dpdk::{tsc, IdleBackoff, Mbuf};
 use hdrhistogram::Histogram;
 use kvclient::check::{ExactlyOnce, Report};
-use kvclient::{Event, Transport};
+use kvclient::{Event, PacketIo, Transport};
 use kvwire::request_frame_len;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -89,7 +89,13 @@ impl Driver {
     }
 
     /// The transport's counters and the injected faults, for the report.
-    pub fn transport_stats(&self) -> Option<(kvclient::Stats, kvload::faults::FaultCounts, kvload::faults::FaultCounts)> {
+    pub fn transport_stats(
+        &self,
+    ) -> Option<(
+        kvclient::Stats,
+        kvload::faults::FaultCounts,
+        kvload::faults::FaultCounts,
+    )> {
         let (tx, rx) = self.io.fault_counts();
         self.transport.as_ref().map(|t| (*t.stats(), tx, rx))
     }
@@ -180,14 +186,20 @@ impl Driver {
         let (Some(t), scratch) = (self.transport.as_mut(), &self.scratch) else {
             return false;
         };
-        let sent = t.send_with(&mut self.io, qp, now_ns, u64::from(slot), |buf, batch_id| {
-            let dst = buf.get_mut(..plen)?;
-            dst.copy_from_slice(&scratch[..plen]);
-            // The batch id is the transport's (the PSN); the rest of the payload
-            // is the generator's.
-            dst.get_mut(4..8)?.copy_from_slice(&batch_id.to_be_bytes());
-            Some(plen)
-        });
+        let sent = t.send_with(
+            &mut self.io,
+            qp,
+            now_ns,
+            u64::from(slot),
+            |buf, batch_id| {
+                let dst = buf.get_mut(..plen)?;
+                dst.copy_from_slice(&scratch[..plen]);
+                // The batch id is the transport's (the PSN); the rest of the payload
+                // is the generator's.
+                dst.get_mut(4..8)?.copy_from_slice(&batch_id.to_be_bytes());
+                Some(plen)
+            },
+        );
         if sent.is_err() {
             self.gen.release(slot);
             return false;
@@ -399,10 +411,7 @@ impl Driver {
             let mut moved = self.io.flush();
             // Receive (responses come back on the queue the request was served from).
             let Driver {
-                gen,
-                io,
-                transport,
-                ..
+                gen, io, transport, ..
             } = self;
             let done = match transport.as_mut() {
                 Some(t) => {

@@ -6,6 +6,7 @@ use crate::gen::Counts;
 use crate::phases::{LoadSummary, Measurement};
 use crate::spec::RunSpec;
 use hdrhistogram::Histogram;
+use kvload::faults::FaultCounts;
 use plotters::prelude::*;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -26,6 +27,11 @@ pub struct Outcome<'a> {
     pub measurement: Measurement,
     /// The read-back of verify mode, if run.
     pub readback: Option<Counts>,
+    /// The transport's counters and the faults injected on pktgen's transmit and
+    /// receive sides (None in echo mode).
+    pub transport: Option<(kvclient::Stats, FaultCounts, FaultCounts)>,
+    /// The exactly-once check, if run.
+    pub exactly_once: Option<kvclient::check::Report>,
 }
 
 impl Outcome<'_> {
@@ -34,11 +40,15 @@ impl Outcome<'_> {
         self.measurement.counts.done_ops as f64 / self.spec.phases.duration / 1e6
     }
 
-    /// The process exit code: 1 when verify found mismatches or errors, else 0.
+    /// The process exit code: 1 when verify found mismatches or errors, or the
+    /// exactly-once check a violation, else 0.
     pub fn exit_code(&self) -> i32 {
         let c = &self.measurement.counts;
         let readback_bad = self.readback.map_or(0, |r| r.mismatches + r.errors);
-        if self.spec.phases.verify && (c.mismatches > 0 || c.errors > 0 || readback_bad > 0) {
+        let eo_bad = self.exactly_once.as_ref().is_some_and(|r| r.violations > 0);
+        if eo_bad
+            || self.spec.phases.verify && (c.mismatches > 0 || c.errors > 0 || readback_bad > 0)
+        {
             1
         } else {
             0
@@ -80,6 +90,21 @@ impl Outcome<'_> {
         }
         if c.wrong_partition > 0 {
             println!("  WRONG_PARTITION results: {}", c.wrong_partition);
+        }
+        if let Some((t, ftx, frx)) = &self.transport {
+            println!(
+                "  transport: {} requests, {} retransmitted, {} NAKs, {} RNR NAKs, {} timer firings, {} given up, {} duplicate frames",
+                t.sent, t.retransmitted, t.naks_seq, t.rnr_naks, t.timeouts, t.failed, t.dup_frames
+            );
+            if ftx.total() > 0 || frx.total() > 0 {
+                println!(
+                    "  injected: tx dropped {} duplicated {} delayed {}; rx dropped {} duplicated {} delayed {}",
+                    ftx.dropped, ftx.duplicated, ftx.delayed, frx.dropped, frx.duplicated, frx.delayed
+                );
+            }
+        }
+        if let Some(r) = &self.exactly_once {
+            println!("  exactly-once: {}", r.summary());
         }
     }
 
@@ -142,6 +167,34 @@ impl Outcome<'_> {
         });
         if let (Some(o), Value::Object(p)) = (out.as_object_mut(), parts) {
             o.extend(p);
+        }
+        let faults = |f: &FaultCounts| json!({"dropped": f.dropped, "duplicated": f.duplicated, "delayed": f.delayed});
+        let transport = match &self.transport {
+            Some((t, ftx, frx)) => json!({
+                "sent": t.sent, "retransmitted": t.retransmitted, "connects_sent": t.connects_sent,
+                "naks_seq": t.naks_seq, "rnr_naks": t.rnr_naks, "naks_invalid": t.naks_invalid,
+                "timer_firings": t.timeouts, "dup_frames": t.dup_frames,
+                "stale_frames": t.stale_frames, "gap_frames": t.gap_frames,
+                "bad_frames": t.bad_frames, "completed": t.completed, "failed": t.failed,
+                "rto_us": spec.phases.rto_us,
+                "injected_tx": faults(ftx), "injected_rx": faults(frx),
+                "loss": spec.phases.tx_faults.loss, "dup": spec.phases.tx_faults.dup,
+                "reorder": spec.phases.tx_faults.reorder,
+            }),
+            None => Value::Null,
+        };
+        let exactly_once = match &self.exactly_once {
+            Some(r) => json!({
+                "violations": r.violations, "fetch_adds": r.adds, "final_add": r.final_add,
+                "cas_tries": r.cas_tries, "cas_successes": r.cas_successes,
+                "final_cas": r.final_cas, "failed": r.failed, "problems": r.problems,
+                "summary": r.summary(),
+            }),
+            None => Value::Null,
+        };
+        if let Some(o) = out.as_object_mut() {
+            o.insert("transport".into(), transport);
+            o.insert("exactly_once".into(), exactly_once);
         }
         out
     }
@@ -373,7 +426,25 @@ mod tests {
                 part_ops_k: vec![counts.done_ops],
             },
             readback: None,
+            transport: None,
+            exactly_once: None,
         }
+    }
+
+    #[test]
+    fn exactly_once_violation_fails_the_run() {
+        let s = spec(&[]).unwrap();
+        let mut o = outcome(&s, Counts::default());
+        o.exactly_once = Some(kvclient::check::Report::default());
+        assert_eq!(o.exit_code(), 0);
+        o.exactly_once = Some(kvclient::check::Report {
+            violations: 1,
+            ..Default::default()
+        });
+        assert_eq!(o.exit_code(), 1);
+        let j = o.to_json("pktgen");
+        assert_eq!(j["exactly_once"]["violations"], 1);
+        assert!(j["transport"].is_null());
     }
 
     #[test]
@@ -414,6 +485,7 @@ mod tests {
                 "config_file",
                 "count_partitions",
                 "errors",
+                "exactly_once",
                 "hottest_partition_ratio",
                 "hottest_partition_ratio_k",
                 "hugepages",
@@ -434,6 +506,7 @@ mod tests {
                 "stale_responses",
                 "throughput_mops",
                 "timeouts",
+                "transport",
                 "workload",
                 "wrong_partition"
             ]

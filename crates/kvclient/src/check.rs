@@ -186,7 +186,12 @@ impl ExactlyOnce {
 
     /// Sends what can be sent, polls the transport once and handles its events.
     /// Returns [`ExactlyOnce::done`].
-    pub fn step<I: PacketIo + ?Sized>(&mut self, t: &mut Transport, io: &mut I, now_ns: u64) -> bool {
+    pub fn step<I: PacketIo + ?Sized>(
+        &mut self,
+        t: &mut Transport,
+        io: &mut I,
+        now_ns: u64,
+    ) -> bool {
         self.send(t, io, now_ns);
         let mut events = Vec::new();
         t.poll(io, now_ns, &mut |ev| match ev {
@@ -215,8 +220,14 @@ impl ExactlyOnce {
                     let (a, b) = (self.key_add, self.key_cas);
                     let zero = 0u64.to_le_bytes();
                     let ops = [
-                        KvOp::Put { key: &a, value: &zero },
-                        KvOp::Put { key: &b, value: &zero },
+                        KvOp::Put {
+                            key: &a,
+                            value: &zero,
+                        },
+                        KvOp::Put {
+                            key: &b,
+                            value: &zero,
+                        },
                     ];
                     if send_ops(t, io, 0, now_ns, &ops) {
                         self.init_sent = true;
@@ -298,7 +309,11 @@ impl ExactlyOnce {
                 Stage::Adds => self.on_add(qp, r.status, r.value),
                 Stage::Cas => self.on_cas(qp, r.status, r.value),
                 Stage::Final => {
-                    let v = if r.status == Status::Ok { u64_of(r.value) } else { None };
+                    let v = if r.status == Status::Ok {
+                        u64_of(r.value)
+                    } else {
+                        None
+                    };
                     if idx == 0 {
                         self.report.final_add = v;
                     } else {
@@ -395,26 +410,36 @@ impl ExactlyOnce {
     fn finish(&mut self) {
         let total = self.n as u64 * self.per_qp;
         let r = &self.report;
-        let (adds, final_add, succ, final_cas) = (r.adds, r.final_add, r.cas_successes, r.final_cas);
+        let (adds, final_add, succ, final_cas) =
+            (r.adds, r.final_add, r.cas_successes, r.final_cas);
         if self.report.failed == 0 {
             let missing = (0..total)
                 .filter(|&i| self.add_seen[(i / 64) as usize] & (1 << (i % 64)) == 0)
                 .count();
             if missing > 0 || adds != total {
-                self.violation(format!("{adds} fetch-adds answered, {missing} originals of 0..{total} never returned"));
+                self.violation(format!(
+                    "{adds} fetch-adds answered, {missing} originals of 0..{total} never returned"
+                ));
             }
         }
         if final_add != Some(adds) {
-            self.violation(format!("key A ends at {final_add:?} after {adds} fetch-adds"));
+            self.violation(format!(
+                "key A ends at {final_add:?} after {adds} fetch-adds"
+            ));
         }
         let seen = (0..total.min(succ))
             .filter(|&i| self.cas_seen[(i / 64) as usize] & (1 << (i % 64)) != 0)
             .count() as u64;
         if seen != total.min(succ) {
-            self.violation(format!("CAS successes from {seen} of the values 0..{}", total.min(succ)));
+            self.violation(format!(
+                "CAS successes from {seen} of the values 0..{}",
+                total.min(succ)
+            ));
         }
         if final_cas != Some(succ) {
-            self.violation(format!("key B ends at {final_cas:?} after {succ} successful CASes"));
+            self.violation(format!(
+                "key B ends at {final_cas:?} after {succ} successful CASes"
+            ));
         }
     }
 }

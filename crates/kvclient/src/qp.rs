@@ -90,6 +90,8 @@ pub(crate) struct Qp {
     pub nak_seen: Option<u32>,
     /// In-flight requests must be failed at the next poll (reconnect requested).
     pub abort: bool,
+    /// Queued in the transport's urgent list.
+    pub urgent: bool,
 }
 
 impl Qp {
@@ -114,6 +116,7 @@ impl Qp {
             resend_from: None,
             nak_seen: None,
             abort: false,
+            urgent: false,
         }
     }
 

@@ -170,6 +170,12 @@ pub struct Transport {
     by_qpn: HashMap<u32, usize>,
     pool: FramePool,
     stats: Stats,
+    /// QPs with work for the next poll (an abort, or a resend asked for by a NAK):
+    /// handled at once, whatever the number of QPs.
+    urgent: Vec<usize>,
+    /// When the next full scan of every QP's timers is due: timers are checked
+    /// every [`Transport::scan_interval`], so a poll costs O(QPs) only that often.
+    next_scan: u64,
 }
 
 impl Transport {
@@ -186,6 +192,23 @@ impl Transport {
             by_qpn: qps.iter().enumerate().map(|(i, &(q, _))| (q, i)).collect(),
             pool: FramePool::new(cfg.max_outstanding, frame_cap),
             stats: Stats::default(),
+            urgent: Vec::with_capacity(qps.len()),
+            next_scan: 0,
+        }
+    }
+
+    /// How often every QP's timers are checked: an eighth of the first RTO (at
+    /// least 10 µs), so a retransmission is late by at most that much.
+    fn scan_interval(&self) -> u64 {
+        (self.cfg.rto_initial_ns / 8).max(10_000)
+    }
+
+    /// Queues QP `i` for the next poll's urgent work (once).
+    fn mark_urgent(&mut self, i: usize) {
+        let q = &mut self.qps[i];
+        if !q.urgent {
+            q.urgent = true;
+            self.urgent.push(i);
         }
     }
 
@@ -273,7 +296,9 @@ impl Transport {
         let q = &mut self.qps[qp];
         if q.in_flight > 0 {
             q.abort = true;
+            self.mark_urgent(qp);
         }
+        let q = &mut self.qps[qp];
         q.nonce = now_ns.max(q.nonce + 1);
         q.state = QpState::Connecting;
         send_connect(q, io, now_ns, &mut self.stats);
@@ -378,13 +403,29 @@ impl Transport {
         now_ns: u64,
         on_event: &mut impl FnMut(Event<'_>),
     ) {
-        for i in 0..self.qps.len() {
+        self.run_urgent(io, now_ns, on_event);
+        io.recv(&mut |frame| self.handle_frame(frame, now_ns, on_event));
+        self.run_urgent(io, now_ns, on_event);
+        if now_ns >= self.next_scan {
+            self.next_scan = now_ns + self.scan_interval();
+            for i in 0..self.qps.len() {
+                self.run_timers(i, io, now_ns, on_event);
+            }
+        }
+    }
+
+    /// Aborts and NAK-driven resends queued since the last poll.
+    fn run_urgent<I: PacketIo + ?Sized>(
+        &mut self,
+        io: &mut I,
+        now_ns: u64,
+        on_event: &mut impl FnMut(Event<'_>),
+    ) {
+        while let Some(i) = self.urgent.pop() {
+            self.qps[i].urgent = false;
             if self.qps[i].abort {
                 self.fail_all(i, Error::ConnectionLost, on_event);
             }
-        }
-        io.recv(&mut |frame| self.handle_frame(frame, now_ns, on_event));
-        for i in 0..self.qps.len() {
             self.run_timers(i, io, now_ns, on_event);
         }
     }
@@ -541,6 +582,7 @@ impl Transport {
                 let until = now + u64::from(rnr_timer_micros(timer)) * 1000;
                 q.rnr_until = q.rnr_until.max(until);
                 q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
+                // The resend waits for the hold-off: the periodic scan does it.
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
                 if q.nak_seen == Some(a.psn) {
@@ -550,6 +592,7 @@ impl Transport {
                 self.stats.naks_seq += 1;
                 q.nak_seen = Some(a.psn);
                 q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
+                self.mark_urgent(i);
             }
             Syndrome::Nak(_) => {
                 self.stats.naks_invalid += 1;

@@ -70,8 +70,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(&args[1])?)?;
     let kv = points(&v["mops_by_qps"]);
     let mut tput = vec![("KV, 95% GET, protocol v2".to_string(), kv.clone())];
-    if let (Some(echo), Some(first), Some(last)) =
-        (v["echo_mops"].as_f64(), kv.first(), kv.last())
+    if let (Some(echo), Some(first), Some(last)) = (v["echo_mops"].as_f64(), kv.first(), kv.last())
     {
         tput.push((
             "echo, 4 QPs (I/O floor)".to_string(),
