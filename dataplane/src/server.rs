@@ -30,7 +30,7 @@
 
 mod conn;
 
-pub use conn::{Transport, RNR_TIMER};
+pub use conn::{first_psns, Transport, RNR_TIMER};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;

@@ -80,6 +80,15 @@ const fn splitmix64(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The starting (request, response) PSNs the PRNG in state `state` draws for the first
+/// connection of QP `qpn`: `splitmix64(state + qpn)`, bits 0–23 and 32–55. A fresh
+/// server's state is its [`Transport::seed`]; each draw advances it (`splitmix64`),
+/// so a re-admitted QPN does not get its earlier PSNs again.
+pub fn first_psns(state: u64, qpn: u32) -> (u32, u32) {
+    let x = splitmix64(state.wrapping_add(u64::from(qpn)));
+    (psn::add(x as u32, 0), psn::add((x >> 32) as u32, 0))
+}
+
 /// Writes an RC Acknowledge (MSN 0: not tracked) into a new tx frame and sends it;
 /// `false` (counted) if it could not be.
 fn send_ack<T: TxSink>(
@@ -156,9 +165,9 @@ impl Server {
                     psn::add(c.resp_psn, INCARNATION_STEP),
                 )
             } else {
-                let x = splitmix64(self.rng.wrapping_add(u64::from(c.qpn)));
+                let psns = first_psns(self.rng, c.qpn);
                 self.rng = splitmix64(self.rng);
-                (psn::add(x as u32, 0), psn::add((x >> 32) as u32, 0))
+                psns
             };
             let c = &mut self.clients.as_mut_slice()[ci];
             c.nonce = nonce;
