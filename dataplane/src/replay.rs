@@ -221,7 +221,10 @@ mod tests {
         // Reading on from p2's end follows the skip marker to p3.
         let (off, len, next) = a.cur.record(&a.bytes, 76).unwrap();
         assert_eq!((off, len, next), (REC_HDR, 20, 122));
-        assert!(a.cur.record(&a.bytes, 122).is_none(), "nothing written there");
+        assert!(
+            a.cur.record(&a.bytes, 122).is_none(),
+            "nothing written there"
+        );
         // A reservation makes the records it may overwrite invalid at once.
         assert!(a.cur.valid(p1));
         let _ = a.cur.reserve(&mut a.bytes);

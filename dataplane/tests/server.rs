@@ -60,7 +60,8 @@ fn decode(frame: &[u8]) -> Decoded {
 fn put_then_get_in_one_packet_and_across_packets() {
     let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let f1 = c.request(&[
+    let f1 = c.request(
+        &[
             KvOp::Put {
                 key: b"k1",
                 value: b"v1",
@@ -68,9 +69,14 @@ fn put_then_get_in_one_packet_and_across_packets() {
             KvOp::Get { key: b"k1" },
             KvOp::Get { key: b"nope" },
         ],
-        7, 0);
-    let f2 = c.request(&[KvOp::Delete { key: b"k1" }, KvOp::Get { key: b"k1" }],
-        8, 1);
+        7,
+        0,
+    );
+    let f2 = c.request(
+        &[KvOp::Delete { key: b"k1" }, KvOp::Get { key: b"k1" }],
+        8,
+        1,
+    );
     let out = run(&mut s, &st, &[f1, f2]);
     assert_eq!(out.len(), 2);
     let (id, first, more, r) = decode(&out[0]);
@@ -123,14 +129,7 @@ fn response_psns_increase_per_client() {
     let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
     let get = [KvOp::Get { key: b"a" }];
-    let out = run(
-        &mut s,
-        &st,
-        &[
-            c.request(&get, 1, 0),
-            c.request(&get, 2, 1),
-        ],
-    );
+    let out = run(&mut s, &st, &[c.request(&get, 1, 0), c.request(&get, 2, 1)]);
     let p0 = parse_response(&out[0]).unwrap().psn;
     let p1 = parse_response(&out[1]).unwrap().psn;
     assert_eq!(p0, c.accept.response_psn, "the ACCEPT's first response PSN");
@@ -141,7 +140,8 @@ fn response_psns_increase_per_client() {
 fn bad_op_answered_with_status_later_ops_not_run() {
     let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let mut f = c.request(&[
+    let mut f = c.request(
+        &[
             KvOp::Put {
                 key: b"a",
                 value: b"1",
@@ -155,7 +155,9 @@ fn bad_op_answered_with_status_later_ops_not_run() {
                 value: b"3",
             },
         ],
-        5, 0);
+        5,
+        0,
+    );
     // Second op's opcode byte → unknown opcode 0x1f. Ops: header 8 B; op1 = 1+1+2+1+1 = 6 B.
     let op2 = REQUEST_HEADER_LEN + 8 + 6;
     f[op2] = (f[op2] & 0xe0) | 0x1f;
@@ -170,8 +172,7 @@ fn bad_op_answered_with_status_later_ops_not_run() {
     let out = run(
         &mut s,
         &st,
-        &[c.request(&[KvOp::Get { key: b"a" }, KvOp::Get { key: b"c" }],
-            6, 1)],
+        &[c.request(&[KvOp::Get { key: b"a" }, KvOp::Get { key: b"c" }], 6, 1)],
     );
     assert_eq!(
         decode(&out[0]).3,
@@ -199,11 +200,14 @@ fn large_results_split_over_frames() {
     let big = vec![0x5a; 900];
     let mut frames = Vec::new();
     for (i, k) in [b"k0", b"k1", b"k2"].iter().enumerate() {
-        frames.push(c.request(&[KvOp::Put {
+        frames.push(c.request(
+            &[KvOp::Put {
                 key: *k,
                 value: &big,
             }],
-            i as u32, i as u32));
+            i as u32,
+            i as u32,
+        ));
     }
     let gets = [
         KvOp::Get { key: b"k0" },
@@ -533,7 +537,11 @@ fn set_clients_keeps_connections_of_staying_clients() {
     // QPN 17 stays, 18 goes, 20 comes.
     s.set_clients(&[(20, 5), (QPN, RKEY)]);
     let dup = run(&mut s, &st, &[c.request(&get, 4, 1)]);
-    assert_eq!(dup, vec![out[1].clone()], "expected PSN and cache kept: a replay");
+    assert_eq!(
+        dup,
+        vec![out[1].clone()],
+        "expected PSN and cache kept: a replay"
+    );
     assert_eq!(st.replays.get(), 1);
     let out = run(&mut s, &st, &[c.request(&get, 5, 2)]);
     assert_eq!(
@@ -546,7 +554,10 @@ fn set_clients_keeps_connections_of_staying_clients() {
     assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);
     // A new client starts unconnected.
     let out = run(&mut s, &st, &[request(&get, 7, 20, 5, VA, 0)]);
-    assert_eq!(common::ack_of(&out[0]).syndrome, Syndrome::Nak(NakCode::InvalidRequest));
+    assert_eq!(
+        common::ack_of(&out[0]).syndrome,
+        Syndrome::Nak(NakCode::InvalidRequest)
+    );
     assert_eq!(st.drops[DropReason::NotConnected.index()].get(), 1);
     let c20 = connect(&mut s, 20, 5);
     let out = run(&mut s, &st, &[c20.request(&get, 8, 0)]);
@@ -555,10 +566,16 @@ fn set_clients_keeps_connections_of_staying_clients() {
     // Re-admitted later, 18 starts unconnected too, and connects afresh.
     s.set_clients(&[(18, 99), (20, 5), (QPN, RKEY)]);
     let out = run(&mut s, &st, &[c18.request(&get, 9, 1)]);
-    assert_eq!(common::ack_of(&out[0]).syndrome, Syndrome::Nak(NakCode::InvalidRequest));
+    assert_eq!(
+        common::ack_of(&out[0]).syndrome,
+        Syndrome::Nak(NakCode::InvalidRequest)
+    );
     let c18b = connect(&mut s, 18, 99);
     let out = run(&mut s, &st, &[c18b.request(&get, 10, 0)]);
-    assert_eq!(parse_response(&out[0]).unwrap().psn, c18b.accept.response_psn);
+    assert_eq!(
+        parse_response(&out[0]).unwrap().psn,
+        c18b.accept.response_psn
+    );
     assert_eq!(st.drops[DropReason::NotConnected.index()].get(), 2);
     assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 0);
 }

@@ -336,7 +336,13 @@ fn q_clients_times_m_fetch_adds_on_one_key() {
         run(
             &mut s,
             &st,
-            &[request(&c, &[KvOp::Put { key, value: &zero }], 0, QPNS[0], 0)],
+            &[request(
+                &c,
+                &[KvOp::Put { key, value: &zero }],
+                0,
+                QPNS[0],
+                0,
+            )],
         );
         let add = KvOp::UpdateS2S {
             key,
@@ -396,7 +402,9 @@ fn cas_loops_never_lose_an_update() {
     run(
         &mut s,
         &st,
-        &[request(&c, &[KvOp::Put {
+        &[request(
+            &c,
+            &[KvOp::Put {
                 key,
                 value: &0u32.to_le_bytes(),
             }],

@@ -628,10 +628,9 @@ mod tests {
         c2.validate().unwrap();
         c2.server.replay_cache_kb = 0;
         assert!(c2.validate().is_err());
-        let text = serde_json::to_string(&c).unwrap().replace(
-            "\"credits\":32",
-            "\"credits\":64",
-        );
+        let text = serde_json::to_string(&c)
+            .unwrap()
+            .replace("\"credits\":32", "\"credits\":64");
         assert_eq!(Config::parse(&text).unwrap().server.credits, 64);
         assert_eq!(slot_size(1 << 20, 32), 32768);
         assert_eq!(slot_size(1000, 3), 320);

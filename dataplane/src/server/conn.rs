@@ -267,9 +267,7 @@ impl Server {
             }
             // Its original is in this burst and not answered yet: that answer is the
             // one the client gets.
-            EntryState::Pending if entry.psn == req.psn => {
-                stats.drop(DropReason::PsnDuplicate)
-            }
+            EntryState::Pending if entry.psn == req.psn => stats.drop(DropReason::PsnDuplicate),
             _ => stats.drop(DropReason::ReplayMissing),
         }
         false

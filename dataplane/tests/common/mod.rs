@@ -10,8 +10,8 @@ use dataplane::tx::{TxFrame, TxSink};
 use kvengine::{Engine, EngineConfig, Region};
 use kvwire::frame::FrameParams;
 use kvwire::transport::{
-    emit_connect, parse_server_frame, slot_size, slot_va, Accept, AckFrame, Connect,
-    ServerFrame, CONNECT_FRAME_LEN, DEFAULT_CREDITS,
+    emit_connect, parse_server_frame, slot_size, slot_va, Accept, AckFrame, Connect, ServerFrame,
+    CONNECT_FRAME_LEN, DEFAULT_CREDITS,
 };
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, BatchWriter, KvOp, REQUEST_HEADER_LEN,
@@ -103,8 +103,14 @@ pub fn slot(psn: u32) -> u64 {
 /// A CONNECT frame for QP `qpn` with `rkey` and `nonce`.
 pub fn connect_frame(qpn: u32, rkey: u32, nonce: u64) -> Vec<u8> {
     let mut buf = vec![0u8; CONNECT_FRAME_LEN];
-    let n = emit_connect(&mut buf, &request_params(), qpn, 0, &Connect { rkey, nonce })
-        .expect("connect");
+    let n = emit_connect(
+        &mut buf,
+        &request_params(),
+        qpn,
+        0,
+        &Connect { rkey, nonce },
+    )
+    .expect("connect");
     buf.truncate(n);
     buf
 }
@@ -184,7 +190,11 @@ pub fn connect(s: &mut Server, qpn: u32, rkey: u32) -> Client {
 
 /// Connects QP `qpn` with `nonce`; panics unless the server answers one ACCEPT.
 pub fn connect_nonce(s: &mut Server, qpn: u32, rkey: u32, nonce: u64) -> Client {
-    let out = run(s, &WorkerStats::default(), &[connect_frame(qpn, rkey, nonce)]);
+    let out = run(
+        s,
+        &WorkerStats::default(),
+        &[connect_frame(qpn, rkey, nonce)],
+    );
     assert_eq!(out.len(), 1, "one ACCEPT");
     let accept = accept_of(&out[0]);
     assert_eq!(accept.nonce, nonce);
