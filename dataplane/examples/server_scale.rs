@@ -12,7 +12,7 @@
 #[path = "../tests/common/mod.rs"]
 mod common;
 
-use common::{identity, request, request_params, VecSink, RKEY, VA};
+use common::{identity, request, request_params, slot, VecSink, RKEY, VA};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvengine::key_hash;
@@ -37,6 +37,8 @@ fn worker(p: u32, n: u32, keys: u64, secs: f64) -> (u64, f64) {
     let qpn = QPNS[p as usize];
     let mut server = Server::new(id, &[(qpn, RKEY)], engine);
     server.set_partition(p, n);
+    // Protocol v2: connect first; requests carry the accepted PSNs and their slots.
+    let client = common::connect(&mut server, qpn, RKEY);
     // This partition's keys (8 B), 2 B values: 10 B KVs.
     let mine: Vec<[u8; 8]> = (0..keys)
         .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15)).to_le_bytes())
@@ -45,11 +47,11 @@ fn worker(p: u32, n: u32, keys: u64, secs: f64) -> (u64, f64) {
     let value = [7u8, 7];
     let stats = WorkerStats::default();
     let mut tx = VecSink::default();
-    let mut psn = 0u32;
+    let mut psn = client.accept.request_psn;
     let mut run = |frames: &mut [Vec<u8>], stats: &WorkerStats| -> Duration {
         for f in frames.iter_mut() {
             let plen = f.len() - kvwire::REQUEST_HEADER_LEN - kvwire::ICRC_LEN;
-            let _ = emit_request_headers(f, &request_params(), qpn, psn, VA, RKEY, plen);
+            let _ = emit_request_headers(f, &request_params(), qpn, psn, slot(psn), RKEY, plen);
             let _ = finalize(f);
             psn = (psn + 1) & 0xff_ffff;
         }

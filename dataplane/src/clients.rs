@@ -1,78 +1,88 @@
-//! The admitted client QPs of one worker and their sequence state.
+//! The admitted client QPs of one worker and their connection state.
 //!
-//! A client is a (QPN, R_Key) pair the operator admitted. Per client the worker keeps
-//! the next request PSN it expects and the PSN of its next response: 16 bytes, in a
-//! vector sorted by QPN and searched per request. Only the owning worker touches it;
-//! admission changes arrive between bursts (`set`).
+//! A client is a (QPN, R_Key) pair the operator admitted. It is served once connected
+//! (CONNECT → ACCEPT, `conn.rs`). Per client the worker keeps its incarnation (nonce),
+//! the next request PSN it expects (`e`), the PSN of its next response frame, the
+//! starting PSNs it accepted (to re-send a lost ACCEPT), whether a NAK was sent for the
+//! current gap, and the `W` replay entries of its last requests (`replay.rs`).
+//!
+//! Per-QP state: [`CLIENT_BYTES`] in the table (56 B) plus `W ×`
+//! [`ENTRY_BYTES`](crate::replay::ENTRY_BYTES) (24 B) of replay entries: 824 B for
+//! the default `W = 32`. Clients are kept in a vector sorted by QPN and searched per
+//! request. Only the owning worker touches them; admission changes arrive between
+//! bursts (`set`).
 
-use kvwire::psn;
-
-/// A PSN at most this far behind the expected one is a duplicate and dropped; one
-/// farther behind is taken as the client restarting its sequence (a resync).
-pub const PSN_DUP_WINDOW: i32 = 128;
+use crate::replay::Entry;
 
 /// One admitted client QP.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct Client {
     /// The client's QPN (destination QP of its requests and of our responses).
     pub qpn: u32,
     /// The R_Key its requests must carry.
     pub rkey: u32,
-    /// Next expected request PSN (`None` until the first request).
-    expected_psn: Option<u32>,
-    /// PSN of the next response sent to this client.
+    /// Nonce of the current incarnation (meaningful when `connected`).
+    pub nonce: u64,
+    /// Next expected request PSN `e`.
+    pub expected_psn: u32,
+    /// PSN of the next response frame sent to this client.
     pub resp_psn: u32,
+    /// The request PSN the ACCEPT of the current incarnation announced.
+    pub start_psn: u32,
+    /// The response PSN the ACCEPT of the current incarnation announced.
+    pub start_resp_psn: u32,
+    /// A CONNECT was accepted (requests are served).
+    pub connected: bool,
+    /// A NAK (sequence error or RNR) was sent for the current gap; cleared when the
+    /// expected request is served.
+    pub nak_sent: bool,
+    /// Replay entries, the one of PSN `p` at `p mod W`.
+    pub replay: Box<[Entry]>,
 }
 
-/// What to do with a received request PSN (docs/PROTOCOL.md §6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum PsnVerdict {
-    /// The expected PSN (or the first request, or a restarted sequence): serve.
-    Serve,
-    /// Ahead of the expected PSN: requests were lost; serve it and count the gap.
-    Gap,
-    /// Recently served: drop it, never execute it twice.
-    Duplicate,
-}
+/// Bytes of one [`Client`] in the table (its replay entries are on the heap).
+pub const CLIENT_BYTES: usize = std::mem::size_of::<Client>();
 
 impl Client {
-    fn new(qpn: u32, rkey: u32) -> Client {
+    fn new(qpn: u32, rkey: u32, credits: u16) -> Client {
         Client {
             qpn,
             rkey,
-            expected_psn: None,
+            nonce: 0,
+            expected_psn: 0,
             resp_psn: 0,
+            start_psn: 0,
+            start_resp_psn: 0,
+            connected: false,
+            nak_sent: false,
+            replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
     }
 
-    /// Judges request PSN `psn_in` and advances the expected PSN past it unless it is
-    /// a duplicate.
-    pub fn accept_psn(&mut self, psn_in: u32) -> PsnVerdict {
-        let verdict = match self.expected_psn {
-            None => PsnVerdict::Serve,
-            Some(exp) => match psn::distance(exp, psn_in) {
-                0 => PsnVerdict::Serve,
-                d if (-PSN_DUP_WINDOW..0).contains(&d) => PsnVerdict::Duplicate,
-                d if d > 0 => PsnVerdict::Gap,
-                _ => PsnVerdict::Serve, // far behind: the client restarted its sequence
-            },
-        };
-        if verdict != PsnVerdict::Duplicate {
-            self.expected_psn = Some(psn::add(psn_in, 1));
-        }
-        verdict
+    /// The replay entry of request PSN `psn` (`W` is a power of two).
+    #[inline]
+    pub fn entry(&mut self, psn: u32) -> &mut Entry {
+        let mask = self.replay.len() - 1;
+        &mut self.replay[psn as usize & mask]
     }
 }
 
 /// The admitted clients, sorted by QPN.
 #[derive(Debug, Default)]
-pub(crate) struct ClientTable(Vec<Client>);
+pub(crate) struct ClientTable {
+    clients: Vec<Client>,
+    /// Replay entries per client (the window `W`).
+    credits: u16,
+}
 
 impl ClientTable {
     /// A table admitting `clients` as (QPN, R_Key) pairs (a repeated QPN keeps its
-    /// first R_Key).
-    pub fn new(clients: &[(u32, u32)]) -> ClientTable {
-        let mut t = ClientTable::default();
+    /// first R_Key), with `credits` replay entries per client.
+    pub fn new(clients: &[(u32, u32)], credits: u16) -> ClientTable {
+        let mut t = ClientTable {
+            clients: Vec::new(),
+            credits,
+        };
         t.set(clients);
         t
     }
@@ -80,38 +90,44 @@ impl ClientTable {
     /// Index of the client with `qpn`.
     #[inline]
     pub fn find(&self, qpn: u32) -> Option<usize> {
-        self.0.binary_search_by_key(&qpn, |c| c.qpn).ok()
+        self.clients.binary_search_by_key(&qpn, |c| c.qpn).ok()
     }
 
     /// The clients, by index.
     #[inline]
     pub fn as_slice(&self) -> &[Client] {
-        &self.0
+        &self.clients
     }
 
     /// The clients, by index, mutable.
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [Client] {
-        &mut self.0
+        &mut self.clients
     }
 
     /// Replaces the admitted clients with `clients` (QPN, R_Key). A client whose QPN
-    /// stays keeps its PSN state (and takes the new R_Key); a removed one is
-    /// forgotten; a new one starts fresh. Allocates: call it off the hot path.
+    /// stays keeps its connection (and takes the new R_Key); a removed one is
+    /// forgotten; a new one starts unconnected. Allocates: call it off the hot path.
     pub fn set(&mut self, clients: &[(u32, u32)]) {
-        let old = std::mem::take(&mut self.0);
+        let mut old = std::mem::take(&mut self.clients);
         let mut v: Vec<Client> = clients
             .iter()
             .map(
                 |&(qpn, rkey)| match old.binary_search_by_key(&qpn, |c| c.qpn) {
-                    Ok(i) => Client { rkey, ..old[i] },
-                    Err(_) => Client::new(qpn, rkey),
+                    // A repeated QPN finds its replay entries taken (empty): it is
+                    // removed by the dedup below, which keeps the first.
+                    Ok(i) => Client {
+                        rkey,
+                        replay: std::mem::take(&mut old[i].replay),
+                        ..old[i].clone()
+                    },
+                    Err(_) => Client::new(qpn, rkey, self.credits),
                 },
             )
             .collect();
-        v.sort_by_key(|c| c.qpn);
+        v.sort_by_key(|c| c.qpn); // stable: the first of a repeated QPN stays first
         v.dedup_by_key(|c| c.qpn);
-        self.0 = v;
+        self.clients = v;
     }
 }
 
@@ -120,27 +136,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn psn_verdicts() {
-        let mut c = Client::new(1, 2);
-        let w = PSN_DUP_WINDOW as u32;
-        assert_eq!(c.accept_psn(1000), PsnVerdict::Serve);
-        assert_eq!(c.accept_psn(1001), PsnVerdict::Serve);
-        assert_eq!(c.accept_psn(1001), PsnVerdict::Duplicate);
-        assert_eq!(c.accept_psn(1002 - w), PsnVerdict::Duplicate);
-        assert_eq!(c.accept_psn(1005), PsnVerdict::Gap);
-        assert_eq!(c.accept_psn(1006), PsnVerdict::Serve);
-        // Farther behind than the window: a restarted sequence.
-        assert_eq!(c.accept_psn(1007 - w - 1), PsnVerdict::Serve);
-        // Wraps at 2^24.
-        let mut c = Client::new(1, 2);
-        assert_eq!(c.accept_psn(0xff_ffff), PsnVerdict::Serve);
-        assert_eq!(c.accept_psn(0), PsnVerdict::Serve);
-        assert_eq!(c.accept_psn(0xff_ffff), PsnVerdict::Duplicate);
-    }
-
-    #[test]
     fn set_keeps_staying_clients() {
-        let mut t = ClientTable::new(&[(5, 50), (3, 30), (5, 51)]);
+        let mut t = ClientTable::new(&[(5, 50), (3, 30), (5, 51)], 8);
         assert_eq!(t.find(3), Some(0));
         assert_eq!(
             t.as_slice()[1].rkey,
@@ -149,11 +146,18 @@ mod tests {
         );
         let i = t.find(5).unwrap();
         t.as_mut_slice()[i].resp_psn = 9;
+        t.as_mut_slice()[i].connected = true;
+        *t.as_mut_slice()[i].entry(13) = Entry::pending(13);
         t.set(&[(5, 55), (7, 70)]);
         assert_eq!(t.find(3), None);
         let i = t.find(5).unwrap();
-        assert_eq!((t.as_slice()[i].rkey, t.as_slice()[i].resp_psn), (55, 9));
+        let c = &mut t.as_mut_slice()[i];
+        assert_eq!((c.rkey, c.resp_psn, c.connected), (55, 9, true));
+        assert_eq!(c.entry(13).psn, 13, "replay entries kept");
+        assert_eq!(c.replay.len(), 8);
         let i = t.find(7).unwrap();
-        assert_eq!(t.as_slice()[i].resp_psn, 0);
+        assert!(!t.as_slice()[i].connected);
+        assert_eq!(t.as_slice()[i].replay.len(), 8);
+        assert_eq!(CLIENT_BYTES, 56);
     }
 }

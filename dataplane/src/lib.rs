@@ -7,12 +7,14 @@
 //! One request flows one way through the modules:
 //!
 //! ```text
-//! server   admit (wire checks, QP, R_Key, VA, PSN via clients) → decode → stage
+//! server   admit (wire checks, QP, R_Key) → conn (connected, slot VA, PSN) → decode
+//!   ├─ conn      CONNECT → ACCEPT; serve / NAK / RNR NAK / replay by PSN
 //!   ├─ chunk     ops of the burst gathered for one engine batch; dependency check
 //!   ├─ stage     wire op → station op; the engine as the station's memory stage
-//!   └─ respond   results → response frames, in op order → tx (a TxSink)
+//!   └─ respond   results → response frames (built in the replay cache) → tx (a TxSink)
 //! packet   per-packet types both server and respond use (Identity, PktCtx, Tag)
-//! clients  admitted QPs and their PSN state
+//! clients  admitted QPs and their connection state (PSNs, replay entries)
+//! replay   the per-worker response cache (a byte ring of whole frames)
 //! tx       TxFrame / TxSink: where response frames go
 //! ```
 
@@ -22,6 +24,7 @@ mod chunk;
 mod clients;
 pub mod control;
 pub mod packet;
+mod replay;
 mod respond;
 pub mod server;
 pub mod slab_daemon;

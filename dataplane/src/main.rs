@@ -232,7 +232,26 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             (Region::owned(mem_bytes), None)
         };
         let engine = Engine::new(region, &ecfg).map_err(|e| format!("engine config: {e:?}"))?;
-        let mut server = Server::with_station(id.clone(), &clients, engine, ooo, registry.clone());
+        // Starting PSNs of first connections: a per-worker seed from the clock, so a
+        // restarted dataplane does not repeat the previous run's PSNs.
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            ^ ((w as u64) << 56);
+        let transport = dataplane::server::Transport {
+            credits: cfg.server.credits,
+            replay_cache_bytes: (cfg.server.replay_cache_kb as usize) << 10,
+            seed,
+        };
+        let mut server = Server::with_transport(
+            id.clone(),
+            &clients,
+            engine,
+            ooo,
+            registry.clone(),
+            transport,
+        )
+        .map_err(|e| format!("server transport config: {e}"))?;
         server.set_partition(w as u32, nw as u32);
         server.set_station_kv(args.station_kv.unwrap_or(cfg.server.station_kv));
         stores.push(worker::Store {

@@ -26,9 +26,10 @@ pub struct Identity {
     pub qpn: u32,
     /// Q_Key of responses.
     pub qkey: u32,
-    /// Request region base address (RETH VA must fall inside).
+    /// Request region base address: slot 0 of every client's request ring (a
+    /// request's RETH VA must be its PSN's slot, `kvwire::transport::slot_va`).
     pub region_va: u64,
-    /// Request region length.
+    /// Request region length (split into `W` slots).
     pub region_len: u64,
     /// MTU: the largest IP packet a response may be.
     pub mtu: usize,
@@ -41,6 +42,8 @@ pub(crate) struct PktCtx {
     pub params: FrameParams,
     /// Index of the client in the server's client table.
     pub client: u16,
+    /// The request's PSN (selects its replay entry).
+    pub psn: u32,
     /// The request's batch id, echoed in every response frame.
     pub batch_id: u32,
 }

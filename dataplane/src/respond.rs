@@ -1,10 +1,12 @@
 //! Results into response frames, in op order.
 //!
-//! The open frame's payload is built in a scratch buffer the server owns (one frame's
-//! worth: the MTU's response payload capacity). Closing the frame allocates the tx
-//! frame, writes the headers, copies the payload behind them and adds the ICRC. So
-//! the per-result step is a bounds check and a few stores into a plain slice, whatever
-//! the tx buffer type, and a frame is allocated only when it is complete.
+//! The open frame is built in place in the worker's response cache (`replay::Arena`):
+//! opening a frame reserves room for the largest frame at the ring's write position
+//! and the payload goes behind the header room. Closing the frame writes the headers
+//! and the ICRC there, commits the record (the frame is now cached for replays, also
+//! if it cannot be sent), allocates the tx frame and copies the whole frame into it.
+//! So the per-result step is a bounds check and a few stores into a plain slice,
+//! whatever the tx buffer type, and a tx frame is allocated only when it is complete.
 //!
 //! The engine's results arrive through [`EngineSink`], which the engine calls once per
 //! executed op. The chunk's tags say which packet each result belongs to, with the
@@ -15,17 +17,23 @@
 
 use crate::clients::Client;
 use crate::packet::{Identity, PktCtx, Source, Tag};
+use crate::replay::{Arena, Cursor, Entry, EntryState, REC_HDR};
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::payload::{RESPONSE_BATCH_HEADER_LEN, RESULT_HEADER_LEN};
 use kvwire::psn;
 use kvwire::{
-    emit_response_headers, finalize, put_result, DropReason, EmitError, ResponseWriter, Status,
-    RESPONSE_HEADER_LEN,
+    emit_response_headers, finalize, put_result, response_frame_len, DropReason, EmitError,
+    ResponseWriter, Status, RESPONSE_HEADER_LEN,
 };
 
-/// What closing a frame needs besides the payload: the client's response PSN, the
-/// server's identity, the burst's packets (reply addresses, batch IDs) and counters.
+/// Largest response payload the responder builds, whatever the MTU: its frame length
+/// must fit a cache record's `u16` length, and the result count a `u16`.
+pub(crate) const MAX_PAYLOAD: usize = 60_000;
+
+/// What closing a frame needs besides the payload: the client's response PSN and
+/// replay entries, the server's identity, the burst's packets (reply addresses, batch
+/// IDs, PSNs) and counters.
 pub(crate) struct Ctx<'a> {
     pub clients: &'a mut [Client],
     pub id: &'a Identity,
@@ -35,9 +43,17 @@ pub(crate) struct Ctx<'a> {
 
 /// Streams results into response frames (see the module doc).
 pub(crate) struct Responder<'s, 't, T> {
-    /// The open frame's payload, response batch header first.
-    buf: &'s mut [u8],
-    /// Bytes of `buf` in use; 0 when no frame is open.
+    /// The response cache's bytes.
+    ring: &'s mut [u8],
+    /// Its write cursor.
+    cur: &'s mut Cursor,
+    /// Payload bytes of a frame.
+    cap: usize,
+    /// Ring offset of the open frame's record.
+    rec: usize,
+    /// Ring offset of the open frame's payload (`rec + REC_HDR + RESPONSE_HEADER_LEN`).
+    base: usize,
+    /// Payload bytes in use; 0 when no frame is open.
     pos: usize,
     /// Results in the open frame.
     count: u16,
@@ -49,15 +65,23 @@ pub(crate) struct Responder<'s, 't, T> {
 }
 
 impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
-    /// A responder building payloads of at most `buf.len()` bytes into frames from
-    /// `tx`. A `buf` shorter than a response header and one bare result answers
+    /// A responder building frames of at most `payload_cap` payload bytes in `arena`
+    /// (whose largest record must hold such a frame) and sending them through `tx`. A
+    /// `payload_cap` shorter than a response header and one bare result answers
     /// nothing (each response counted as `mtu_too_small`).
-    pub fn new(buf: &'s mut [u8], tx: &'t mut T) -> Self {
+    pub fn new(arena: &'s mut Arena, payload_cap: usize, tx: &'t mut T) -> Self {
         // Every result takes at least RESULT_HEADER_LEN bytes, so this bound keeps the
         // u16 result count from overflowing.
-        let cap = buf.len().min(usize::from(u16::MAX) * RESULT_HEADER_LEN);
+        let cap = payload_cap
+            .min(MAX_PAYLOAD)
+            .min(usize::from(u16::MAX) * RESULT_HEADER_LEN);
+        debug_assert!(REC_HDR + response_frame_len(cap) <= arena.cur.max_record());
         Responder {
-            buf: &mut buf[..cap],
+            ring: &mut arena.bytes,
+            cur: &mut arena.cur,
+            cap,
+            rec: 0,
+            base: 0,
             pos: 0,
             count: 0,
             first: 0,
@@ -66,12 +90,21 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
         }
     }
 
+    /// The transmit side (for frames that are not responses: ACKs, ACCEPTs).
+    #[inline]
+    pub fn tx(&mut self) -> &mut T {
+        self.tx
+    }
+
     /// Appends a result to the open frame if it fits; `false` (nothing written) if it
     /// does not. The caller knows the open frame is `pkt`'s.
     #[inline(always)]
     fn push_fast(&mut self, status: Status, value: &[u8]) -> bool {
         debug_assert!(self.pos != 0, "a frame is open");
-        match put_result(self.buf, self.pos, status, value) {
+        let Some(buf) = self.ring.get_mut(self.base..self.base + self.cap) else {
+            return false;
+        };
+        match put_result(buf, self.pos, status, value) {
             Some(end) => {
                 self.pos = end;
                 self.count += 1;
@@ -80,7 +113,6 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
             None => false,
         }
     }
-
     /// Appends one result of packet `pkt`.
     #[inline(always)]
     pub fn result(&mut self, ctx: &mut Ctx<'_>, pkt: u8, status: Status, value: &[u8]) {
@@ -130,48 +162,51 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
     /// Starts a frame for packet `pkt` whose first result has index `first`.
     fn open(&mut self, ctx: &mut Ctx<'_>, pkt: u8, first: u16) {
         let batch_id = ctx.pkts[usize::from(pkt)].batch_id;
-        if ResponseWriter::new(self.buf, batch_id, first).is_err() {
+        let rec = self.cur.reserve(self.ring);
+        let base = rec + REC_HDR + RESPONSE_HEADER_LEN;
+        let ok = self
+            .ring
+            .get_mut(base..base + self.cap)
+            .is_some_and(|buf| ResponseWriter::new(buf, batch_id, first).is_ok());
+        if !ok {
             ctx.stats.drop(DropReason::MtuTooSmall);
             self.pos = 0;
             return;
         }
+        self.rec = rec;
+        self.base = base;
         self.pos = RESPONSE_BATCH_HEADER_LEN;
         self.count = 0;
         self.first = first;
         self.pkt = pkt;
     }
 
-    /// Finishes the open frame (if any) into a tx frame and hands it to `send`.
-    /// `more`: the request has further results in a later frame.
+    /// Finishes the open frame (if any): headers and ICRC, into the response cache
+    /// (the request's replay entry grows by the frame), then copied into a tx frame
+    /// and sent. `more`: the request has further results in a later frame; without
+    /// it, the request's replay entry is complete.
     pub fn close(&mut self, ctx: &mut Ctx<'_>, more: bool) {
         if self.pos == 0 {
             return;
         }
         let (pos, count) = (self.pos, self.count);
         self.pos = 0;
-        let Ok(mut w) = ResponseWriter::resume(self.buf, pos, count) else {
-            debug_assert!(
-                false,
-                "the open frame's length is within the payload buffer"
-            );
+        let payload = self.ring.get_mut(self.base..self.base + self.cap);
+        let Some(Ok(mut w)) = payload.map(|b| ResponseWriter::resume(b, pos, count)) else {
+            debug_assert!(false, "the open frame is within the ring");
             ctx.stats.drop(DropReason::ResponseEncode);
             return;
         };
         w.set_more(more);
         let plen = w.finish();
-        let Some(mut frame) = self.tx.alloc() else {
-            ctx.stats.drop(DropReason::NoMbuf);
-            return;
-        };
         let pkt = &ctx.pkts[usize::from(self.pkt)];
         let client = &mut ctx.clients[usize::from(pkt.client)];
-        let room = frame.room();
-        let Some(dst) = room.get_mut(RESPONSE_HEADER_LEN..RESPONSE_HEADER_LEN + plen) else {
-            // A tx buffer smaller than the MTU's frame: cannot be sent.
-            ctx.stats.drop(DropReason::TxBufferTooSmall);
+        let rec_end = self.rec + self.cur.max_record();
+        let Some(room) = self.ring.get_mut(self.rec + REC_HDR..rec_end) else {
+            debug_assert!(false, "the reserved record is within the ring");
+            ctx.stats.drop(DropReason::ResponseEncode);
             return;
         };
-        dst.copy_from_slice(&self.buf[..plen]);
         let hdr = emit_response_headers(
             room,
             &pkt.params,
@@ -183,20 +218,50 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
         );
         let frame_len = match hdr.and_then(|_| finalize(room)) {
             Ok(n) => n,
-            Err(EmitError::BufferTooSmall) => {
-                ctx.stats.drop(DropReason::TxBufferTooSmall);
-                return;
-            }
-            Err(EmitError::PayloadTooLarge | EmitError::NotAFrame) => {
-                debug_assert!(false, "a response payload within the MTU encodes");
+            Err(EmitError::BufferTooSmall | EmitError::PayloadTooLarge | EmitError::NotAFrame) => {
+                debug_assert!(false, "a response payload within the record encodes");
                 ctx.stats.drop(DropReason::ResponseEncode);
                 return;
             }
         };
+        let at = self.cur.commit(self.ring, frame_len);
         client.resp_psn = psn::add(client.resp_psn, 1);
-        frame.set_len(frame_len);
-        ctx.stats.responses.inc();
-        self.tx.send(frame);
+        let e = client.entry(pkt.psn);
+        if e.psn == pkt.psn && e.state == EntryState::Pending {
+            if e.frames == 0 {
+                e.start = at;
+            }
+            e.frames = e.frames.saturating_add(1);
+            e.bytes = (self.cur.head() - e.start) as u32;
+            if !more {
+                e.state = EntryState::Ready;
+            }
+        }
+        let frame = &self.ring[self.rec + REC_HDR..self.rec + REC_HDR + frame_len];
+        if send_copy(self.tx, frame, ctx.stats) {
+            ctx.stats.responses.inc();
+        }
+    }
+
+    /// Re-sends the cached response frames of `e` (a complete entry); `false` if they
+    /// are no longer in the cache (nothing sent).
+    pub fn replay(&mut self, e: &Entry, stats: &WorkerStats) -> bool {
+        if e.frames > 0 && !self.cur.valid(e.start) {
+            return false;
+        }
+        let mut at = e.start;
+        for _ in 0..e.frames {
+            let Some((off, len, next)) = self.cur.record(self.ring, at) else {
+                debug_assert!(false, "a valid entry's records are in the ring");
+                return false;
+            };
+            if send_copy(self.tx, &self.ring[off..off + len], stats) {
+                stats.replayed_frames.inc();
+            }
+            at = next;
+        }
+        stats.replays.inc();
+        true
     }
 
     /// A request without ops: an empty response.
@@ -274,6 +339,24 @@ impl<T: TxSink> EngineSink<'_, '_, '_, '_, T> {
         self.out
             .drain_immediates(&mut self.ctx, self.tags, &mut self.next_tag);
     }
+}
+
+/// Copies `frame` into a new tx frame and sends it; `false` (counted) when no tx frame
+/// could be had or it is too small.
+pub(crate) fn send_copy<T: TxSink>(tx: &mut T, frame: &[u8], stats: &WorkerStats) -> bool {
+    let Some(mut f) = tx.alloc() else {
+        stats.drop(DropReason::NoMbuf);
+        return false;
+    };
+    let Some(dst) = f.room().get_mut(..frame.len()) else {
+        // A tx buffer smaller than the MTU's frame: cannot be sent.
+        stats.drop(DropReason::TxBufferTooSmall);
+        return false;
+    };
+    dst.copy_from_slice(frame);
+    f.set_len(frame.len());
+    tx.send(f);
+    true
 }
 
 impl<T: TxSink> kvengine::ResultSink for EngineSink<'_, '_, '_, '_, T> {

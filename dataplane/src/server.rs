@@ -1,11 +1,14 @@
 //! Request processing, independent of DPDK: request frames in, response frames out.
 //!
-//! The worker loop hands [`Server::handle_burst`] the frames of one rx burst. For each
-//! frame the server checks, in order: the wire format (kvwire's `parse_request`,
-//! ICRC included), the destination MAC/IP, the client's QP, its R_Key, the RETH
-//! address range, and the PSN. Admitted frames' KV batches are decoded in place (keys
-//! and values stay in the rx buffers) and the operations of the whole burst are
-//! executed in chunks of [`CHUNK`]:
+//! The worker loop hands [`Server::handle_burst`] the frames of one rx burst. A CONNECT
+//! (protocol v2) starts or confirms a client QP's incarnation (`conn`). For a request
+//! the server checks, in order: the wire format (kvwire's `parse_client_frame`, ICRC
+//! included), the destination MAC/IP, the client's QP, its R_Key, that the QP is
+//! connected, the RETH slot (`slot_va` of the PSN), and the PSN against the expected
+//! one (`conn`: serve, NAK a gap once, replay a duplicate from the response cache,
+//! refuse with an RNR NAK when the tx side is backlogged). Served frames' KV batches
+//! are decoded in place (keys and values stay in the rx buffers) and the operations of
+//! the whole burst are executed in chunks of [`CHUNK`]:
 //!
 //! * a chunk of GET/PUT/DELETE runs straight through the engine's pipelined batch (which
 //!   prefetches across packets and executes repeated keys in order) and its results
@@ -19,14 +22,21 @@
 //!
 //! Results go into response frames in op order; a request whose results do not fit in
 //! one frame is answered with several (the MORE flag and `first_index` tell the client).
+//! Every response frame is built in the worker's response cache (`replay`) first, so a
+//! retransmitted request is answered with the same bytes and never executed twice.
 //!
 //! Every frame that is not answered is counted under a [`DropReason`]; every op that
 //! is answered with an error is counted under its status.
 
+mod conn;
+
+pub use conn::{first_psns, Transport, RNR_TIMER};
+
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
-use crate::clients::{ClientTable, PsnVerdict};
+use crate::clients::ClientTable;
 use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
-use crate::respond::{Ctx, EngineSink, Responder};
+use crate::replay::{Arena, Entry};
+use crate::respond::{Ctx, EngineSink, Responder, MAX_PAYLOAD};
 use crate::stage::EngineStage;
 use crate::stats::WorkerStats;
 use crate::tx::TxSink;
@@ -34,7 +44,10 @@ use arrayvec::ArrayVec;
 use kvengine::{BatchOp, Engine};
 use kvops::{FunctionRegistry, Station, StationConfig};
 use kvwire::partition::partition_of_hash;
-use kvwire::{parse_request, response_payload_capacity, BatchReader, DropReason, KvOp, Status};
+use kvwire::transport::{parse_client_frame, ClientFrame};
+use kvwire::{
+    response_frame_len, response_payload_capacity, BatchReader, DropReason, KvOp, Status,
+};
 
 /// The station's key hash: the engine's, so the station and the engine agree.
 type KeyHash = fn(&[u8]) -> u64;
@@ -46,12 +59,22 @@ struct StationResults {
     arena: Box<[u8]>,
 }
 
-/// Request processing state of one worker: identity, clients, engine, reservation
-/// station, counters.
+/// Request processing state of one worker: identity, clients and their connections,
+/// response cache, engine, reservation station.
 pub struct Server {
     id: Identity,
-    /// Admitted clients and their sequence state.
+    /// Admitted clients and their connection state.
     clients: ClientTable,
+    /// The request window `W` (credits) of every client.
+    credits: u16,
+    /// Bytes per request slot (`kvwire::transport::slot_size`).
+    slot_size: u64,
+    /// The response cache (`replay`), taken out during a burst.
+    arena: Arena,
+    /// Payload bytes of a response frame.
+    payload_cap: usize,
+    /// State of the PRNG drawing the starting PSNs of first connections.
+    rng: u64,
     engine: Engine,
     station: Station<KeyHash>,
     results: StationResults,
@@ -62,19 +85,20 @@ pub struct Server {
     station_kv: bool,
     /// Dependencies within the chunk being built.
     deps: Box<ChunkDeps>,
-    /// The payload of the response frame being built (`respond`).
-    resp: Box<[u8]>,
 }
 
 impl Server {
     /// A server over `engine` admitting `clients` as (QPN, R_Key) pairs, with an
-    /// out-of-order reservation station and only the built-in functions.
+    /// out-of-order reservation station, only the built-in functions and the default
+    /// [`Transport`]. Panics if that does not fit `id` (a request region too small
+    /// for `W` slots of the MTU's request payload).
     pub fn new(id: Identity, clients: &[(u32, u32)], engine: Engine) -> Server {
         Self::with_station(id, clients, engine, true, FunctionRegistry::new())
     }
 
     /// A server whose reservation station runs out of order (`ooo`) or stalls on
-    /// conflicts, resolving function IDs through `registry`.
+    /// conflicts, resolving function IDs through `registry`, with the default
+    /// [`Transport`] (panics as [`Server::new`]).
     pub fn with_station(
         id: Identity,
         clients: &[(u32, u32)],
@@ -82,6 +106,22 @@ impl Server {
         ooo: bool,
         registry: FunctionRegistry,
     ) -> Server {
+        Self::with_transport(id, clients, engine, ooo, registry, Transport::default())
+            .unwrap_or_else(|e| panic!("default transport: {e}"))
+    }
+
+    /// [`Server::with_station`] with the transport settings `t` (window, response
+    /// cache size, PSN seed); an error if they are invalid for `id`
+    /// ([`Transport::check`]).
+    pub fn with_transport(
+        id: Identity,
+        clients: &[(u32, u32)],
+        engine: Engine,
+        ooo: bool,
+        registry: FunctionRegistry,
+        t: Transport,
+    ) -> Result<Server, String> {
+        let slot_size = t.check(&id)?;
         let mtu = id.mtu;
         let max_value_len = engine.max_value_len().max(8);
         let cfg = StationConfig {
@@ -91,9 +131,17 @@ impl Server {
         };
         let station = Station::new(cfg, kvengine::key_hash as KeyHash, registry)
             .expect("CHUNK and max_value_len are within the station's limits");
-        Server {
+        // An MTU that leaves less than a header and one bare result answers nothing
+        // (each response counted as `mtu_too_small`) rather than exceed the MTU.
+        let payload_cap = response_payload_capacity(mtu).min(MAX_PAYLOAD);
+        Ok(Server {
             id,
-            clients: ClientTable::new(clients),
+            clients: ClientTable::new(clients, t.credits),
+            credits: t.credits,
+            slot_size,
+            arena: Arena::new(t.replay_cache_bytes, response_frame_len(payload_cap)),
+            payload_cap,
+            rng: t.seed,
             engine,
             station,
             results: StationResults {
@@ -104,10 +152,7 @@ impl Server {
             partitions: 1,
             station_kv: false,
             deps: Box::new(ChunkDeps::new()),
-            // An MTU that leaves less than a header and one bare result answers nothing
-            // (each response counted as `mtu_too_small`) rather than exceed the MTU.
-            resp: vec![0; response_payload_capacity(mtu)].into_boxed_slice(),
-        }
+        })
     }
 
     /// With `on`, a chunk of GET/PUT/DELETE in which a key repeats also goes through
@@ -142,37 +187,33 @@ impl Server {
     }
 
     /// Replaces the admitted clients with `clients` (QPN, R_Key) between bursts.
-    /// A client whose QPN stays keeps its PSN state (and takes the new R_Key); a
-    /// removed one is forgotten, so its frames drop as `UnknownQp` from the next
-    /// burst on; a new one starts fresh. Allocates: call it off the hot path.
+    /// A client whose QPN stays keeps its connection, PSNs and cached responses (and
+    /// takes the new R_Key); a removed one is forgotten, so its frames drop as
+    /// `UnknownQp` from the next burst on; a new one starts unconnected. Allocates:
+    /// call it off the hot path.
     pub fn set_clients(&mut self, clients: &[(u32, u32)]) {
         self.clients.set(clients);
     }
 
-    /// Checks a frame up to the batch payload; returns the request and client index.
-    fn admit<'f>(&mut self, frame: &'f [u8]) -> Result<(kvwire::Request<'f>, usize), DropReason> {
-        let req = parse_request(frame)?;
-        if (req.dst_mac != self.id.mac && req.dst_mac != [0xff; 6]) || req.dst_ip != self.id.ip {
+    /// Checks a request's destination, QP and R_Key; returns the client index.
+    fn admit(&self, req: &kvwire::Request<'_>) -> Result<usize, DropReason> {
+        if !self.for_us(req.dst_mac, req.dst_ip) {
             return Err(DropReason::WrongDestination);
         }
         let ci = self
             .clients
             .find(req.dest_qp)
             .ok_or(DropReason::UnknownQp)?;
-        let client = &self.clients.as_slice()[ci];
-        if client.rkey != req.rkey {
+        if self.clients.as_slice()[ci].rkey != req.rkey {
             return Err(DropReason::BadRKey);
         }
-        let len = req.payload.len() as u64;
-        let inside = req.va >= self.id.region_va
-            && req
-                .va
-                .checked_add(len)
-                .is_some_and(|end| end <= self.id.region_va + self.id.region_len);
-        if !inside {
-            return Err(DropReason::BadVa);
-        }
-        Ok((req, ci))
+        Ok(ci)
+    }
+
+    /// Whether a frame to `mac`/`ip` is for this server (its MAC or broadcast, its IP).
+    #[inline]
+    fn for_us(&self, mac: kvwire::MacAddr, ip: std::net::Ipv4Addr) -> bool {
+        (mac == self.id.mac || mac == [0xff; 6]) && ip == self.id.ip
     }
 
     /// Processes one rx burst (at most [`MAX_BURST`] frames; any beyond are ignored):
@@ -182,40 +223,54 @@ impl Server {
         // At most one entry per frame, so never more than MAX_BURST.
         let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
         let mut chunk = Chunk::new();
-        // The responder borrows the payload buffer for the whole burst while `self` is
-        // borrowed by each step; taking the box out (and back) moves no bytes.
-        let mut resp = std::mem::take(&mut self.resp);
-        let mut out = Responder::new(&mut resp, tx);
+        // The responder borrows the response cache for the whole burst while `self` is
+        // borrowed by each step; taking it out (and back) moves no bytes.
+        let mut arena = std::mem::take(&mut self.arena);
+        let mut out = Responder::new(&mut arena, self.payload_cap, tx);
 
         for frame in frames {
             stats.rx_packets.inc();
-            let (req, ci) = match self.admit(frame) {
-                Ok(x) => x,
+            let req = match parse_client_frame(frame) {
+                Ok(ClientFrame::Request(r)) => r,
+                Ok(ClientFrame::Connect(c)) => {
+                    self.connect(&c, &mut chunk, &pkts, stats, &mut out);
+                    continue;
+                }
                 Err(why) => {
                     stats.drop(why);
                     continue;
                 }
             };
-            match self.clients.as_mut_slice()[ci].accept_psn(req.psn) {
-                PsnVerdict::Serve => {}
-                PsnVerdict::Gap => stats.psn_gaps.inc(), // counted, still served
-                PsnVerdict::Duplicate => {
-                    stats.drop(DropReason::PsnDuplicate);
+            let ci = match self.admit(&req) {
+                Ok(ci) => ci,
+                Err(why) => {
+                    stats.drop(why);
                     continue;
                 }
+            };
+            if !self.sequence(&req, ci, stats, &mut out) {
+                continue;
             }
+            let client = &mut self.clients.as_mut_slice()[ci];
             let reader = match BatchReader::new(req.payload) {
                 Ok(r) => r,
                 Err(_) => {
+                    // Its PSN is consumed; a retransmission finds no response.
+                    *client.entry(req.psn) = Entry {
+                        psn: req.psn,
+                        ..Entry::EMPTY
+                    };
                     stats.drop(DropReason::BadPayload);
                     continue;
                 }
             };
+            *client.entry(req.psn) = Entry::pending(req.psn);
             stats.requests.inc();
             let pkt = pkts.len() as u8;
             pkts.push(PktCtx {
                 params: req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT),
                 client: ci as u16,
+                psn: req.psn,
                 batch_id: reader.batch_id(),
             });
             if reader.op_count() == 0 {
@@ -257,20 +312,39 @@ impl Server {
                 }
             }
         }
+        self.finish_pending(&mut chunk, &pkts, stats, &mut out);
+        // `out` borrowed `arena` until here.
+        self.arena = arena;
+    }
+
+    /// Executes the chunk and closes the open response: every request admitted so far
+    /// is answered and its replay entry complete.
+    fn finish_pending<T: TxSink>(
+        &mut self,
+        chunk: &mut Chunk<'_>,
+        pkts: &[PktCtx],
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) {
         if !chunk.tags.is_empty() {
-            self.flush(&mut chunk, &pkts, stats, &mut out);
+            self.flush(chunk, pkts, stats, out);
         }
-        out.close(
-            &mut Ctx {
-                clients: self.clients.as_mut_slice(),
-                id: &self.id,
-                pkts: &pkts,
-                stats,
-            },
-            false,
-        );
-        // `out` borrowed `resp` until here.
-        self.resp = resp;
+        let clients = self.clients.as_mut_slice();
+        let mut ctx = Ctx {
+            clients,
+            id: &self.id,
+            pkts,
+            stats,
+        };
+        out.close(&mut ctx, false);
+        // Requests whose last frame could not be built (a too small MTU) are complete
+        // too: there is nothing more to send for them.
+        for p in pkts {
+            let e = ctx.clients[usize::from(p.client)].entry(p.psn);
+            if e.psn == p.psn && e.state == crate::replay::EntryState::Pending {
+                e.state = crate::replay::EntryState::Ready;
+            }
+        }
     }
 
     /// Adds a decoded op to the chunk (the caller made room) and says where its result
@@ -432,6 +506,14 @@ impl Server {
         }
         out.drain_immediates(&mut ctx, tags, &mut next_tag);
     }
+}
+
+/// Bytes of connection state per client QP with window `credits`: its client table
+/// entry (QPN, R_Key, nonce, PSNs, flags, 56 B) and `credits` replay entries (24 B
+/// each): 824 B for the default `W = 32`. The response frames themselves live in the
+/// worker's response cache, shared by all its QPs.
+pub const fn qp_state_bytes(credits: u16) -> usize {
+    crate::clients::CLIENT_BYTES + credits as usize * crate::replay::ENTRY_BYTES
 }
 
 /// Counts one op executed by the station.

@@ -54,9 +54,20 @@ pub struct WorkerStats {
     pub requests: Counter,
     /// Response packets built.
     pub responses: Counter,
-    /// Requests served although their PSN skipped ahead of the expected one (earlier
-    /// requests of that client were lost); not drops.
-    pub psn_gaps: Counter,
+    /// Duplicate requests answered from the response cache (each re-sends all the
+    /// cached frames of one request).
+    pub replays: Counter,
+    /// Response frames re-sent by replays.
+    pub replayed_frames: Counter,
+    /// NAKs sent: PSN sequence errors (a request ahead of the expected PSN, once per
+    /// gap) and invalid requests (a request on a QP that is not connected).
+    pub naks_sent: Counter,
+    /// RNR NAKs sent (the tx side was backlogged when a request was due).
+    pub rnr_naks_sent: Counter,
+    /// CONNECTs that started a new incarnation of their QP.
+    pub connects: Counter,
+    /// ACCEPT frames sent (new incarnations and re-sent ACCEPTs).
+    pub accepts_sent: Counter,
     /// GET operations executed.
     pub gets: Counter,
     /// GETs that found their key.
@@ -95,7 +106,25 @@ pub struct WorkerStats {
     /// Requests another worker handed to this one.
     pub handed_in: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
-    pub drops: [Counter; DropReason::COUNT],
+    pub drops: Drops,
+}
+
+/// The drop counters, indexed by [`DropReason::index`] (an array behind `Deref`: the
+/// standard `Default` of arrays stops at 32 entries).
+#[derive(Debug)]
+pub struct Drops(pub [Counter; DropReason::COUNT]);
+
+impl Default for Drops {
+    fn default() -> Self {
+        Drops(std::array::from_fn(|_| Counter::default()))
+    }
+}
+
+impl std::ops::Deref for Drops {
+    type Target = [Counter; DropReason::COUNT];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl WorkerStats {
@@ -123,7 +152,12 @@ impl WorkerStats {
             ("tx_packets", &self.tx_packets),
             ("requests", &self.requests),
             ("responses", &self.responses),
-            ("psn_gaps", &self.psn_gaps),
+            ("replays", &self.replays),
+            ("replayed_frames", &self.replayed_frames),
+            ("naks_sent", &self.naks_sent),
+            ("rnr_naks_sent", &self.rnr_naks_sent),
+            ("connects", &self.connects),
+            ("accepts_sent", &self.accepts_sent),
             ("gets", &self.gets),
             ("get_hits", &self.get_hits),
             ("puts", &self.puts),

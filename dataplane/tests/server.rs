@@ -4,10 +4,11 @@
 
 mod common;
 
-use common::{identity, request, run, total_drops, VecSink, RKEY, VA};
+use common::{connect, identity, request, run, total_drops, Client, VecSink, RKEY, VA};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvengine::{Engine, EngineConfig, Region};
+use kvwire::transport::{parse_server_frame, NakCode, ServerFrame, Syndrome};
 use kvwire::{
     finalize, parse_response, DropReason, KvOp, ResponseReader, Status, REQUEST_HEADER_LEN,
 };
@@ -20,18 +21,22 @@ fn server(mem: usize) -> Server {
     Server::new(identity(), &[(QPN, RKEY), (18, 99)], common::engine(mem))
 }
 
-/// A request with one PUT "a" = "1".
-fn put_a(batch_id: u32, psn: u32) -> Vec<u8> {
-    request(
+/// A server with QP `QPN` connected.
+fn served(mem: usize) -> (Server, Client) {
+    let mut s = server(mem);
+    let c = connect(&mut s, QPN, RKEY);
+    (s, c)
+}
+
+/// The `n`-th request of `c` with one PUT "a" = "1".
+fn put_a(c: &Client, batch_id: u32, n: u32) -> Vec<u8> {
+    c.request(
         &[KvOp::Put {
             key: b"a",
             value: b"1",
         }],
         batch_id,
-        QPN,
-        RKEY,
-        VA,
-        psn,
+        n,
     )
 }
 
@@ -53,9 +58,9 @@ fn decode(frame: &[u8]) -> Decoded {
 
 #[test]
 fn put_then_get_in_one_packet_and_across_packets() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let f1 = request(
+    let f1 = c.request(
         &[
             KvOp::Put {
                 key: b"k1",
@@ -65,17 +70,11 @@ fn put_then_get_in_one_packet_and_across_packets() {
             KvOp::Get { key: b"nope" },
         ],
         7,
-        QPN,
-        RKEY,
-        VA,
         0,
     );
-    let f2 = request(
+    let f2 = c.request(
         &[KvOp::Delete { key: b"k1" }, KvOp::Get { key: b"k1" }],
         8,
-        QPN,
-        RKEY,
-        VA,
         1,
     );
     let out = run(&mut s, &st, &[f1, f2]);
@@ -100,85 +99,48 @@ fn put_then_get_in_one_packet_and_across_packets() {
 
 #[test]
 fn access_checks_drop_and_count() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
     let get = [KvOp::Get { key: b"a" }];
-    let mut wrong_mac = request(&get, 1, QPN, RKEY, VA, 0);
+    let mut wrong_mac = c.request(&get, 1, 0);
     wrong_mac[0..6].copy_from_slice(&[2, 9, 9, 9, 9, 9]);
     let frames = vec![
-        request(&get, 1, 999, RKEY, VA, 0),             // unknown QP
-        request(&get, 1, QPN, RKEY ^ 1, VA, 0),         // wrong R_Key
-        request(&get, 1, QPN, RKEY, VA - 8, 0),         // below the region
-        request(&get, 1, QPN, RKEY, VA + (1 << 20), 0), // past the region
+        request(&get, 1, 999, RKEY, c.va(0), c.psn(0)), // unknown QP
+        request(&get, 1, QPN, RKEY ^ 1, c.va(0), c.psn(0)), // wrong R_Key
+        request(&get, 1, QPN, RKEY, VA - 8, c.psn(0)),  // below the region
+        request(&get, 1, QPN, RKEY, VA + (1 << 20), c.psn(0)), // past the region
+        request(&get, 1, QPN, RKEY, c.va(1), c.psn(0)), // another PSN's slot
         wrong_mac,
     ];
     let out = run(&mut s, &st, &frames);
     assert!(out.is_empty());
     assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);
     assert_eq!(st.drops[DropReason::BadRKey.index()].get(), 1);
-    assert_eq!(st.drops[DropReason::BadVa.index()].get(), 2);
+    assert_eq!(st.drops[DropReason::BadVa.index()].get(), 3);
     assert_eq!(st.drops[DropReason::WrongDestination.index()].get(), 1);
     assert_eq!(st.ops(), 0, "nothing reached the engine");
     // A valid request afterwards is still served.
-    let out = run(&mut s, &st, &[request(&get, 2, QPN, RKEY, VA, 0)]);
+    let out = run(&mut s, &st, &[c.request(&get, 2, 0)]);
     assert_eq!(decode(&out[0]).3, vec![(Status::NotFound, vec![])]);
 }
 
 #[test]
-fn psn_duplicates_dropped_gaps_served() {
-    let mut s = server(1 << 20);
-    let st = WorkerStats::default();
-    let put = [KvOp::Put {
-        key: b"x",
-        value: b"1",
-    }];
-    let out = run(
-        &mut s,
-        &st,
-        &[
-            request(&put, 1, QPN, RKEY, VA, 100),
-            request(&put, 2, QPN, RKEY, VA, 100),
-        ],
-    );
-    assert_eq!(out.len(), 1);
-    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
-    let out = run(&mut s, &st, &[request(&put, 3, QPN, RKEY, VA, 105)]);
-    assert_eq!(out.len(), 1, "a gap is counted but served");
-    assert_eq!(st.psn_gaps.get(), 1);
-    assert_eq!(total_drops(&st), 1, "a served gap is not a drop");
-    assert_eq!(st.requests.get(), 2);
-    // Far behind (a client that restarted its sequence): served.
-    let out = run(
-        &mut s,
-        &st,
-        &[request(&put, 4, QPN, RKEY, VA, 105 + (1 << 23) + 10)],
-    );
-    assert_eq!(out.len(), 1);
-}
-
-#[test]
 fn response_psns_increase_per_client() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
     let get = [KvOp::Get { key: b"a" }];
-    let out = run(
-        &mut s,
-        &st,
-        &[
-            request(&get, 1, QPN, RKEY, VA, 0),
-            request(&get, 2, QPN, RKEY, VA, 1),
-        ],
-    );
+    let out = run(&mut s, &st, &[c.request(&get, 1, 0), c.request(&get, 2, 1)]);
     let p0 = parse_response(&out[0]).unwrap().psn;
     let p1 = parse_response(&out[1]).unwrap().psn;
+    assert_eq!(p0, c.accept.response_psn, "the ACCEPT's first response PSN");
     assert_eq!(p1, (p0 + 1) & 0xff_ffff);
 }
 
 #[test]
 fn bad_op_answered_with_status_later_ops_not_run() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let mut f = request(
+    let mut f = c.request(
         &[
             KvOp::Put {
                 key: b"a",
@@ -194,9 +156,6 @@ fn bad_op_answered_with_status_later_ops_not_run() {
             },
         ],
         5,
-        QPN,
-        RKEY,
-        VA,
         0,
     );
     // Second op's opcode byte → unknown opcode 0x1f. Ops: header 8 B; op1 = 1+1+2+1+1 = 6 B.
@@ -213,14 +172,7 @@ fn bad_op_answered_with_status_later_ops_not_run() {
     let out = run(
         &mut s,
         &st,
-        &[request(
-            &[KvOp::Get { key: b"a" }, KvOp::Get { key: b"c" }],
-            6,
-            QPN,
-            RKEY,
-            VA,
-            1,
-        )],
+        &[c.request(&[KvOp::Get { key: b"a" }, KvOp::Get { key: b"c" }], 6, 1)],
     );
     assert_eq!(
         decode(&out[0]).3,
@@ -230,9 +182,9 @@ fn bad_op_answered_with_status_later_ops_not_run() {
 
 #[test]
 fn op_count_larger_than_payload_is_malformed() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let mut f = put_a(5, 0);
+    let mut f = put_a(&c, 5, 0);
     // Batch header op count (bytes 2..4 of the payload) → 3.
     f[REQUEST_HEADER_LEN + 2..REQUEST_HEADER_LEN + 4].copy_from_slice(&3u16.to_be_bytes());
     finalize(&mut f).unwrap();
@@ -243,20 +195,17 @@ fn op_count_larger_than_payload_is_malformed() {
 
 #[test]
 fn large_results_split_over_frames() {
-    let mut s = server(4 << 20);
+    let (mut s, c) = served(4 << 20);
     let st = WorkerStats::default();
     let big = vec![0x5a; 900];
     let mut frames = Vec::new();
     for (i, k) in [b"k0", b"k1", b"k2"].iter().enumerate() {
-        frames.push(request(
+        frames.push(c.request(
             &[KvOp::Put {
                 key: *k,
                 value: &big,
             }],
             i as u32,
-            QPN,
-            RKEY,
-            VA,
             i as u32,
         ));
     }
@@ -265,7 +214,7 @@ fn large_results_split_over_frames() {
         KvOp::Get { key: b"k1" },
         KvOp::Get { key: b"k2" },
     ];
-    frames.push(request(&gets, 77, QPN, RKEY, VA, 3));
+    frames.push(c.request(&gets, 77, 3));
     let out = run(&mut s, &st, &frames);
     let parts: Vec<Decoded> = out[3..].iter().map(|f| decode(f)).collect();
     assert_eq!(
@@ -283,9 +232,9 @@ fn large_results_split_over_frames() {
 
 #[test]
 fn no_mbuf_is_counted_not_fatal() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let f = put_a(1, 0);
+    let f = put_a(&c, 1, 0);
     let mut tx = VecSink::with_budget(0);
     s.handle_burst(&[&f], &st, &mut tx);
     assert!(tx.sent.is_empty());
@@ -298,13 +247,13 @@ fn no_mbuf_is_counted_not_fatal() {
 #[test]
 fn response_failures_have_distinct_reasons() {
     // A tx buffer shorter than the response frame.
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
     let mut tx = VecSink {
         frame_size: 40,
         ..VecSink::default()
     };
-    s.handle_burst(&[&put_a(1, 1)], &st, &mut tx);
+    s.handle_burst(&[&put_a(&c, 1, 0)], &st, &mut tx);
     assert!(tx.sent.is_empty());
     assert_eq!(st.drops[DropReason::TxBufferTooSmall.index()].get(), 1);
     assert_eq!(total_drops(&st), 1);
@@ -313,8 +262,9 @@ fn response_failures_have_distinct_reasons() {
     let mut id = identity();
     id.mtu = 40;
     let mut s = Server::new(id, &[(QPN, RKEY)], common::engine(1 << 20));
+    let c = connect(&mut s, QPN, RKEY);
     let st = WorkerStats::default();
-    let out = run(&mut s, &st, &[put_a(1, 1)]);
+    let out = run(&mut s, &st, &[put_a(&c, 1, 0)]);
     assert!(out.is_empty());
     assert_eq!(st.drops[DropReason::MtuTooSmall.index()].get(), 1);
     assert_eq!(total_drops(&st), 1);
@@ -325,7 +275,7 @@ fn response_failures_have_distinct_reasons() {
 /// the server's own MAC and IP, never from the group address it was sent to.
 #[test]
 fn broadcast_request_answered_from_own_address() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
     let params = kvwire::frame::FrameParams::new(
         common::CLIENT_MAC,
@@ -334,7 +284,7 @@ fn broadcast_request_answered_from_own_address() {
         common::SERVER_IP,
         0xC000,
     );
-    let f = common::request_to(&params, &[KvOp::Get { key: b"k" }], 1, QPN, RKEY, VA, 0);
+    let f = c.request_to(&params, &[KvOp::Get { key: b"k" }], 1, 0);
     let out = run(&mut s, &st, &[f]);
     assert_eq!(out.len(), 1);
     let r = parse_response(&out[0]).unwrap();
@@ -350,7 +300,7 @@ fn broadcast_request_answered_from_own_address() {
 #[test]
 fn wrong_partition_and_response_too_large() {
     // Partition 0 of 2: find a key of each partition.
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     s.set_partition(0, 2);
     let part = |k: &[u8]| kvwire::partition::partition_of_hash(kvengine::key_hash(k), 2);
     let keys: Vec<[u8; 1]> = (b'a'..=b'z').map(|c| [c]).collect();
@@ -368,7 +318,7 @@ fn wrong_partition_and_response_too_large() {
         },
         KvOp::Get { key: other },
     ];
-    let out = run(&mut s, &st, &[request(&ops, 1, QPN, RKEY, VA, 0)]);
+    let out = run(&mut s, &st, &[c.request(&ops, 1, 0)]);
     assert_eq!(
         decode(&out[0]).3,
         vec![
@@ -384,6 +334,7 @@ fn wrong_partition_and_response_too_large() {
     let mut id = identity();
     id.mtu = 600;
     let mut s = Server::new(id, &[(QPN, RKEY)], common::engine(1 << 20));
+    let c = connect(&mut s, QPN, RKEY);
     let st = WorkerStats::default();
     let big = vec![7u8; 1000];
     let ops = [
@@ -393,7 +344,7 @@ fn wrong_partition_and_response_too_large() {
         },
         KvOp::Get { key: b"big" },
     ];
-    let out = run(&mut s, &st, &[request(&ops, 2, QPN, RKEY, VA, 0)]);
+    let out = run(&mut s, &st, &[c.request(&ops, 2, 0)]);
     let results: Vec<_> = out.iter().flat_map(|f| decode(f).3).collect();
     assert_eq!(
         results,
@@ -408,9 +359,9 @@ fn wrong_partition_and_response_too_large() {
 
 #[test]
 fn empty_batch_gets_empty_response() {
-    let mut s = server(1 << 20);
+    let (mut s, c) = served(1 << 20);
     let st = WorkerStats::default();
-    let out = run(&mut s, &st, &[request(&[], 42, QPN, RKEY, VA, 0)]);
+    let out = run(&mut s, &st, &[c.request(&[], 42, 0)]);
     let (id, _, more, r) = decode(&out[0]);
     assert_eq!((id, more, r.len()), (42, false, 0));
 }
@@ -436,7 +387,7 @@ proptest! {
     /// Random bursts of random batches against a HashMap model.
     #[test]
     fn matches_hashmap_model(bursts in prop::collection::vec(prop::collection::vec(prop::collection::vec(mop(), 0..12), 1..6), 1..6)) {
-        let mut s = server(1 << 20);
+        let (mut s, c) = served(1 << 20);
         let st = WorkerStats::default();
         let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut psn = 0;
@@ -466,7 +417,7 @@ proptest! {
                         }
                     }
                 }
-                frames.push(request(&ops, bi as u32, QPN, RKEY, VA, psn));
+                frames.push(c.request(&ops, bi as u32, psn));
                 psn += 1;
                 expected.push(exp);
             }
@@ -490,6 +441,7 @@ proptest! {
         let engine = Engine::new(Region::owned(cfg.mem_bytes), &cfg).expect("engine");
         let id = identity();
         let mut s = Server::new(id, &[(QPN, RKEY)], engine);
+        let c = connect(&mut s, QPN, RKEY);
         let st = WorkerStats::default();
         let big = vec![7u8; 70];
         let mut frames = Vec::new();
@@ -506,7 +458,7 @@ proptest! {
                 });
                 kinds.push(match o { MOp::Get(_) => 0usize, MOp::Put(..) => 1, MOp::Del(_) => 2 });
             }
-            frames.push(request(&ops, bi as u32, QPN, RKEY, VA, bi as u32));
+            frames.push(c.request(&ops, bi as u32, bi as u32));
         }
         let out = run(&mut s, &st, &frames);
         let statuses: Vec<Status> = out.iter().flat_map(|f| decode(f).3).map(|(s, _)| s).collect();
@@ -538,61 +490,92 @@ proptest! {
     /// does not cover) served and answered with exactly one response.
     #[test]
     fn corrupted_frames_never_panic(pos in 0usize..120, byte in any::<u8>(), cut in 0usize..130) {
-        let mut s = server(1 << 20);
+        let (mut s, c) = served(1 << 20);
         let st = WorkerStats::default();
-        let mut f = request(&[KvOp::Put { key: b"key", value: b"value" }, KvOp::Get { key: b"key" }], 1, QPN, RKEY, VA, 0);
+        let mut f = c.request(&[KvOp::Put { key: b"key", value: b"value" }, KvOp::Get { key: b"key" }], 1, 0);
         let p = pos % f.len();
         f[p] ^= byte | 1;
-        let mut g = request(&[KvOp::Get { key: b"key" }], 2, QPN, RKEY, VA, 1);
+        let mut g = c.request(&[KvOp::Get { key: b"key" }], 2, 1);
         g.truncate(cut.min(g.len()));
         let out = run(&mut s, &st, &[f, g]);
         let drops = total_drops(&st);
         prop_assert_eq!(st.rx_packets.get(), 2);
         prop_assert_eq!(st.requests.get() + drops, 2, "every frame served or dropped once");
-        prop_assert_eq!(out.len() as u64, st.requests.get(), "every served request answered");
+        let mut responses = 0;
         for r in &out {
-            prop_assert!(parse_response(r).is_ok(), "a valid response frame");
+            match parse_server_frame(r) {
+                Ok(ServerFrame::Response(_)) => responses += 1,
+                // The first request lost: the second is ahead of the expected PSN.
+                Ok(ServerFrame::Ack(a)) => {
+                    prop_assert_eq!(a.syndrome, Syndrome::Nak(NakCode::PsnSequenceError));
+                    prop_assert_eq!(a.psn, c.psn(0));
+                }
+                other => prop_assert!(false, "a response or a NAK, not {:?}", other),
+            }
         }
+        prop_assert_eq!(responses, st.requests.get(), "every served request answered");
     }
 }
 
 #[test]
-fn set_clients_keeps_psn_of_staying_clients() {
-    let mut s = server(1 << 20);
+fn set_clients_keeps_connections_of_staying_clients() {
+    let (mut s, c) = served(1 << 20);
+    let c18 = connect(&mut s, 18, 99);
     let st = WorkerStats::default();
     let get = [KvOp::Get { key: b"a" }];
     let out = run(
         &mut s,
         &st,
         &[
-            request(&get, 1, QPN, RKEY, VA, 10),
-            request(&get, 2, QPN, RKEY, VA, 11),
-            request(&get, 3, 18, 99, VA, 0),
+            c.request(&get, 1, 0),
+            c.request(&get, 2, 1),
+            c18.request(&get, 3, 0),
         ],
     );
     assert_eq!(out.len(), 3);
     let resp_psn = parse_response(&out[1]).unwrap().psn;
     // QPN 17 stays, 18 goes, 20 comes.
     s.set_clients(&[(20, 5), (QPN, RKEY)]);
-    let dup = run(&mut s, &st, &[request(&get, 4, QPN, RKEY, VA, 11)]);
-    assert!(dup.is_empty(), "expected PSN kept: 11 is a duplicate");
-    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
-    let out = run(&mut s, &st, &[request(&get, 5, QPN, RKEY, VA, 12)]);
+    let dup = run(&mut s, &st, &[c.request(&get, 4, 1)]);
+    assert_eq!(
+        dup,
+        vec![out[1].clone()],
+        "expected PSN and cache kept: a replay"
+    );
+    assert_eq!(st.replays.get(), 1);
+    let out = run(&mut s, &st, &[c.request(&get, 5, 2)]);
     assert_eq!(
         parse_response(&out[0]).unwrap().psn,
         (resp_psn + 1) & 0xff_ffff,
         "response PSN continues"
     );
-    assert_eq!(st.psn_gaps.get(), 0);
-    let out = run(&mut s, &st, &[request(&get, 6, 18, 99, VA, 1)]);
+    let out = run(&mut s, &st, &[c18.request(&get, 6, 1)]);
     assert!(out.is_empty());
     assert_eq!(st.drops[DropReason::UnknownQp.index()].get(), 1);
+    // A new client starts unconnected.
     let out = run(&mut s, &st, &[request(&get, 7, 20, 5, VA, 0)]);
+    assert_eq!(
+        common::ack_of(&out[0]).syndrome,
+        Syndrome::Nak(NakCode::InvalidRequest)
+    );
+    assert_eq!(st.drops[DropReason::NotConnected.index()].get(), 1);
+    let c20 = connect(&mut s, 20, 5);
+    let out = run(&mut s, &st, &[c20.request(&get, 8, 0)]);
     let r = parse_response(&out[0]).unwrap();
-    assert_eq!((r.dest_qp, r.psn), (20, 0), "a new client starts fresh");
-    // Re-admitted later, 18 starts fresh too (any first PSN is served).
+    assert_eq!((r.dest_qp, r.psn), (20, c20.accept.response_psn));
+    // Re-admitted later, 18 starts unconnected too, and connects afresh.
     s.set_clients(&[(18, 99), (20, 5), (QPN, RKEY)]);
-    let out = run(&mut s, &st, &[request(&get, 8, 18, 99, VA, 0)]);
-    assert_eq!(parse_response(&out[0]).unwrap().psn, 0);
-    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 1);
+    let out = run(&mut s, &st, &[c18.request(&get, 9, 1)]);
+    assert_eq!(
+        common::ack_of(&out[0]).syndrome,
+        Syndrome::Nak(NakCode::InvalidRequest)
+    );
+    let c18b = connect(&mut s, 18, 99);
+    let out = run(&mut s, &st, &[c18b.request(&get, 10, 0)]);
+    assert_eq!(
+        parse_response(&out[0]).unwrap().psn,
+        c18b.accept.response_psn
+    );
+    assert_eq!(st.drops[DropReason::NotConnected.index()].get(), 2);
+    assert_eq!(st.drops[DropReason::PsnDuplicate.index()].get(), 0);
 }

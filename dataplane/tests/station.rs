@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{identity, RKEY, VA};
+use common::{connect, identity, Client, RKEY};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvops::FunctionRegistry;
@@ -16,13 +16,16 @@ use std::collections::HashMap;
 const QPNS: [u32; 4] = [17, 18, 19, 20];
 const SAT_ADD: u8 = 200;
 
-fn server(ooo: bool) -> Server {
+/// The connected clients, by index into `QPNS`.
+type Clients = Vec<Client>;
+
+fn server(ooo: bool) -> (Server, Clients) {
     server_kv(ooo, false)
 }
 
 /// A server; `station_kv`: GET/PUT/DELETE chunks with a repeated key go through the
 /// station too.
-fn server_kv(ooo: bool, station_kv: bool) -> Server {
+fn server_kv(ooo: bool, station_kv: bool) -> (Server, Clients) {
     let engine = common::engine(1 << 20);
     let id = identity();
     let mut reg = FunctionRegistry::new();
@@ -34,11 +37,14 @@ fn server_kv(ooo: bool, station_kv: bool) -> Server {
     let clients: Vec<(u32, u32)> = QPNS.iter().map(|&q| (q, RKEY)).collect();
     let mut s = Server::with_station(id, &clients, engine, ooo, reg);
     s.set_station_kv(station_kv);
-    s
+    let c = QPNS.iter().map(|&q| connect(&mut s, q, RKEY)).collect();
+    (s, c)
 }
 
-fn request(ops: &[KvOp<'_>], batch_id: u32, qpn: u32, psn: u32) -> Vec<u8> {
-    common::request(ops, batch_id, qpn, RKEY, VA, psn)
+/// The `n`-th request of the client with QPN `qpn`.
+fn request(c: &Clients, ops: &[KvOp<'_>], batch_id: u32, qpn: u32, n: u32) -> Vec<u8> {
+    let i = QPNS.iter().position(|&q| q == qpn).expect("a test QPN");
+    c[i].request(ops, batch_id, n)
 }
 
 /// Results of each request by (client QPN, batch id), in op order.
@@ -268,7 +274,7 @@ fn check(
     station_kv: bool,
     bursts: &[Vec<Vec<TOp>>],
 ) -> Result<WorkerStats, TestCaseError> {
-    let mut s = server_kv(ooo, station_kv);
+    let (mut s, c) = server_kv(ooo, station_kv);
     let st = WorkerStats::default();
     let mut model = HashMap::new();
     let mut psn = [0u32; 4];
@@ -283,7 +289,7 @@ fn check(
             // Requests of a burst are executed in frame order, so the model runs them
             // in that order too.
             let exp: Vec<(Status, Vec<u8>)> = batch.iter().map(|o| o.apply(&mut model)).collect();
-            frames.push(request(&ops, batch_id, QPNS[qi], psn[qi]));
+            frames.push(request(&c, &ops, batch_id, QPNS[qi], psn[qi]));
             expected.push(((QPNS[qi], batch_id), exp));
             psn[qi] += 1;
             batch_id += 1;
@@ -323,14 +329,20 @@ proptest! {
 #[test]
 fn q_clients_times_m_fetch_adds_on_one_key() {
     for ooo in [true, false] {
-        let mut s = server(ooo);
+        let (mut s, c) = server(ooo);
         let st = WorkerStats::default();
         let key = b"counter".as_slice();
         let zero = 0u64.to_le_bytes();
         run(
             &mut s,
             &st,
-            &[request(&[KvOp::Put { key, value: &zero }], 0, QPNS[0], 0)],
+            &[request(
+                &c,
+                &[KvOp::Put { key, value: &zero }],
+                0,
+                QPNS[0],
+                0,
+            )],
         );
         let add = KvOp::UpdateS2S {
             key,
@@ -344,7 +356,7 @@ fn q_clients_times_m_fetch_adds_on_one_key() {
         for round in 0..pkts_per_q {
             let frames: Vec<Vec<u8>> = (0..q)
                 .map(|qi| {
-                    let f = request(&vec![add; m_per_pkt], round as u32, QPNS[qi], psn[qi]);
+                    let f = request(&c, &vec![add; m_per_pkt], round as u32, QPNS[qi], psn[qi]);
                     psn[qi] += 1;
                     f
                 })
@@ -362,7 +374,7 @@ fn q_clients_times_m_fetch_adds_on_one_key() {
         let r = run(
             &mut s,
             &st,
-            &[request(&[KvOp::Get { key }], 99, QPNS[1], psn[1])],
+            &[request(&c, &[KvOp::Get { key }], 99, QPNS[1], psn[1])],
         );
         assert_eq!(
             r[&(QPNS[1], 99)],
@@ -384,13 +396,14 @@ fn q_clients_times_m_fetch_adds_on_one_key() {
 /// its increment with the value it last saw until its CAS succeeds.
 #[test]
 fn cas_loops_never_lose_an_update() {
-    let mut s = server(true);
+    let (mut s, c) = server(true);
     let st = WorkerStats::default();
     let key = b"cas".as_slice();
     run(
         &mut s,
         &st,
         &[request(
+            &c,
             &[KvOp::Put {
                 key,
                 value: &0u32.to_le_bytes(),
@@ -416,7 +429,7 @@ fn cas_loops_never_lose_an_update() {
                     param: u64::from(view[qi]),
                     param2: u64::from(view[qi] + 1),
                 };
-                frames.push(request(&[op], bid, QPNS[qi], psn[qi]));
+                frames.push(request(&c, &[op], bid, QPNS[qi], psn[qi]));
                 who.push((qi, bid));
                 psn[qi] += 1;
                 bid += 1;
@@ -438,7 +451,7 @@ fn cas_loops_never_lose_an_update() {
     let r = run(
         &mut s,
         &st,
-        &[request(&[KvOp::Get { key }], 0, QPNS[1], psn[1])],
+        &[request(&c, &[KvOp::Get { key }], 0, QPNS[1], psn[1])],
     );
     assert_eq!(
         r[&(QPNS[1], 0)],
@@ -451,7 +464,7 @@ fn cas_loops_never_lose_an_update() {
 /// CAS with REDUCE and UPDATE_V2V), missing key.
 #[test]
 fn errors_change_nothing() {
-    let mut s = server(true);
+    let (mut s, c) = server(true);
     let st = WorkerStats::default();
     let key = b"vec".as_slice();
     let v: Vec<u8> = (1..=12).collect();
@@ -508,7 +521,7 @@ fn errors_change_nothing() {
         },
         KvOp::Get { key },
     ];
-    let r = run(&mut s, &st, &[request(&ops, 5, QPNS[0], 0)]);
+    let r = run(&mut s, &st, &[request(&c, &ops, 5, QPNS[0], 0)]);
     let got: Vec<Status> = r[&(QPNS[0], 5)].iter().map(|x| x.0).collect();
     assert_eq!(
         got,

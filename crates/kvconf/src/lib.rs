@@ -130,6 +130,43 @@ pub struct ServerConfig {
     /// User functions to register at start-up, by ID (128–255) and catalog name.
     #[serde(default)]
     pub functions: Vec<FunctionConfig>,
+    /// Request window `W` per client QP (protocol v2 credits): the requests a client
+    /// may have outstanding, the slots its request region is split into and the
+    /// responses the server keeps for replays per QP. A power of two in 1..=1024;
+    /// `request_region_len / W` (rounded down to 64 B) must hold the largest request
+    /// of the MTU.
+    #[serde(default = "default_credits")]
+    pub credits: u16,
+    /// Bytes (in KiB) of each worker's response cache, from which retransmitted
+    /// requests are answered without executing them again (exactly-once). A response
+    /// evicted from it answers a retransmission with nothing (`replay_missing`).
+    #[serde(default = "default_replay_cache_kb")]
+    pub replay_cache_kb: u32,
+}
+
+/// Largest request payload of the dataplane's MTU (1500):
+/// `kvwire::request_payload_capacity(kvwire::DEFAULT_MTU)` (kvconf does not depend on
+/// kvwire; the dataplane's tests check the two agree). A request slot must hold it.
+pub const REQUEST_PAYLOAD_CAPACITY: u64 = 1440;
+
+/// Largest request window (`kvwire::transport::MAX_CREDITS`).
+pub const MAX_CREDITS: u16 = 1024;
+
+/// Bytes per request slot: the request region split into `credits` slots, rounded
+/// down to 64 bytes (`kvwire::transport::slot_size`).
+pub const fn slot_size(region_len: u64, credits: u16) -> u64 {
+    if credits == 0 {
+        return 0;
+    }
+    (region_len / credits as u64) & !63
+}
+
+fn default_credits() -> u16 {
+    32
+}
+
+fn default_replay_cache_kb() -> u32 {
+    16384
 }
 
 fn default_idle_yield_polls() -> u32 {
@@ -258,6 +295,30 @@ impl Config {
         }
         if self.server.qpn >= 1 << 24 {
             return Err(ConfigError("server.qpn must fit in 24 bits".into()));
+        }
+        let s = &self.server;
+        if s.credits == 0 || s.credits > MAX_CREDITS || !s.credits.is_power_of_two() {
+            return Err(ConfigError(format!(
+                "server.credits must be a power of two in 1..={MAX_CREDITS}, not {}",
+                s.credits
+            )));
+        }
+        let slot = slot_size(s.request_region_len, s.credits);
+        if slot < REQUEST_PAYLOAD_CAPACITY {
+            return Err(ConfigError(format!(
+                "server.request_region_len {} split into server.credits = {} slots gives \
+                 {slot} B per slot, less than the {REQUEST_PAYLOAD_CAPACITY} B of a full \
+                 request: raise request_region_len to at least {} or lower credits",
+                s.request_region_len,
+                s.credits,
+                REQUEST_PAYLOAD_CAPACITY.next_multiple_of(64) * u64::from(s.credits)
+            )));
+        }
+        if s.replay_cache_kb == 0 || s.replay_cache_kb > 4 << 20 {
+            return Err(ConfigError(format!(
+                "server.replay_cache_kb must be in 1..=4194304 (4 GiB), not {}",
+                s.replay_cache_kb
+            )));
         }
         let mut seen = std::collections::HashSet::new();
         for c in &self.clients {
@@ -548,6 +609,31 @@ mod tests {
         assert_eq!(c.pktgen.vdevs, memif().pktgen.vdevs);
         c.process_mut(Role::Pktgen).lcores = "7".into();
         assert_eq!(c.pktgen.lcores, "7");
+    }
+
+    #[test]
+    fn transport_settings_are_checked() {
+        let c = memif();
+        assert_eq!((c.server.credits, c.server.replay_cache_kb), (32, 16384));
+        let mut c2 = c.clone();
+        for bad in [0u16, 3, 48, 2048] {
+            c2.server.credits = bad;
+            let e = c2.validate().unwrap_err().to_string();
+            assert!(e.contains("server.credits must be a power of two"), "{e}");
+        }
+        c2.server.credits = 1024; // 1 MiB / 1024 = 1024 B slots < 1440
+        let e = c2.validate().unwrap_err().to_string();
+        assert!(e.contains("per slot") && e.contains("1507328"), "{e}");
+        c2.server.request_region_len = 1536 * 1024;
+        c2.validate().unwrap();
+        c2.server.replay_cache_kb = 0;
+        assert!(c2.validate().is_err());
+        let text = serde_json::to_string(&c)
+            .unwrap()
+            .replace("\"credits\":32", "\"credits\":64");
+        assert_eq!(Config::parse(&text).unwrap().server.credits, 64);
+        assert_eq!(slot_size(1 << 20, 32), 32768);
+        assert_eq!(slot_size(1000, 3), 320);
     }
 
     #[test]

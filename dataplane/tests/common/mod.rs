@@ -9,6 +9,10 @@ use dataplane::stats::WorkerStats;
 use dataplane::tx::{TxFrame, TxSink};
 use kvengine::{Engine, EngineConfig, Region};
 use kvwire::frame::FrameParams;
+use kvwire::transport::{
+    emit_connect, parse_server_frame, slot_size, slot_va, Accept, AckFrame, Connect, ServerFrame,
+    CONNECT_FRAME_LEN, DEFAULT_CREDITS,
+};
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, BatchWriter, KvOp, REQUEST_HEADER_LEN,
 };
@@ -88,6 +92,115 @@ pub fn request_to(
     buf
 }
 
+/// The default window `W`.
+pub const W: u16 = DEFAULT_CREDITS;
+
+/// The request slot VA of PSN `psn` with the default window.
+pub fn slot(psn: u32) -> u64 {
+    slot_va(VA, slot_size(REGION_LEN, W), W, psn)
+}
+
+/// A CONNECT frame for QP `qpn` with `rkey` and `nonce`.
+pub fn connect_frame(qpn: u32, rkey: u32, nonce: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; CONNECT_FRAME_LEN];
+    let n = emit_connect(
+        &mut buf,
+        &request_params(),
+        qpn,
+        0,
+        &Connect { rkey, nonce },
+    )
+    .expect("connect");
+    buf.truncate(n);
+    buf
+}
+
+/// The ACCEPT in `frame` (panics if it is none).
+pub fn accept_of(frame: &[u8]) -> Accept {
+    match parse_server_frame(frame) {
+        Ok(ServerFrame::Accept(a)) => {
+            assert_eq!(a.src_qp, SERVER_QPN);
+            a.accept
+        }
+        other => panic!("not an ACCEPT: {other:?}"),
+    }
+}
+
+/// The RC Acknowledge in `frame` (panics if it is none).
+pub fn ack_of(frame: &[u8]) -> AckFrame {
+    match parse_server_frame(frame) {
+        Ok(ServerFrame::Ack(a)) => a,
+        other => panic!("not an ACK: {other:?}"),
+    }
+}
+
+/// A connected client QP: its QPN, R_Key and the ACCEPT it got.
+#[derive(Clone, Copy, Debug)]
+pub struct Client {
+    /// QPN.
+    pub qpn: u32,
+    /// R_Key.
+    pub rkey: u32,
+    /// The server's ACCEPT.
+    pub accept: Accept,
+}
+
+impl Client {
+    /// The PSN of the client's `n`-th request (0: the first).
+    pub fn psn(&self, n: u32) -> u32 {
+        self.accept.request_psn.wrapping_add(n) & 0xff_ffff
+    }
+
+    /// The slot VA of the `n`-th request.
+    pub fn va(&self, n: u32) -> u64 {
+        let a = &self.accept;
+        slot_va(a.region_va, u64::from(a.slot_size), a.credits, self.psn(n))
+    }
+
+    /// The `n`-th request, carrying `ops` as batch `batch_id`.
+    pub fn request(&self, ops: &[KvOp<'_>], batch_id: u32, n: u32) -> Vec<u8> {
+        self.request_to(&request_params(), ops, batch_id, n)
+    }
+
+    /// [`Client::request`] with explicit addresses.
+    pub fn request_to(
+        &self,
+        params: &FrameParams,
+        ops: &[KvOp<'_>],
+        batch_id: u32,
+        n: u32,
+    ) -> Vec<u8> {
+        request_to(
+            params,
+            ops,
+            batch_id,
+            self.qpn,
+            self.rkey,
+            self.va(n),
+            self.psn(n),
+        )
+    }
+}
+
+/// Connects QP `qpn` (nonce 1) and returns the client (the server's counters of the
+/// exchange go to a scratch `WorkerStats`).
+pub fn connect(s: &mut Server, qpn: u32, rkey: u32) -> Client {
+    connect_nonce(s, qpn, rkey, 1)
+}
+
+/// Connects QP `qpn` with `nonce`; panics unless the server answers one ACCEPT.
+pub fn connect_nonce(s: &mut Server, qpn: u32, rkey: u32, nonce: u64) -> Client {
+    let out = run(
+        s,
+        &WorkerStats::default(),
+        &[connect_frame(qpn, rkey, nonce)],
+    );
+    assert_eq!(out.len(), 1, "one ACCEPT");
+    let accept = accept_of(&out[0]);
+    assert_eq!(accept.nonce, nonce);
+    Client { qpn, rkey, accept }
+}
+
 /// A response frame buffer: 2 KiB pre-filled with `0xa5`, so unwritten bytes show.
 pub struct VecFrame {
     /// The buffer.
@@ -111,6 +224,8 @@ impl TxFrame for VecFrame {
 /// benchmarks).
 #[derive(Default)]
 pub struct VecSink {
+    /// What `backlogged` answers.
+    pub backlogged: bool,
     /// Frames sent, in order.
     pub sent: Vec<Vec<u8>>,
     /// Frames `alloc` may still hand out.
@@ -162,6 +277,10 @@ impl TxSink for VecSink {
         let mut buf = f.buf;
         buf.truncate(f.len);
         self.sent.push(buf);
+    }
+
+    fn backlogged(&self) -> bool {
+        self.backlogged
     }
 }
 

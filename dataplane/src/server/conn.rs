@@ -1,0 +1,275 @@
+//! Protocol v2's connection and sequence rules on the server (docs/PROTOCOL.md §6):
+//! CONNECT → ACCEPT, the request slot check, the PSN verdict (serve, NAK a gap once,
+//! replay a duplicate, refuse with an RNR NAK when overloaded) and the RC Acknowledge
+//! frames that go with them.
+
+use super::Server;
+use crate::chunk::Chunk;
+use crate::packet::{Identity, PktCtx, RESPONSE_UDP_SRC_PORT};
+use crate::replay::{Entry, EntryState};
+use crate::respond::Responder;
+use crate::stats::WorkerStats;
+use crate::tx::{TxFrame, TxSink};
+use kvwire::frame::FrameParams;
+use kvwire::transport::{
+    emit_accept, emit_ack, slot_size, slot_va, Accept, ConnectFrame, NakCode, Syndrome,
+    DEFAULT_CREDITS, MAX_CREDITS,
+};
+use kvwire::{psn, request_payload_capacity, DropReason, EmitError, Request};
+
+/// RNR NAK timer of an overloaded server: field 14 = 1.28 ms
+/// (`kvwire::transport::rnr_timer_micros`), about what a full tx queue of a few hundred
+/// frames takes to drain at the rates this server reaches with room to spare, so the
+/// client's retry finds the queue drained rather than still full.
+pub const RNR_TIMER: u8 = 14;
+
+/// Half the PSN space: a new incarnation's PSNs start this far from the old ones, so
+/// every stale packet of the old incarnation is an old duplicate.
+const INCARNATION_STEP: u32 = 1 << 23;
+
+/// Transport settings of a server (protocol v2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Transport {
+    /// The request window `W` per client QP (credits, replay entries per QP): a power
+    /// of two in `1..=1024` (`server.credits`).
+    pub credits: u16,
+    /// Bytes of the worker's response cache (`server.replay_cache_kb` × 1024).
+    pub replay_cache_bytes: usize,
+    /// Seed of the PRNG that draws the starting PSNs of a QP's first connection.
+    pub seed: u64,
+}
+
+impl Default for Transport {
+    /// `W` = 32, a 16 MiB response cache, seed 0.
+    fn default() -> Self {
+        Transport {
+            credits: DEFAULT_CREDITS,
+            replay_cache_bytes: 16 << 20,
+            seed: 0,
+        }
+    }
+}
+
+impl Transport {
+    /// Checks the settings against the server's identity; returns the slot size.
+    pub fn check(&self, id: &Identity) -> Result<u64, String> {
+        let w = self.credits;
+        if w == 0 || w > MAX_CREDITS || !w.is_power_of_two() {
+            return Err(format!(
+                "credits must be a power of two in 1..={MAX_CREDITS}, not {w}"
+            ));
+        }
+        let slot = slot_size(id.region_len, w);
+        let need = request_payload_capacity(id.mtu) as u64;
+        if slot < need || slot > u64::from(u32::MAX) {
+            return Err(format!(
+                "request region of {} B split into {w} slots gives {slot} B per slot; \
+                 a request of MTU {} needs {need} B (and at most 4 GiB)",
+                id.region_len, id.mtu
+            ));
+        }
+        Ok(slot)
+    }
+}
+
+/// splitmix64's output function.
+const fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The starting (request, response) PSNs the PRNG in state `state` draws for the first
+/// connection of QP `qpn`: `splitmix64(state + qpn)`, bits 0–23 and 32–55. A fresh
+/// server's state is its [`Transport::seed`]; each draw advances it (`splitmix64`),
+/// so a re-admitted QPN does not get its earlier PSNs again.
+pub fn first_psns(state: u64, qpn: u32) -> (u32, u32) {
+    let x = splitmix64(state.wrapping_add(u64::from(qpn)));
+    (psn::add(x as u32, 0), psn::add((x >> 32) as u32, 0))
+}
+
+/// Writes an RC Acknowledge (MSN 0: not tracked) into a new tx frame and sends it;
+/// `false` (counted) if it could not be.
+fn send_ack<T: TxSink>(
+    tx: &mut T,
+    params: &FrameParams,
+    dest_qp: u32,
+    psn: u32,
+    syndrome: Syndrome,
+    stats: &WorkerStats,
+) -> bool {
+    send_with(tx, stats, |buf| {
+        emit_ack(buf, params, dest_qp, psn, syndrome, 0)
+    })
+}
+
+/// Writes one frame with `emit` into a new tx frame and sends it.
+fn send_with<T: TxSink>(
+    tx: &mut T,
+    stats: &WorkerStats,
+    emit: impl FnOnce(&mut [u8]) -> Result<usize, EmitError>,
+) -> bool {
+    let Some(mut f) = tx.alloc() else {
+        stats.drop(DropReason::NoMbuf);
+        return false;
+    };
+    match emit(f.room()) {
+        Ok(n) => {
+            f.set_len(n);
+            tx.send(f);
+            true
+        }
+        Err(_) => {
+            stats.drop(DropReason::TxBufferTooSmall);
+            false
+        }
+    }
+}
+
+impl Server {
+    /// Handles a CONNECT: a new incarnation (larger nonce, or the QP's first), a lost
+    /// ACCEPT (same nonce: the same ACCEPT again) or a stale one (dropped).
+    pub(super) fn connect<T: TxSink>(
+        &mut self,
+        cf: &ConnectFrame,
+        chunk: &mut Chunk<'_>,
+        pkts: &[PktCtx],
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) {
+        if !self.for_us(cf.dst_mac, cf.dst_ip) {
+            return stats.drop(DropReason::WrongDestination);
+        }
+        let Some(ci) = self.clients.find(cf.dest_qp) else {
+            return stats.drop(DropReason::UnknownQp);
+        };
+        let c = &self.clients.as_slice()[ci];
+        if c.rkey != cf.connect.rkey {
+            return stats.drop(DropReason::BadRKey);
+        }
+        let nonce = cf.connect.nonce;
+        if c.connected && nonce < c.nonce {
+            return stats.drop(DropReason::StaleConnect);
+        }
+        if !c.connected || nonce > c.nonce {
+            // Requests of the old incarnation earlier in this burst are answered
+            // first, under the old incarnation's response PSNs.
+            if pkts.iter().any(|p| usize::from(p.client) == ci) {
+                self.finish_pending(chunk, pkts, stats, out);
+            }
+            let c = &self.clients.as_slice()[ci];
+            let (req, resp) = if c.connected {
+                (
+                    psn::add(c.expected_psn, INCARNATION_STEP),
+                    psn::add(c.resp_psn, INCARNATION_STEP),
+                )
+            } else {
+                let psns = first_psns(self.rng, c.qpn);
+                self.rng = splitmix64(self.rng);
+                psns
+            };
+            let c = &mut self.clients.as_mut_slice()[ci];
+            c.nonce = nonce;
+            c.connected = true;
+            c.nak_sent = false;
+            c.expected_psn = req;
+            c.start_psn = req;
+            c.resp_psn = resp;
+            c.start_resp_psn = resp;
+            c.replay.fill(Entry::EMPTY);
+            stats.connects.inc();
+        }
+        let c = &self.clients.as_slice()[ci];
+        let accept = Accept {
+            nonce,
+            credits: self.credits,
+            request_psn: c.start_psn,
+            response_psn: c.start_resp_psn,
+            slot_size: self.slot_size as u32,
+            region_va: self.id.region_va,
+        };
+        let params = cf.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
+        let (qpn, qkey, own) = (c.qpn, self.id.qkey, self.id.qpn);
+        if send_with(out.tx(), stats, |buf| {
+            emit_accept(buf, &params, qpn, qkey, own, &accept)
+        }) {
+            stats.accepts_sent.inc();
+        }
+    }
+
+    /// The connection, slot and PSN rules for a request of client `ci`: `true` to
+    /// serve it (the expected PSN has advanced past it); otherwise it was answered
+    /// (replay, NAK) and/or counted under a drop reason.
+    #[inline]
+    pub(super) fn sequence<T: TxSink>(
+        &mut self,
+        req: &Request<'_>,
+        ci: usize,
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) -> bool {
+        let id = &self.id;
+        let c = &mut self.clients.as_mut_slice()[ci];
+        let params = || req.reply_params(id.mac, id.ip, RESPONSE_UDP_SRC_PORT);
+        if !c.connected {
+            let nak = Syndrome::Nak(NakCode::InvalidRequest);
+            if send_ack(out.tx(), &params(), c.qpn, req.psn, nak, stats) {
+                stats.naks_sent.inc();
+            }
+            stats.drop(DropReason::NotConnected);
+            return false;
+        }
+        let slot = slot_va(id.region_va, self.slot_size, self.credits, req.psn);
+        if req.va != slot || req.payload.len() as u64 > self.slot_size {
+            stats.drop(DropReason::BadVa);
+            return false;
+        }
+        let e = c.expected_psn;
+        let d = psn::distance(e, req.psn);
+        if d == 0 {
+            if out.tx().backlogged() {
+                if !c.nak_sent {
+                    let rnr = Syndrome::RnrNak { timer: RNR_TIMER };
+                    if send_ack(out.tx(), &params(), c.qpn, e, rnr, stats) {
+                        stats.rnr_naks_sent.inc();
+                        c.nak_sent = true;
+                    }
+                }
+                stats.drop(DropReason::Overloaded);
+                return false;
+            }
+            c.expected_psn = psn::add(e, 1);
+            c.nak_sent = false;
+            return true;
+        }
+        if d > 0 {
+            if !c.nak_sent {
+                let nak = Syndrome::Nak(NakCode::PsnSequenceError);
+                if send_ack(out.tx(), &params(), c.qpn, e, nak, stats) {
+                    stats.naks_sent.inc();
+                    c.nak_sent = true;
+                }
+            }
+            stats.drop(DropReason::PsnAhead);
+            return false;
+        }
+        if d < -i32::from(self.credits) {
+            stats.drop(DropReason::PsnDuplicate);
+            return false;
+        }
+        let entry = *c.entry(req.psn);
+        match entry.state {
+            EntryState::Ready if entry.psn == req.psn => {
+                if !out.replay(&entry, stats) {
+                    stats.drop(DropReason::ReplayMissing);
+                }
+            }
+            // Its original is in this burst and not answered yet: that answer is the
+            // one the client gets.
+            EntryState::Pending if entry.psn == req.psn => stats.drop(DropReason::PsnDuplicate),
+            _ => stats.drop(DropReason::ReplayMissing),
+        }
+        false
+    }
+}
