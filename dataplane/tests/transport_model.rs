@@ -100,7 +100,8 @@ fn exactly_once(seed: u64, faults: Faults, n: u32, m: u64) -> WorkerStats {
     t.connect_all(&mut io, 0);
     let mut check = ExactlyOnce::new(n as usize, m, seed);
     let mut steps = 0u64;
-    while !check.step(&mut t, &mut io, io.clock.get()) {
+    let clock = io.clock.clone();
+    while !check.step(&mut t, &mut io, clock.get()) {
         steps += 1;
         assert!(
             steps < 2_000_000,
@@ -138,7 +139,10 @@ fn exactly_once_under_loss_duplication_and_reordering() {
         naks += stats.naks_sent.get();
     }
     // The faults did reach the transport's recovery paths.
-    assert!(replays > 0, "no duplicate request was answered from the cache");
+    assert!(
+        replays > 0,
+        "no duplicate request was answered from the cache"
+    );
     assert!(naks > 0, "no PSN gap was NAKed");
 }
 
@@ -172,7 +176,13 @@ fn client_ops_match_a_hashmap_model_under_faults() {
             partitions: 1,
             ..ClientConfig::default()
         };
-        let mut c = Client::new(io, cfg, &qps, request_params(), Box::new(move || clock.get()));
+        let mut c = Client::new(
+            io,
+            cfg,
+            &qps,
+            request_params(),
+            Box::new(move || clock.get()),
+        );
         c.connect().expect("connect");
         let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
         let mut rng = kvload::Xorshift64Star::new(seed + 1);
@@ -191,7 +201,11 @@ fn client_ops_match_a_hashmap_model_under_faults() {
                 }
                 2 => {
                     let existed = c.delete(&key).expect("delete");
-                    assert_eq!(existed, model.remove(&key).is_some(), "seed {seed} op {i}: DELETE");
+                    assert_eq!(
+                        existed,
+                        model.remove(&key).is_some(),
+                        "seed {seed} op {i}: DELETE"
+                    );
                 }
                 _ => {
                     let Some(old) = model.get(&key).filter(|v| v.len() == 8).cloned() else {
@@ -218,7 +232,10 @@ fn client_ops_match_a_hashmap_model_under_faults() {
             c.wait(t).expect("pipelined put");
         }
         for k in 0..64u64 {
-            let v = c.get(format!("p{k}").as_bytes()).expect("get").expect("present");
+            let v = c
+                .get(format!("p{k}").as_bytes())
+                .expect("get")
+                .expect("present");
             assert_eq!(v, k.to_le_bytes(), "seed {seed}: pipelined put {k}");
         }
     }

@@ -1,13 +1,15 @@
 //! The exactly-once check: N QPs × M fetch-adds on one key, then CAS chains on
 //! another, over a [`Transport`], with every returned original accounted for.
 //!
-//! * **Fetch-adds.** Every QP issues `M` fetch-adds of 1 on key A (initially 0), one
-//!   request in flight per QP. The originals returned must be exactly
+//! * **Fetch-adds.** Every QP issues `M` fetch-adds of 1 on key A (initially 0), up
+//!   to `depth` requests in flight per QP (so losses open PSN gaps and exercise the
+//!   NAK path, not only timeouts). The originals returned must be exactly
 //!   `{0, …, N×M−1}`, each once, and A must end at `N×M`. A fetch-add executed twice
 //!   (a retransmission run again) shows up as a skipped or repeated original and a
 //!   final value above `N×M`.
 //! * **CAS chains.** Every QP repeatedly tries `CAS(B, expected, expected + 1)` and
-//!   learns the current value from the original returned, until the QPs together
+//!   learns the current value from the original returned (one CAS in flight per QP),
+//!   until the QPs together
 //!   succeeded `N×M` times. The successful `expected` values must be exactly
 //!   `{0, …, successes−1}`, each once, and B must end at `successes`. A CAS executed
 //!   twice answers its retransmission with a different original: the client counts a
@@ -49,11 +51,12 @@ enum Stage {
     Done,
 }
 
-/// What one QP has in flight (one request at a time).
+/// What one QP has in flight.
 #[derive(Clone, Copy, Debug, Default)]
 struct QpTurn {
-    busy: bool,
-    /// Fetch-adds still to send.
+    /// Requests in flight.
+    busy: u32,
+    /// Fetch-adds not sent yet.
     adds_left: u64,
     /// The value this QP's next CAS expects.
     expected: u64,
@@ -112,6 +115,8 @@ pub struct ExactlyOnce {
     key_cas: [u8; 16],
     n: usize,
     per_qp: u64,
+    /// Fetch-adds in flight per QP.
+    depth: u32,
     stage: Stage,
     turns: Vec<QpTurn>,
     /// Originals returned by the fetch-adds (bit per value `0..n×per_qp`).
@@ -137,9 +142,15 @@ fn u64_of(v: &[u8]) -> Option<u64> {
 }
 
 impl ExactlyOnce {
-    /// A check of `per_qp` fetch-adds per QP over QPs `0..n`, on two keys derived
-    /// from `tag` (use a fresh tag per run so earlier runs' keys do not interfere).
+    /// A check of `per_qp` fetch-adds per QP over QPs `0..n`, up to 4 in flight per
+    /// QP, on two keys derived from `tag` (use a fresh tag per run so earlier runs'
+    /// keys do not interfere).
     pub fn new(n: usize, per_qp: u64, tag: u64) -> ExactlyOnce {
+        Self::with_depth(n, per_qp, tag, 4)
+    }
+
+    /// [`ExactlyOnce::new`] with `depth` fetch-adds in flight per QP (at least 1).
+    pub fn with_depth(n: usize, per_qp: u64, tag: u64, depth: u32) -> ExactlyOnce {
         let mut key_add = *b"eo-add-\0\0\0\0\0\0\0\0\0";
         let mut key_cas = *b"eo-cas-\0\0\0\0\0\0\0\0\0";
         key_add[8..16].copy_from_slice(&tag.to_be_bytes());
@@ -150,6 +161,7 @@ impl ExactlyOnce {
             key_cas,
             n,
             per_qp,
+            depth: depth.max(1),
             stage: Stage::Init,
             turns: vec![
                 QpTurn {
@@ -236,19 +248,22 @@ impl ExactlyOnce {
             }
             Stage::Adds => {
                 for q in 0..self.n {
-                    let turn = self.turns[q];
-                    if turn.busy || turn.adds_left == 0 || !t.can_send(q, now_ns) {
-                        continue;
-                    }
-                    let key = self.key_add;
-                    let op = KvOp::UpdateS2S {
-                        key: &key,
-                        atomic: ADD,
-                        param: 1,
-                        param2: 0,
-                    };
-                    if send_ops(t, io, q, now_ns, &[op]) {
-                        self.turns[q].busy = true;
+                    while self.turns[q].busy < self.depth
+                        && self.turns[q].adds_left > 0
+                        && t.can_send(q, now_ns)
+                    {
+                        let key = self.key_add;
+                        let op = KvOp::UpdateS2S {
+                            key: &key,
+                            atomic: ADD,
+                            param: 1,
+                            param2: 0,
+                        };
+                        if !send_ops(t, io, q, now_ns, &[op]) {
+                            break;
+                        }
+                        self.turns[q].busy += 1;
+                        self.turns[q].adds_left -= 1;
                     }
                 }
             }
@@ -259,7 +274,7 @@ impl ExactlyOnce {
                         break;
                     }
                     let turn = self.turns[q];
-                    if turn.busy || !t.can_send(q, now_ns) {
+                    if turn.busy > 0 || !t.can_send(q, now_ns) {
                         continue;
                     }
                     let key = self.key_cas;
@@ -270,7 +285,7 @@ impl ExactlyOnce {
                         param2: turn.expected.wrapping_add(1),
                     };
                     if send_ops(t, io, q, now_ns, &[op]) {
-                        self.turns[q].busy = true;
+                        self.turns[q].busy = 1;
                         self.turns[q].cas_expected = turn.expected;
                     }
                 }
@@ -361,12 +376,10 @@ impl ExactlyOnce {
     fn on_complete(&mut self, qp: usize) {
         match self.stage {
             Stage::Init | Stage::Final => self.acks += 1,
-            Stage::Adds => {
+            Stage::Adds | Stage::Cas => {
                 let t = &mut self.turns[qp];
-                t.busy = false;
-                t.adds_left = t.adds_left.saturating_sub(1);
+                t.busy = t.busy.saturating_sub(1);
             }
-            Stage::Cas => self.turns[qp].busy = false,
             Stage::Done => {}
         }
     }
@@ -374,9 +387,9 @@ impl ExactlyOnce {
     fn on_failed(&mut self, qp: usize) {
         self.report.failed += 1;
         self.violation(format!("qp {qp}: a request was given up (outcome unknown)"));
-        // Its outcome is unknown: stop counting on this QP.
+        // Its outcome is unknown: stop sending on this QP.
         let t = &mut self.turns[qp];
-        t.busy = false;
+        t.busy = t.busy.saturating_sub(1);
         t.adds_left = 0;
         if matches!(self.stage, Stage::Init | Stage::Final) {
             self.acks += 2;
@@ -389,12 +402,12 @@ impl ExactlyOnce {
                 self.acks = 0;
                 self.stage = Stage::Adds;
             }
-            Stage::Adds if self.turns.iter().all(|t| !t.busy && t.adds_left == 0) => {
+            Stage::Adds if self.turns.iter().all(|t| t.busy == 0 && t.adds_left == 0) => {
                 self.stage = Stage::Cas;
             }
             Stage::Cas
                 if self.report.cas_successes >= self.n as u64 * self.per_qp
-                    && self.turns.iter().all(|t| !t.busy) =>
+                    && self.turns.iter().all(|t| t.busy == 0) =>
             {
                 self.stage = Stage::Final;
             }
@@ -460,4 +473,73 @@ fn send_ops<I: PacketIo + ?Sized>(
         Some(w.finish())
     })
     .is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A check past its fetch-adds, fed results by hand.
+    fn in_adds(n: usize, m: u64) -> ExactlyOnce {
+        let mut c = ExactlyOnce::new(n, m, 1);
+        c.stage = Stage::Adds;
+        c
+    }
+
+    fn finish_with(c: &mut ExactlyOnce, final_add: u64, successes: u64, final_cas: u64) {
+        for v in 0..successes {
+            let _ = bit_set(&mut c.cas_seen, v);
+        }
+        c.report.cas_successes = successes;
+        c.report.final_add = Some(final_add);
+        c.report.final_cas = Some(final_cas);
+        c.finish();
+    }
+
+    #[test]
+    fn every_original_once_passes() {
+        let mut c = in_adds(2, 3);
+        for v in [3, 0, 5, 1, 4, 2] {
+            c.on_add(0, Status::Ok, &u64::to_le_bytes(v));
+        }
+        finish_with(&mut c, 6, 6, 6);
+        assert_eq!(c.report.violations, 0, "{}", c.report.summary());
+    }
+
+    #[test]
+    fn a_fetch_add_applied_twice_is_caught() {
+        // A retransmission executed again: its original repeats or a value is
+        // skipped, and the key ends one too high.
+        let mut c = in_adds(2, 3);
+        for v in [0, 1, 1, 2, 3, 4] {
+            c.on_add(0, Status::Ok, &u64::to_le_bytes(v));
+        }
+        finish_with(&mut c, 7, 6, 6);
+        assert!(c.report.violations >= 3, "{}", c.report.summary());
+        assert!(c
+            .report
+            .problems
+            .iter()
+            .any(|p| p.contains("returned twice")));
+    }
+
+    #[test]
+    fn a_cas_applied_twice_is_caught() {
+        let mut c = in_adds(1, 2);
+        for v in [0, 1] {
+            c.on_add(0, Status::Ok, &u64::to_le_bytes(v));
+        }
+        // Two successes counted, but the value moved three times.
+        finish_with(&mut c, 2, 2, 3);
+        assert_eq!(c.report.violations, 1, "{}", c.report.summary());
+        // A CAS whose success from the same value is reported twice.
+        c.stage = Stage::Cas;
+        c.turns[0].cas_expected = 1;
+        c.on_cas(0, Status::Ok, &u64::to_le_bytes(1));
+        assert!(c
+            .report
+            .problems
+            .iter()
+            .any(|p| p.contains("succeeded twice")));
+    }
 }

@@ -67,9 +67,11 @@
 //! it under a new PSN; the application decides (a blind retry is at-least-once,
 //! fine for idempotent ops only). The server keeps exactly-once state per
 //! incarnation only: after a reconnect nothing of the old incarnation is replayed.
-//! Frames of an old incarnation still in the network after a reconnect are
-//! matched by QPN and batch id only; the server's fresh `request_psn` per
-//! incarnation makes a collision unlikely but not impossible.
+//! Frames of an old incarnation still in the network after a reconnect cannot be
+//! taken for the new one's: the server starts a new incarnation's PSNs half the PSN
+//! space (2^23) away from the old one's and drops every request outside the window
+//! (docs/PROTOCOL.md §6.5); on this side, responses and NAKs are matched by QPN and
+//! PSN, and the old incarnation's PSNs are not in flight any more.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

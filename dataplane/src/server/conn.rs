@@ -243,6 +243,14 @@ impl Server {
             c.nak_sent = false;
             return true;
         }
+        let w = i32::from(self.credits);
+        if !(-w..w).contains(&d) {
+            // Outside the window both ways: an old duplicate, or a stale packet of an
+            // earlier incarnation (its PSNs are 2^23 away). A live client never sends
+            // beyond its credits, so nothing legitimate is lost here.
+            stats.drop(DropReason::PsnDuplicate);
+            return false;
+        }
         if d > 0 {
             if !c.nak_sent {
                 let nak = Syndrome::Nak(NakCode::PsnSequenceError);
@@ -252,10 +260,6 @@ impl Server {
                 }
             }
             stats.drop(DropReason::PsnAhead);
-            return false;
-        }
-        if d < -i32::from(self.credits) {
-            stats.drop(DropReason::PsnDuplicate);
             return false;
         }
         let entry = *c.entry(req.psn);
