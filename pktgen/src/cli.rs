@@ -69,9 +69,12 @@ pub struct Args {
     /// KV operations per packet (client-side batching).
     #[arg(long, default_value_t = 8)]
     pub ops_per_packet: usize,
-    /// Client QPs to spread packets over (from the config's clients list).
-    #[arg(long, default_value_t = 1)]
-    pub qps: usize,
+    /// Client QPs to spread packets over (from the config's clients list; default:
+    /// up to 4 from --qp-first on). Each QP has `server.credits` requests in flight
+    /// at most (32 by default), so a closed-loop --window beyond QPs × credits is
+    /// not reached.
+    #[arg(long)]
+    pub qps: Option<usize>,
     /// Index in the config's clients list of the first QP used (the run uses
     /// `--qps` QPs from there on).
     #[arg(long, default_value_t = 0)]

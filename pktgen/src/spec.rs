@@ -281,7 +281,10 @@ impl RunSpec {
         if args.ops_per_packet == 0 || args.ops_per_packet > MAX_OPS {
             return Err(SpecError::OpsPerPacket);
         }
-        if args.qps == 0 || args.qp_first + args.qps > cfg.clients.len() {
+        let nqps = args
+            .qps
+            .unwrap_or_else(|| cfg.clients.len().saturating_sub(args.qp_first).clamp(1, 4));
+        if nqps == 0 || args.qp_first + nqps > cfg.clients.len() {
             return Err(SpecError::Qps {
                 clients: cfg.clients.len(),
             });
@@ -303,7 +306,7 @@ impl RunSpec {
             .clients
             .iter()
             .skip(args.qp_first)
-            .take(args.qps)
+            .take(nqps)
             .map(|c| (c.qpn, c.rkey))
             .collect();
         let by_partition = qps_by_partition(&qps, nparts)?;
@@ -432,8 +435,10 @@ pub(crate) mod tests {
         assert_eq!(s.phases.run_window(), 32);
         assert_eq!(s.phases.sweep_window(), 32);
         assert!(!s.phases.load && !s.phases.verify);
-        assert_eq!(s.qps.qps.len(), 1);
-        assert_eq!(s.qps.by_partition, vec![vec![0]]);
+        // Up to 4 QPs of the config by default (memif.json has 4).
+        assert_eq!(s.qps.qps.len(), 4);
+        assert_eq!(s.qps.by_partition, vec![vec![0, 1, 2, 3]]);
+        assert_eq!(spec(&["--qp-first", "3"]).unwrap().qps.qps.len(), 1);
         assert_eq!(s.qps.count_partitions, 1);
         assert_eq!(s.ops_per_slot(), LOAD_OPS);
         assert!(s.warnings.is_empty());
