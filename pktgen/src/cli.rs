@@ -120,9 +120,13 @@ pub struct Args {
     /// a packet not back after this long is a timeout.
     #[arg(long, default_value_t = 200)]
     pub timeout_ms: u64,
-    /// First retransmission timeout of the transport, in µs.
-    #[arg(long, default_value_t = 5000)]
+    /// Retransmission timeout of the transport before its first round-trip sample,
+    /// in µs (then it adapts: smoothed RTT + 4 deviations, at least --rto-min-us).
+    #[arg(long, default_value_t = 1000)]
     pub rto_us: u64,
+    /// Smallest adaptive retransmission timeout, in µs.
+    #[arg(long, default_value_t = 200)]
+    pub rto_min_us: u64,
     /// Drop this share of the frames pktgen sends and of those it receives (seeded
     /// by --seed; both directions are exercised).
     #[arg(long, default_value_t = 0.0)]

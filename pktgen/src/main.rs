@@ -105,6 +105,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         let tcfg = kvclient::Config {
             mtu: DEFAULT_MTU,
             rto_initial_ns: ph.rto_us * 1000,
+            rto_min_ns: ph.rto_min_us * 1000,
             rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
             max_retries: 8,
             connect_timeout_ns: 20_000_000,

@@ -58,8 +58,10 @@ pub struct Driver {
     scratch: Vec<u8>,
     idle_yield_polls: u32,
     timeout_ms: u64,
-    /// TSC at start (transport time is ns since then).
+    /// TSC at start and the wall clock then, in ns: transport time is wall-clock
+    /// ns (so connection nonces grow across pktgen runs, docs/PROTOCOL.md §6.1).
     t0: u64,
+    wall0_ns: u64,
 }
 
 impl Driver {
@@ -80,12 +82,15 @@ impl Driver {
             idle_yield_polls: spec.phases.idle_yield_polls,
             timeout_ms: spec.phases.timeout_ms,
             t0: tsc::now(),
+            wall0_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
         }
     }
 
-    /// Transport time (ns since start) of TSC `now`.
+    /// Transport time (wall-clock ns, advanced by the TSC) of TSC `now`.
     fn ns(&self, now: u64) -> u64 {
-        tsc_to_ns(now.wrapping_sub(self.t0), self.gen.hz())
+        self.wall0_ns + tsc_to_ns(now.wrapping_sub(self.t0), self.gen.hz())
     }
 
     /// The transport's counters and the injected faults, for the report.
@@ -106,8 +111,9 @@ impl Driver {
             return Ok(());
         };
         let start = Instant::now();
-        let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
-        t.connect_all(&mut self.io, now);
+        let (t0, wall0, hz) = (self.t0, self.wall0_ns, self.gen.hz());
+        let ns = move || wall0 + tsc_to_ns(tsc::now().wrapping_sub(t0), hz);
+        t.connect_all(&mut self.io, ns());
         while !t.all_connected() {
             if start.elapsed() > timeout || QUIT.load(Ordering::Relaxed) {
                 let n = (0..t.qp_count()).filter(|&q| t.is_connected(q)).count();
@@ -117,8 +123,7 @@ impl Driver {
                 ));
             }
             self.io.flush();
-            let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
-            t.poll(&mut self.io, now, &mut |_| {});
+            t.poll(&mut self.io, ns(), &mut |_| {});
         }
         eprintln!(
             "pktgen: {} QPs connected in {:.1} ms",
@@ -134,8 +139,9 @@ impl Driver {
         let t = self.transport.as_mut()?;
         let mut check = ExactlyOnce::new(t.qp_count(), per_qp, tag);
         let start = Instant::now();
+        let (t0, wall0, hz) = (self.t0, self.wall0_ns, self.gen.hz());
         loop {
-            let now = tsc_to_ns(tsc::now().wrapping_sub(self.t0), self.gen.hz());
+            let now = wall0 + tsc_to_ns(tsc::now().wrapping_sub(t0), hz);
             let done = check.step(t, &mut self.io, now);
             self.io.flush();
             if done || QUIT.load(Ordering::Relaxed) || start.elapsed() > Duration::from_secs(120) {

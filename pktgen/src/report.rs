@@ -93,8 +93,8 @@ impl Outcome<'_> {
         }
         if let Some((t, ftx, frx)) = &self.transport {
             println!(
-                "  transport: {} requests, {} retransmitted, {} NAKs, {} RNR NAKs, {} timer firings, {} given up, {} duplicate frames",
-                t.sent, t.retransmitted, t.naks_seq, t.rnr_naks, t.timeouts, t.failed, t.dup_frames
+                "  transport: {} requests, {} retransmitted ({} NAKs, {} RNR NAKs, {} fast, {} timer firings), {} given up, {} duplicate frames",
+                t.sent, t.retransmitted, t.naks_seq, t.rnr_naks, t.fast_retransmits, t.timeouts, t.failed, t.dup_frames
             );
             if ftx.total() > 0 || frx.total() > 0 {
                 println!(
@@ -176,7 +176,8 @@ impl Outcome<'_> {
                 "timer_firings": t.timeouts, "dup_frames": t.dup_frames,
                 "stale_frames": t.stale_frames, "gap_frames": t.gap_frames,
                 "bad_frames": t.bad_frames, "completed": t.completed, "failed": t.failed,
-                "rto_us": spec.phases.rto_us,
+                "fast_retransmits": t.fast_retransmits,
+                "rto_us": spec.phases.rto_us, "rto_min_us": spec.phases.rto_min_us,
                 "injected_tx": faults(ftx), "injected_rx": faults(frx),
                 "loss": spec.phases.tx_faults.loss, "dup": spec.phases.tx_faults.dup,
                 "reorder": spec.phases.tx_faults.reorder,

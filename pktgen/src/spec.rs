@@ -95,7 +95,7 @@ impl fmt::Display for SpecError {
                 f,
                 "--exactly-once needs --partitions 1 and the transport (not --echo)"
             ),
-            SpecError::Rto => write!(f, "--rto-us must be at least 1"),
+            SpecError::Rto => write!(f, "--rto-us and --rto-min-us must be at least 1"),
             SpecError::NoQpForPartition {
                 partitions: n,
                 partition: p,
@@ -202,8 +202,10 @@ pub struct PhaseSpec {
     pub verify: bool,
     /// The dataplane echoes requests.
     pub echo: bool,
-    /// First retransmission timeout of the transport, in µs.
+    /// Retransmission timeout of the transport before its first sample, in µs.
     pub rto_us: u64,
+    /// Smallest adaptive retransmission timeout, in µs.
+    pub rto_min_us: u64,
     /// Faults injected on what pktgen sends.
     pub tx_faults: kvload::faults::FaultConfig,
     /// Faults injected on what pktgen receives.
@@ -321,7 +323,15 @@ impl RunSpec {
         if args.exactly_once > 0 && (nparts != 1 || args.echo) {
             return Err(SpecError::ExactlyOnce);
         }
-        if args.rto_us == 0 {
+        if args.verify && nqps > 1 && !tx_faults.is_zero() {
+            warnings.push(
+                "--verify with several QPs under injected faults: a retransmitted request can \
+                 execute after a later one on another QP, and the model's order of a key's ops \
+                 is per QP (use --qps 1, or one QP per partition)"
+                    .to_string(),
+            );
+        }
+        if args.rto_us == 0 || args.rto_min_us == 0 {
             return Err(SpecError::Rto);
         }
         let window = args.window.clamp(1, MAX_SLOTS);
@@ -367,6 +377,7 @@ impl RunSpec {
                 verify: args.verify,
                 echo: args.echo,
                 rto_us: args.rto_us,
+                rto_min_us: args.rto_min_us,
                 tx_faults,
                 rx_faults,
                 exactly_once: args.exactly_once,

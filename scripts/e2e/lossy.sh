@@ -2,8 +2,9 @@
 # Protocol v2 under loss, duplication and reordering in both directions (memif):
 # the dataplane drops/duplicates/delays 1 % of what it sends (--inject-*), pktgen
 # 1 % of what it sends and receives (--loss/--dup/--reorder). Verify mode must see
-# every op completed with 0 mismatches and 0 ops given up; N QPs x M fetch-adds on
-# one key must sum exactly and return each original once; CAS chains likewise.
+# every op completed with 0 mismatches and 0 ops given up (one QP: verify's model
+# orders a key's ops per QP, and go-back-N keeps a QP's order); N QPs x M fetch-adds
+# on one key must sum exactly and return each original once; CAS chains likewise.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -33,11 +34,11 @@ check_run() {
 }
 
 check_run verify --verify --keys 2000 --key-size 8 --value-size 8 --load \
-  --get 0.4 --put 0.3 --atomic 0.2 --ops-per-packet 8 --qps 4 --window 16 \
+  --get 0.4 --put 0.3 --atomic 0.2 --ops-per-packet 8 --qps 1 --window 16 \
   --warmup 0.2 --duration 2 --calibrate 50
 
 name=exactly-once
-run_pktgen "$name" --json "$E2E_TMP/$name.json" "${FAULTS[@]}" --qps 8 --exactly-once 300 \
+run_pktgen "$name" --json "$E2E_TMP/$name.json" "${FAULTS[@]}" --qps 4 --exactly-once 300 \
   --duration 0.2 --warmup 0 --calibrate 10 --keys 100 >"$E2E_TMP/$name.out" 2>&1 \
   || { cat "$E2E_TMP/$name.out"; fail "$name: pktgen exited non-zero"; }
 viol=$(json_field "$E2E_TMP/$name.json" 'd["exactly_once"]["violations"]')

@@ -92,6 +92,8 @@ pub(crate) struct Qp {
     pub abort: bool,
     /// Queued in the transport's urgent list.
     pub urgent: bool,
+    /// Requests completed since `una` last moved (fast retransmit at 3).
+    pub later_done: u8,
 }
 
 impl Qp {
@@ -117,6 +119,7 @@ impl Qp {
             nak_seen: None,
             abort: false,
             urgent: false,
+            later_done: 0,
         }
     }
 

@@ -22,8 +22,13 @@ pub struct Config {
     /// IP MTU of the link (request payloads are at most
     /// [`request_payload_capacity`]`(mtu)` bytes, and at most the slot size).
     pub mtu: usize,
-    /// First retransmission timeout (default 1 ms).
+    /// Retransmission timeout before the first round-trip sample (default 1 ms);
+    /// afterwards the timeout adapts to the measured round trips (Jacobson/Karels:
+    /// smoothed RTT + 4 × its mean deviation, samples only from requests sent once),
+    /// never below `rto_min_ns`.
     pub rto_initial_ns: u64,
+    /// Smallest adaptive retransmission timeout (default 200 µs).
+    pub rto_min_ns: u64,
     /// Largest retransmission timeout after exponential back-off (default 100 ms).
     pub rto_max_ns: u64,
     /// RTO-driven retransmissions of a request without any response frame of it
@@ -42,6 +47,7 @@ impl Default for Config {
         Config {
             mtu: DEFAULT_MTU,
             rto_initial_ns: 1_000_000,
+            rto_min_ns: 200_000,
             rto_max_ns: 100_000_000,
             max_retries: 8,
             connect_timeout_ns: 10_000_000,
@@ -140,6 +146,8 @@ pub struct Stats {
     pub acks: u64,
     /// Retransmission timer firings.
     pub timeouts: u64,
+    /// Fast retransmits (later requests completed while the oldest did not).
+    pub fast_retransmits: u64,
     /// Duplicate frames (response frames already received, replayed ACCEPTs, NAKs
     /// already acted upon).
     pub dup_frames: u64,
@@ -176,6 +184,10 @@ pub struct Transport {
     /// When the next full scan of every QP's timers is due: timers are checked
     /// every [`Transport::scan_interval`], so a poll costs O(QPs) only that often.
     next_scan: u64,
+    /// Smoothed round-trip time (0: no sample yet) and its mean deviation, over all
+    /// QPs (they share the path to one server).
+    srtt_ns: u64,
+    rttvar_ns: u64,
 }
 
 impl Transport {
@@ -194,13 +206,42 @@ impl Transport {
             stats: Stats::default(),
             urgent: Vec::with_capacity(qps.len()),
             next_scan: 0,
+            srtt_ns: 0,
+            rttvar_ns: 0,
         }
     }
 
-    /// How often every QP's timers are checked: an eighth of the first RTO (at
+    /// The retransmission timeout after progress: from the round-trip estimate once
+    /// there is one, else the configured initial timeout.
+    fn rto_base(&self) -> u64 {
+        if self.srtt_ns == 0 {
+            return self.cfg.rto_initial_ns;
+        }
+        (self.srtt_ns + 4 * self.rttvar_ns).clamp(self.cfg.rto_min_ns, self.cfg.rto_max_ns)
+    }
+
+    /// Takes one round-trip sample (of a request sent once: Karn's rule).
+    fn rtt_sample(&mut self, rtt: u64) {
+        let rtt = rtt.max(1);
+        if self.srtt_ns == 0 {
+            self.srtt_ns = rtt;
+            self.rttvar_ns = rtt / 2;
+        } else {
+            let dev = self.srtt_ns.abs_diff(rtt);
+            self.rttvar_ns = (3 * self.rttvar_ns + dev) / 4;
+            self.srtt_ns = (7 * self.srtt_ns + rtt) / 8;
+        }
+    }
+
+    /// The current retransmission timeout after progress (for reports and tests).
+    pub fn rto_ns(&self) -> u64 {
+        self.rto_base()
+    }
+
+    /// How often every QP's timers are checked: a quarter of the smallest RTO (at
     /// least 10 µs), so a retransmission is late by at most that much.
     fn scan_interval(&self) -> u64 {
-        (self.cfg.rto_initial_ns / 8).max(10_000)
+        (self.cfg.rto_min_ns.min(self.cfg.rto_initial_ns) / 4).max(10_000)
     }
 
     /// Queues QP `i` for the next poll's urgent work (once).
@@ -526,6 +567,7 @@ impl Transport {
         let Some(i) = self.qp_of(a.dest_qp) else {
             return;
         };
+        let rto_base = self.rto_base();
         let q = &mut self.qps[i];
         let acc = a.accept;
         if acc.nonce != q.nonce {
@@ -553,7 +595,7 @@ impl Transport {
         q.una = acc.request_psn;
         q.ring.clear();
         q.ring.resize(usize::from(w), Slot::default());
-        q.rto_ns = self.cfg.rto_initial_ns;
+        q.rto_ns = rto_base;
         q.rnr_until = 0;
         q.resend_from = None;
         q.nak_seen = None;
@@ -643,9 +685,14 @@ impl Transport {
         s.received = s.received.wrapping_add(rd.result_count());
         // Progress on this request: its retry budget starts again.
         s.retries = 0;
-        let (tag, first_sent) = (s.tag, s.first_sent);
-        // Progress: the timer restarts from the initial timeout.
-        q.rto_ns = self.cfg.rto_initial_ns;
+        let (tag, first_sent, sent_once) = (s.tag, s.first_sent, s.last_sent == s.first_sent);
+        if sent_once && !rd.more() {
+            self.rtt_sample(now.saturating_sub(first_sent));
+        }
+        // Progress: the timer restarts from the current estimate.
+        let rto = self.rto_base();
+        let q = &mut self.qps[i];
+        q.rto_ns = rto;
         q.rto_deadline = now + q.rto_ns;
         on_event(Event::Results {
             qp: i,
@@ -659,9 +706,25 @@ impl Transport {
         s.busy = false;
         self.pool.release(s.buf);
         q.in_flight -= 1;
+        let una = q.una;
         q.advance_una();
         if q.nak_seen.is_some_and(|n| psn::distance(q.una, n) < 0) {
             q.nak_seen = None;
+        }
+        if q.una != una {
+            q.later_done = 0;
+        } else if q.in_flight > 0 {
+            // Fast retransmit: the server answers in PSN order, so later requests
+            // completing while the oldest does not means its response (or a frame
+            // of it) was lost. After FAST_RETRANSMIT of them, resend from the
+            // oldest at once (the server replays what it answered) instead of
+            // waiting for the timer.
+            q.later_done = q.later_done.saturating_add(1);
+            if q.later_done == FAST_RETRANSMIT {
+                self.stats.fast_retransmits += 1;
+                q.resend_from = Some(earliest(q.una, q.resend_from, una));
+                self.mark_urgent(i);
+            }
         }
         self.stats.completed += 1;
         on_event(Event::Complete {
@@ -672,6 +735,10 @@ impl Transport {
         });
     }
 }
+
+/// Later requests completed while the oldest stays incomplete before it is resent
+/// without waiting for the timer (TCP's duplicate-ACK threshold).
+const FAST_RETRANSMIT: u8 = 3;
 
 /// The older of a pending resend start and `psn` (both in the window from `una`).
 fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {

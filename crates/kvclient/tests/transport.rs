@@ -585,3 +585,77 @@ fn io_refusal_sends_nothing() {
     });
     assert_eq!(r, Err(kvclient::SendError::BadPayload));
 }
+
+#[test]
+fn lost_response_is_fast_retransmitted_and_replayed() {
+    let mut d = Driver::new(
+        Sim::new(1, Faults::NONE, SrvCfg::default(), &qps(1)),
+        Config::default(),
+        1,
+    );
+    d.connect();
+    // Lose the (first) response to PSN 101.
+    let mut dropped = false;
+    d.sim.server_end.set_tx_filter(Some(Box::new(move |f| {
+        if let Ok(ServerFrame::Response(r)) = parse_server_frame(f) {
+            if ResponseReader::new(r.payload).map(|x| x.batch_id()) == Ok(101) && !dropped {
+                dropped = true;
+                return true;
+            }
+        }
+        false
+    })));
+    let t0 = d.sim.now();
+    for tag in 0..6 {
+        assert!(d.send(0, tag, &[put(b"k")]));
+    }
+    while d.seen.values().filter(|s| s.complete).count() < 6 {
+        d.poll();
+    }
+    let log = &d.sim.server.log;
+    let seq: Vec<(u32, Disp)> = log.iter().map(|a| (a.psn, a.disp)).collect();
+    use Disp::*;
+    // Three later completions (102, 103, 104) and 101 goes again: replayed, not run.
+    assert_eq!(
+        &seq[..6],
+        [
+            (100, Served),
+            (101, Served),
+            (102, Served),
+            (103, Served),
+            (104, Served),
+            (105, Served)
+        ]
+    );
+    assert_eq!(seq[6], (101, Replayed));
+    assert!(
+        log[6].t - t0 < Config::default().rto_initial_ns / 2,
+        "resent after 3 later completions, before the timer"
+    );
+    let st = d.t.stats();
+    assert_eq!((st.fast_retransmits, st.timeouts), (1, 0));
+}
+
+#[test]
+fn rto_adapts_to_the_measured_round_trip() {
+    let mut d = Driver::new(
+        Sim::new(1, Faults::NONE, SrvCfg::default(), &qps(1)),
+        Config::default(),
+        1,
+    );
+    d.connect();
+    assert_eq!(
+        d.t.rto_ns(),
+        Config::default().rto_initial_ns,
+        "no sample yet"
+    );
+    for tag in 0..20 {
+        assert!(d.send(0, tag, &[put(b"k")]));
+        while !d.seen.get(&tag).is_some_and(|s| s.complete) {
+            d.poll();
+        }
+    }
+    // The simulated round trip is a few poll steps: far below 1 ms, so the timeout
+    // settles at its floor.
+    assert_eq!(d.t.rto_ns(), Config::default().rto_min_ns);
+}
