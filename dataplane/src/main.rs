@@ -94,6 +94,12 @@ struct Args {
     /// Seed of the fault draws (worker w uses seed + w).
     #[arg(long, default_value_t = 1)]
     inject_seed: u64,
+    /// Overload threshold: while more than this many response frames wait for the
+    /// NIC, new requests are refused with an RNR NAK (protocol v2) instead of being
+    /// executed and their answers dropped. Default: 3/4 of the worker's tx queue
+    /// (192 frames); a small value makes overload easy to reach in tests.
+    #[arg(long)]
+    rnr_backlog: Option<usize>,
 }
 
 /// A `--inject-*` probability: a number in [0, 1].
@@ -349,6 +355,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         deadline,
         idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
         inject: inject_config(&args)?,
+        rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
     };
 
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));

@@ -29,7 +29,7 @@ const TX_QUEUE: usize = 256;
 const TX_STALL_MS: u64 = 50;
 /// Above this many queued tx frames the transmit side reports itself backlogged
 /// (3/4 of `TX_QUEUE`).
-const TX_BACKLOG: usize = TX_QUEUE / 4 * 3;
+pub const TX_BACKLOG: usize = TX_QUEUE / 4 * 3;
 /// Delayed frames an injecting worker holds at most (a further delay is sent at once).
 const INJECT_HOLD: usize = 16;
 
@@ -65,6 +65,9 @@ pub struct WorkerConfig {
     /// Faults injected into the frames this worker transmits (`--inject-*`); `None`
     /// (no fault) costs one branch per frame. Worker `w` draws from `seed + w`.
     pub inject: Option<FaultConfig>,
+    /// More frames than this waiting for the NIC is overload: new requests get an
+    /// RNR NAK ([`TxSink::backlogged`]); default [`TX_BACKLOG`].
+    pub rnr_backlog: usize,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -268,6 +271,8 @@ struct TxSide<'a> {
     last_progress: u64,
     /// Fault injection (`None`: off).
     inject: Option<Box<Injector>>,
+    /// Frames waiting for the NIC beyond which the server answers RNR NAKs.
+    rnr_backlog: usize,
 }
 
 impl TxSide<'_> {
@@ -371,7 +376,7 @@ impl TxSink for TxSide<'_> {
 
     #[inline]
     fn backlogged(&self) -> bool {
-        self.burst.len() > TX_BACKLOG
+        self.burst.len() > self.rnr_backlog
     }
 }
 
@@ -420,6 +425,7 @@ pub fn run(
         burst: MbufBurst::new(),
         last_progress: tsc::now(),
         inject: Injector::new(cfg.inject, handoff.me),
+        rnr_backlog: cfg.rnr_backlog,
     };
     let stall_ticks = hz / 1000 * TX_STALL_MS;
     let mut last_drain = tsc::now();

@@ -124,6 +124,9 @@ pub struct Args {
     /// in µs (then it adapts: smoothed RTT + 4 deviations, at least --rto-min-us).
     #[arg(long, default_value_t = 1000)]
     pub rto_us: u64,
+    /// Give up when the QPs are not all connected (ACCEPTed) after this many ms.
+    #[arg(long, default_value_t = 10_000)]
+    pub connect_timeout_ms: u64,
     /// Smallest adaptive retransmission timeout, in µs.
     #[arg(long, default_value_t = 200)]
     pub rto_min_us: u64,

@@ -115,7 +115,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     });
     let gen = Gen::new(&spec, qps, tsc::hz(), request_payload_capacity(DEFAULT_MTU));
     let mut d = Driver::new(gen, io, transport, &spec);
-    d.connect(Duration::from_secs(30))?;
+    d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
 
     let calib_ns = match spec.phases.calibrate {
         0 => 0.0,

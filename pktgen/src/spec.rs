@@ -206,6 +206,8 @@ pub struct PhaseSpec {
     pub rto_us: u64,
     /// Smallest adaptive retransmission timeout, in µs.
     pub rto_min_us: u64,
+    /// Connection set-up time limit, in ms.
+    pub connect_timeout_ms: u64,
     /// Faults injected on what pktgen sends.
     pub tx_faults: kvload::faults::FaultConfig,
     /// Faults injected on what pktgen receives.
@@ -378,6 +380,7 @@ impl RunSpec {
                 echo: args.echo,
                 rto_us: args.rto_us,
                 rto_min_us: args.rto_min_us,
+                connect_timeout_ms: args.connect_timeout_ms,
                 tx_faults,
                 rx_faults,
                 exactly_once: args.exactly_once,
