@@ -5,11 +5,13 @@
   2. scapy's RoCE contrib (BTH.compute_icrc), which rebuilds the pseudo-header itself.
 
 Both must equal the 4 bytes on the wire (LSB first). Before touching the capture,
-both are checked against the known-good worked example of PROTOCOL.md section 8.
-Also checks per frame: IPv4 checksum, UDP length = IP total length - 20, BTH opcode
-is 0x0A (request) or 0x64 (response).
+both are checked against the known-good worked examples of PROTOCOL.md section 8
+(request, response, CONNECT, NAK). Also checks per frame: IPv4 checksum, UDP length
+= IP total length - 20, BTH opcode is one protocol v2 uses (0x0A request, 0x04
+CONNECT, 0x64 response or ACCEPT, 0x11 ACK/NAK), and counts response frames that
+appear more than once byte for byte (replays from the server's cache).
 
-usage: icrc_check.py FILE.pcap [--min-frames N]
+usage: icrc_check.py FILE.pcap [--min-frames N] [--min-replayed N]
 prints one summary line; exit 0 if every frame passed, 1 otherwise.
 """
 import argparse
@@ -34,7 +36,8 @@ def scapy_icrc(frame):
 
 
 def self_test():
-    for name, f in (("doc request", r.DOC_REQUEST), ("doc response", r.DOC_RESPONSE)):
+    for name, f in (("doc request", r.DOC_REQUEST), ("doc response", r.DOC_RESPONSE),
+                    ("doc connect", r.DOC_CONNECT), ("doc nak", r.DOC_NAK)):
         wire, mine, sc = r.icrc_on_wire(f), r.icrc_of(f), scapy_icrc(f)
         if not (wire == mine == sc):
             print(f"FAIL: icrc self-test on {name}: wire {wire:#x} mine {mine:#x} scapy {sc}")
@@ -53,11 +56,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("pcap")
     ap.add_argument("--min-frames", type=int, default=1)
+    ap.add_argument("--min-replayed", type=int, default=0)
     a = ap.parse_args()
     if not self_test():
         return 1
     n = bad = 0
-    kinds = {r.OP_RC_WRITE_ONLY: 0, r.OP_UD_SEND_ONLY: 0}
+    kinds = {r.OP_RC_WRITE_ONLY: 0, r.OP_UD_SEND_ONLY: 0, r.OP_RC_SEND_ONLY: 0, r.OP_RC_ACK: 0}
+    seen_resp = {}
     shown = 0
     with RawPcapReader(a.pcap) as rd:
         for i, (data, _meta) in enumerate(rd, 1):
@@ -84,6 +89,9 @@ def main():
                     op = f[r.BTH_OFF]
                     if op in kinds:
                         kinds[op] += 1
+                        if op == r.OP_UD_SEND_ONLY and f[r.RESP_PAYLOAD_OFF] == 0x52:
+                            key = f[:r.IP_OFF + ip_total]
+                            seen_resp[key] = seen_resp.get(key, 0) + 1
                     else:
                         why.append(f"unexpected BTH opcode {op:#x}")
             except Exception as e:  # a frame we cannot even parse is a failure
@@ -93,10 +101,13 @@ def main():
                 if shown < 10:
                     shown += 1
                     print(f"  frame {i} ({len(f)} B): " + "; ".join(why))
-    ok = bad == 0 and n >= a.min_frames
+    replayed = sum(c - 1 for c in seen_resp.values() if c > 1)
+    ok = bad == 0 and n >= a.min_frames and replayed >= a.min_replayed
     print(f"{'PASS' if ok else 'FAIL'}: icrc: {n} frames ({kinds[r.OP_RC_WRITE_ONLY]} requests, "
-          f"{kinds[r.OP_UD_SEND_ONLY]} responses), {bad} bad; ICRC recomputed by hand and by "
-          f"scapy (both agree on PROTOCOL.md's worked example)")
+          f"{kinds[r.OP_UD_SEND_ONLY]} responses/ACCEPTs, {kinds[r.OP_RC_SEND_ONLY]} CONNECTs, "
+          f"{kinds[r.OP_RC_ACK]} ACK/NAKs; {replayed} response frames sent again byte for byte), "
+          f"{bad} bad; ICRC recomputed by hand and by scapy (both agree on PROTOCOL.md's "
+          f"worked examples)")
     return 0 if ok else 1
 
 
