@@ -44,7 +44,7 @@ def main():
     qps_list = [int(q) for q in a.qps_list.split(",")]
     tmp = tempfile.mkdtemp(prefix="kvd-bench-transport-")
     cfg = os.path.join(tmp, "memif-4096.json")
-    subprocess.run([os.path.join(BIN, "ctlplane"), "clients", "gen", "--count", str(max(qps_list)),
+    subprocess.run([os.path.join(BIN, "ctlplane"), "clients", "gen", "--count", str(max(qps_list + [16])),
                     "--first-qpn", "100", "--config", CFG, "--out", cfg], check=True)
     common = ["--keys", str(a.keys), "--key-size", "8", "--value-size", "2",
               "--warmup", "0.5", "--duration", str(a.duration), "--calibrate", "200",

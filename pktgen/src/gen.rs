@@ -307,6 +307,11 @@ impl Gen {
         Some((len, part))
     }
 
+    /// The packet slot the next [`Gen::build_payload`] takes, if one is free.
+    pub fn next_slot(&self) -> Option<u16> {
+        self.flight.free.last().copied()
+    }
+
     /// Builds one request payload (the KV batch, at most [`Gen::payload_cap`] bytes)
     /// into `payload` for a packet slot it takes, and returns the payload length, its
     /// partition and the slot (the transport's tag: [`Gen::on_results`],

@@ -174,6 +174,9 @@ impl Driver {
 
     /// Sends one request through the transport; whether one went out.
     fn send_transport(&mut self, phase: Phase, intended: u64, record: bool, now_ns: u64) -> bool {
+        if self.qps_of.len() == 1 {
+            return self.send_transport_direct(phase, intended, record, now_ns);
+        }
         // The payload's partition is known only once it is built: every partition
         // must have a QP that can take it.
         if (0..self.qps_of.len()).any(|p| self.pick_qp_peek(p, now_ns).is_none()) {
@@ -211,6 +214,35 @@ impl Driver {
             return false;
         }
         true
+    }
+
+    /// [`Driver::send_transport`] with one partition: the payload is built straight
+    /// into the transport's frame buffer (no copy through the scratch buffer).
+    fn send_transport_direct(&mut self, phase: Phase, intended: u64, record: bool, now_ns: u64) -> bool {
+        let Some(qp) = self.pick_qp(0, now_ns) else {
+            return false;
+        };
+        let Some(slot) = self.gen.next_slot() else {
+            return false;
+        };
+        let Driver {
+            gen, io, transport, ..
+        } = self;
+        let Some(t) = transport.as_mut() else {
+            return false;
+        };
+        let mut built = false;
+        let sent = t.send_with(io, qp, now_ns, u64::from(slot), |buf, batch_id| {
+            let (plen, _, s) = gen.build_payload(buf, phase, intended, record)?;
+            debug_assert_eq!(s, slot, "build_payload takes the slot next_slot named");
+            built = true;
+            buf.get_mut(4..8)?.copy_from_slice(&batch_id.to_be_bytes());
+            Some(plen)
+        });
+        if sent.is_err() && built {
+            self.gen.release(slot);
+        }
+        sent.is_ok()
     }
 
     /// Whether partition `part` has a QP that can send (without moving the cursor
