@@ -59,6 +59,13 @@ impl Client {
         }
     }
 
+    /// The replay entry of request PSN `psn`, read-only (for prefetching).
+    #[inline]
+    pub fn entry_ref(&self, psn: u32) -> &Entry {
+        let mask = self.replay.len() - 1;
+        &self.replay[psn as usize & mask]
+    }
+
     /// The replay entry of request PSN `psn` (`W` is a power of two).
     #[inline]
     pub fn entry(&mut self, psn: u32) -> &mut Entry {
@@ -71,6 +78,11 @@ impl Client {
 #[derive(Debug, Default)]
 pub(crate) struct ClientTable {
     clients: Vec<Client>,
+    /// The clients' QPNs, in the same order: the lookup searches this dense array
+    /// (16 KiB for 4096 clients, cache-resident) instead of striding through the
+    /// client entries, so thousands of QPs cost one miss per request, not one per
+    /// search step.
+    qpns: Vec<u32>,
     /// Replay entries per client (the window `W`).
     credits: u16,
 }
@@ -81,6 +93,7 @@ impl ClientTable {
     pub fn new(clients: &[(u32, u32)], credits: u16) -> ClientTable {
         let mut t = ClientTable {
             clients: Vec::new(),
+            qpns: Vec::new(),
             credits,
         };
         t.set(clients);
@@ -90,7 +103,7 @@ impl ClientTable {
     /// Index of the client with `qpn`.
     #[inline]
     pub fn find(&self, qpn: u32) -> Option<usize> {
-        self.clients.binary_search_by_key(&qpn, |c| c.qpn).ok()
+        self.qpns.binary_search(&qpn).ok()
     }
 
     /// The clients, by index.
@@ -127,6 +140,7 @@ impl ClientTable {
             .collect();
         v.sort_by_key(|c| c.qpn); // stable: the first of a repeated QPN stays first
         v.dedup_by_key(|c| c.qpn);
+        self.qpns = v.iter().map(|c| c.qpn).collect();
         self.clients = v;
     }
 }

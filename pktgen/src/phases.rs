@@ -166,6 +166,8 @@ impl Driver {
             let qp = qps[*c];
             *c = (*c + 1) % qps.len();
             if t.can_send(qp, now_ns) {
+                // The next request goes to the next QP: start loading its state.
+                t.prefetch(qps[*c]);
                 return Some(qp);
             }
         }

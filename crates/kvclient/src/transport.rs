@@ -253,6 +253,19 @@ impl Transport {
         }
     }
 
+    /// Starts loading QP `qp`'s state (and the ring slot of its next request) into
+    /// the cache: a caller spreading requests over thousands of QPs calls it for the
+    /// QP it will use next, so that miss overlaps the current request's work.
+    #[inline]
+    pub fn prefetch(&self, qp: usize) {
+        if let Some(q) = self.qps.get(qp) {
+            kvengine::prefetch_ref(q);
+            if !q.ring.is_empty() {
+                kvengine::prefetch_ref(&q.ring[q.idx(q.next_psn)]);
+            }
+        }
+    }
+
     /// The configuration.
     pub fn config(&self) -> &Config {
         &self.cfg

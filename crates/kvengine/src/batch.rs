@@ -55,6 +55,30 @@ pub(crate) fn prefetch(mem: &[u8], off: usize) {
     }
 }
 
+/// Prefetches the cache line holding the start of `*r` (a hint for callers that
+/// stage their own lookups, e.g. per-connection state before a burst is processed).
+#[inline(always)]
+pub fn prefetch_ref<T: ?Sized>(r: &T) {
+    prefetch_addr((r as *const T).cast::<u8>());
+}
+
+/// Issues a prefetch of the cache line at `p` (no-op off x86-64). Any address is
+/// allowed: a prefetch is a hint and never faults.
+#[inline(always)]
+fn prefetch_addr(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        // SAFETY: PREFETCHT0 is a hint: it never faults and has no architectural
+        // effect, whatever the address.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        let _ = p;
+    }
+}
+
 /// Public prefetch hint (for benchmarks and callers that stage their own
 /// lookups): a no-op off x86-64, never faults.
 #[inline(always)]

@@ -47,9 +47,30 @@ pub fn peek_dest_qp(frame: &[u8]) -> Option<u32> {
     Some(u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]))
 }
 
+/// The BTH PSN of a RoCEv2 frame without parsing it (for prefetching the QP's state
+/// before the frame is judged): `None` if the frame is too short or has IPv4 options.
+#[inline]
+pub fn peek_psn(frame: &[u8]) -> Option<u32> {
+    if frame.get(14).copied() != Some(0x45) {
+        return None;
+    }
+    let b = frame.get(DEST_QP_OFFSET + 4..DEST_QP_OFFSET + 7)?;
+    Some(u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn peeks_match_the_parser() {
+        let mut buf = [0u8; 256];
+        let n = crate::frame::sample_request(&mut buf);
+        let r = crate::parse_request(&buf[..n]).unwrap();
+        assert_eq!(peek_dest_qp(&buf[..n]), Some(r.dest_qp));
+        assert_eq!(peek_psn(&buf[..n]), Some(r.psn));
+        assert_eq!(peek_psn(&buf[..40]), None);
+    }
 
     #[test]
     fn partitions_are_in_range_and_spread() {
