@@ -474,3 +474,46 @@ fn transport_settings_checked_and_sizes() {
     let b = connect_nonce(&mut s, QPN, RKEY, 5);
     assert_eq!(a.accept, b.accept);
 }
+
+#[test]
+fn a_window_of_duplicates_is_replayed_and_never_executed() {
+    let mut s = server();
+    let c = connect(&mut s, QPN, RKEY);
+    let st = WorkerStats::default();
+    let zero = 0u64.to_le_bytes();
+    run(
+        &mut s,
+        &st,
+        &[c.request(
+            &[KvOp::Put {
+                key: b"ctr",
+                value: &zero,
+            }],
+            0,
+            0,
+        )],
+    );
+    // W fetch-adds (PSNs 1..=W), every response lost: the client resends all of them.
+    let w = u32::from(W);
+    let reqs: Vec<_> = (1..=w).map(|n| c.request(&[fetch_add()], n, n)).collect();
+    let mut first = Vec::new();
+    for chunk in reqs.chunks(16) {
+        first.extend(run(&mut s, &st, chunk));
+    }
+    assert_eq!(first.len(), w as usize);
+    let mut again = Vec::new();
+    for chunk in reqs.chunks(16) {
+        again.extend(run(&mut s, &st, chunk));
+    }
+    assert_eq!(
+        again, first,
+        "every duplicate answered with its original bytes"
+    );
+    assert_eq!(st.replays.get(), u64::from(w));
+    assert_eq!(
+        st.atomics.get(),
+        u64::from(w),
+        "each fetch-add executed once"
+    );
+    assert_eq!(counter(&mut s, &c, w + 1), u64::from(w));
+}

@@ -220,7 +220,13 @@ impl Driver {
 
     /// [`Driver::send_transport`] with one partition: the payload is built straight
     /// into the transport's frame buffer (no copy through the scratch buffer).
-    fn send_transport_direct(&mut self, phase: Phase, intended: u64, record: bool, now_ns: u64) -> bool {
+    fn send_transport_direct(
+        &mut self,
+        phase: Phase,
+        intended: u64,
+        record: bool,
+        now_ns: u64,
+    ) -> bool {
         let Some(qp) = self.pick_qp(0, now_ns) else {
             return false;
         };

@@ -48,9 +48,9 @@ pub mod stats;
 mod status;
 
 pub use accounting::{LineStats, OpClass};
+pub use batch::prefetch_ref;
 pub use config::{ConfigError, EngineConfig};
 pub use engine::Engine;
-pub use batch::prefetch_ref;
 pub use hash::key_hash;
 pub use region::Region;
 pub use service::SlabService;
