@@ -227,23 +227,25 @@ impl ExactlyOnce {
 
     fn send<I: PacketIo + ?Sized>(&mut self, t: &mut Transport, io: &mut I, now_ns: u64) {
         match self.stage {
-            Stage::Init if !self.init_sent => {
-                if (0..self.n).all(|q| t.is_connected(q)) && t.can_send(0, now_ns) {
-                    let (a, b) = (self.key_add, self.key_cas);
-                    let zero = 0u64.to_le_bytes();
-                    let ops = [
-                        KvOp::Put {
-                            key: &a,
-                            value: &zero,
-                        },
-                        KvOp::Put {
-                            key: &b,
-                            value: &zero,
-                        },
-                    ];
-                    if send_ops(t, io, 0, now_ns, &ops) {
-                        self.init_sent = true;
-                    }
+            Stage::Init
+                if !self.init_sent
+                    && (0..self.n).all(|q| t.is_connected(q))
+                    && t.can_send(0, now_ns) =>
+            {
+                let (a, b) = (self.key_add, self.key_cas);
+                let zero = 0u64.to_le_bytes();
+                let ops = [
+                    KvOp::Put {
+                        key: &a,
+                        value: &zero,
+                    },
+                    KvOp::Put {
+                        key: &b,
+                        value: &zero,
+                    },
+                ];
+                if send_ops(t, io, 0, now_ns, &ops) {
+                    self.init_sent = true;
                 }
             }
             Stage::Adds => {
@@ -290,13 +292,11 @@ impl ExactlyOnce {
                     }
                 }
             }
-            Stage::Final if !self.final_sent => {
-                if t.can_send(0, now_ns) {
-                    let (a, b) = (self.key_add, self.key_cas);
-                    let ops = [KvOp::Get { key: &a }, KvOp::Get { key: &b }];
-                    if send_ops(t, io, 0, now_ns, &ops) {
-                        self.final_sent = true;
-                    }
+            Stage::Final if !self.final_sent && t.can_send(0, now_ns) => {
+                let (a, b) = (self.key_add, self.key_cas);
+                let ops = [KvOp::Get { key: &a }, KvOp::Get { key: &b }];
+                if send_ops(t, io, 0, now_ns, &ops) {
+                    self.final_sent = true;
                 }
             }
             _ => {}

@@ -6,8 +6,11 @@
 use kvwire::frame::{hexdump, sample_request, sample_response};
 use kvwire::transport::{sample_accept, sample_connect, sample_nak};
 
+/// Builds one sample frame into a buffer; returns its length.
+type Build = fn(&mut [u8]) -> usize;
+
 fn main() {
-    let samples: [(&str, fn(&mut [u8]) -> usize); 5] = [
+    let samples: [(&str, Build); 5] = [
         ("connect", sample_connect),
         ("accept", sample_accept),
         ("request", sample_request),

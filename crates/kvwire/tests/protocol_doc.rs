@@ -6,6 +6,9 @@
 use kvwire::frame::{hexdump, sample_request, sample_response};
 use kvwire::transport::{sample_accept, sample_connect, sample_nak};
 
+/// Builds one sample frame into a buffer; returns its length.
+type Build = fn(&mut [u8]) -> usize;
+
 #[test]
 fn protocol_doc_examples_match_code() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/PROTOCOL.md");
@@ -22,7 +25,7 @@ fn protocol_doc_examples_match_code() {
             return;
         }
     };
-    let samples: [(&str, fn(&mut [u8]) -> usize); 5] = [
+    let samples: [(&str, Build); 5] = [
         ("connect", sample_connect),
         ("accept", sample_accept),
         ("request", sample_request),
