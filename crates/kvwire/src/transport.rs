@@ -472,6 +472,23 @@ pub fn sample_nak(buf: &mut [u8]) -> usize {
     emit_ack(buf, &sample_params(false), 0x11, 0x101, s, 0).expect("buffer fits")
 }
 
+/// Builds one sample frame into a buffer; returns its length.
+#[doc(hidden)]
+pub type SampleBuilder = fn(&mut [u8]) -> usize;
+
+/// Every worked-example frame of `docs/PROTOCOL.md` §8, by name, in the document's
+/// order (for `examples/dump_frames` and `tests/protocol_doc.rs`).
+#[doc(hidden)]
+pub fn samples() -> [(&'static str, SampleBuilder); 5] {
+    [
+        ("connect", sample_connect),
+        ("accept", sample_accept),
+        ("request", frame::sample_request),
+        ("response", frame::sample_response),
+        ("nak", sample_nak),
+    ]
+}
+
 // The fixed frame lengths above assume these header sizes.
 const _: () = assert!(EXT_OFF == ethernet::HEADER_LEN + ipv4::HEADER_LEN + udp::HEADER_LEN + 12);
 

@@ -3,11 +3,8 @@
 //! (e.g. the crate built outside the repository) the test is skipped with a
 //! note, or fails if `KVD_REQUIRE_TOOLS=1`.
 
-use kvwire::frame::{hexdump, sample_request, sample_response};
-use kvwire::transport::{sample_accept, sample_connect, sample_nak};
-
-/// Builds one sample frame into a buffer; returns its length.
-type Build = fn(&mut [u8]) -> usize;
+use kvwire::frame::hexdump;
+use kvwire::transport::samples;
 
 #[test]
 fn protocol_doc_examples_match_code() {
@@ -25,15 +22,8 @@ fn protocol_doc_examples_match_code() {
             return;
         }
     };
-    let samples: [(&str, Build); 5] = [
-        ("connect", sample_connect),
-        ("accept", sample_accept),
-        ("request", sample_request),
-        ("response", sample_response),
-        ("nak", sample_nak),
-    ];
     let mut buf = [0u8; 256];
-    for (name, build) in samples {
+    for (name, build) in samples() {
         let n = build(&mut buf);
         assert!(
             doc.contains(&hexdump(&buf[..n])),

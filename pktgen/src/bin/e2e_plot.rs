@@ -6,7 +6,10 @@
 use plotters::prelude::*;
 use serde_json::Value;
 
-type Series = (String, Vec<(f64, f64)>);
+#[path = "common/chart.rs"]
+mod chart;
+
+use chart::Series;
 
 fn series(v: &Value, field: &str) -> Vec<Series> {
     let mut out = Vec::new();
@@ -29,55 +32,6 @@ fn series(v: &Value, field: &str) -> Vec<Series> {
     out
 }
 
-fn panel(
-    area: &DrawingArea<BitMapBackend, plotters::coord::Shift>,
-    title: &str,
-    ylabel: &str,
-    data: &[Series],
-) -> Result<(), Box<dyn std::error::Error>> {
-    let xmax = data
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.0))
-        .fold(0.0, f64::max)
-        .max(1.0);
-    let ymax = data
-        .iter()
-        .flat_map(|s| s.1.iter().map(|p| p.1))
-        .fold(0.0, f64::max)
-        .max(1e-3)
-        * 1.15;
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, ("sans-serif", 20))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(55)
-        .build_cartesian_2d(0.0..xmax, 0.0..ymax)?;
-    chart
-        .configure_mesh()
-        .x_desc("ops per packet")
-        .y_desc(ylabel)
-        .x_labels(xmax as usize + 1)
-        .x_label_formatter(&|x: &f64| format!("{}", 2f64.powf(x.round()) as u32))
-        .draw()?;
-    for (i, (name, pts)) in data.iter().enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
-            .label(name.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
-        chart.draw_series(pts.iter().map(|p| Circle::new(*p, 3, color.filled())))?;
-    }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
-    Ok(())
-}
-
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() != 3 {
@@ -88,13 +42,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::new(&args[2], (1400, 560)).into_drawing_area();
     root.fill(&WHITE)?;
     let (left, right) = root.split_horizontally(700);
-    panel(
+    chart::panel(
         &left,
         "Throughput (memif, 1 lcore each)",
+        "ops per packet",
         "Mops",
         &series(&v, "throughput_mops"),
+        SeriesLabelPosition::UpperLeft,
     )?;
-    panel(&right, "Latency p50 / p99 (raw, closed loop)", "us", &{
+    let lat = {
         let mut s = series(&v, "p99_raw_us");
         for x in s.iter_mut() {
             x.0 = format!("{} p99", x.0);
@@ -107,7 +63,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         s.extend(p50);
         s
-    })?;
+    };
+    chart::panel(
+        &right,
+        "Latency p50 / p99 (raw, closed loop)",
+        "ops per packet",
+        "us",
+        &lat,
+        SeriesLabelPosition::UpperLeft,
+    )?;
     root.present()?;
     println!("wrote {}", args[2]);
     Ok(())
