@@ -114,10 +114,10 @@ def main():
         finally:
             dp.stop()
         if r is not None and len(runs["echo"]) >= 2:
-            a, b = runs["echo"][-2], runs["echo"][-1]
-            mean = dict(b)
-            mean["throughput_mops"] = (a["throughput_mops"] + b["throughput_mops"]) / 2
-            mean["runs_mops"] = [a["throughput_mops"], b["throughput_mops"]]
+            e1, e2 = runs["echo"][-2], runs["echo"][-1]
+            mean = dict(e2)
+            mean["throughput_mops"] = (e1["throughput_mops"] + e2["throughput_mops"]) / 2
+            mean["runs_mops"] = [e1["throughput_mops"], e2["throughput_mops"]]
             runs["echo"][-2:] = [mean]
 
     def med(tag, field="throughput_mops"):
