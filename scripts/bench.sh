@@ -24,6 +24,7 @@ case "$suite" in
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p ctlplane
+    cargo build --release -q -p dataplane --example server_qps
     exec python3 scripts/bench_transport.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|all}" >&2; exit 2 ;;

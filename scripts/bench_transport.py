@@ -14,7 +14,11 @@ QPs by `ctlplane clients gen`):
 3. KV with injected loss in both directions (pktgen --loss on its transmit and
    receive sides, seeded): 0.1 % and 1 %, against lossless;
 4. exactly-once under 1 % loss + 1 % duplication + 1 % reordering: N QPs x M
-   fetch-adds on one key and CAS chains (pktgen --exactly-once): violations.
+   fetch-adds on one key and CAS chains (pktgen --exactly-once): violations;
+5. the server alone (dataplane/examples/server_qps: one Server, requests spread over 4
+   and over 4096 connected QPs alternately, only handle_burst timed): how request
+   processing itself scales with the number of connections, apart from the client
+   and the memif link.
 
 Every field is the median over --reps; ratios are taken per repetition (both sides
 ran seconds apart) and their median reported. A pktgen run that does not finish, or
@@ -120,6 +124,13 @@ def main():
             mean["runs_mops"] = [e1["throughput_mops"], e2["throughput_mops"]]
             runs["echo"][-2:] = [mean]
 
+    server_only = []
+    for rep in range(a.reps):
+        r = subprocess.run([os.path.join(BIN, "examples", "server_qps"), "4", str(max(qps_list))],
+                           check=True, capture_output=True, text=True)
+        server_only.append(json.loads(r.stdout))
+        log(f"  rep {rep} server alone: {r.stdout.strip()}")
+
     def med(tag, field="throughput_mops"):
         v = [r[field] for r in runs[tag]]
         return statistics.median(v) if v else None
@@ -153,6 +164,8 @@ def main():
         "exactly_once_violations": sum(e.get("violations", 1) for e in eo) if eo else None,
         "exactly_once_runs": eo,
         "hangs": hangs,
+        "server_only_scale_vs_4": statistics.median(x["ratio"] for x in server_only),
+        "server_only_runs": server_only,
         "runs": {k: [{"throughput_mops": r["throughput_mops"], "latency_raw_us": r["latency_raw_us"],
                       "transport": r.get("transport"), "timeouts": r["timeouts"]} for r in v]
                  for k, v in runs.items()},
