@@ -130,7 +130,7 @@ fn main() {
     let start = Instant::now();
     let mut round = 0usize;
     while start.elapsed().as_secs_f64() < secs {
-        let (active, slot) = if round % 2 == 0 {
+        let (active, slot) = if round.is_multiple_of(2) {
             (4, 0)
         } else {
             (n as usize, 1)
