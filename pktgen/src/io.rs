@@ -15,7 +15,7 @@
 
 use dpdk::{tsc, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
 use kvclient::PacketIo;
-use kvload::faults::{Fate, FaultConfig, FaultCounts, Faults, Holdback};
+use kvload::faults::{FaultConfig, FaultCounts};
 use kvwire::partition::{partition_of_qp, peek_dest_qp};
 
 /// Frames per rx/tx burst.
@@ -25,67 +25,13 @@ const HOLD: usize = 16;
 /// A held frame is released at the latest after this long.
 const HOLD_MAX_US: u64 = 200;
 
-/// One direction's fault injection.
-struct Injector {
-    faults: Faults,
-    held: Holdback<Mbuf, HOLD>,
-    /// TSC when the holdback last became non-empty.
-    held_since: u64,
-}
+/// One direction's fault injection (`kvload::inject`).
+type Injector = kvload::inject::Injector<Mbuf, HOLD>;
 
-impl Injector {
-    fn new(cfg: FaultConfig) -> Result<Option<Injector>, String> {
-        if cfg.is_zero() {
-            return Ok(None);
-        }
-        let faults = Faults::new(cfg).map_err(|e| e.to_string())?;
-        Ok(Some(Injector {
-            faults,
-            held: Holdback::new(),
-            held_since: 0,
-        }))
-    }
-
-    /// Routes `m` by its drawn fate to `out` (0, 1 or 2 times, now or later);
-    /// `copy` makes the duplicate.
-    fn route(&mut self, m: Mbuf, copy: impl Fn(&Mbuf) -> Option<Mbuf>, mut out: impl FnMut(Mbuf)) {
-        match self.faults.decide() {
-            Fate::Deliver => out(m),
-            Fate::Drop => drop(m),
-            Fate::Duplicate => {
-                if let Some(c) = copy(&m) {
-                    out(c);
-                }
-                out(m);
-            }
-            Fate::Delay => {
-                if self.held.is_empty() {
-                    self.held_since = tsc::now();
-                }
-                let span = self.faults.delay_span();
-                if let Err(m) = self.held.hold(m, span) {
-                    out(m); // holdback full: send at once
-                }
-                return;
-            }
-        }
-        self.held.passed(&mut out);
-    }
-
-    /// Releases everything held if the oldest waited longer than `max_ticks`.
-    fn expire(&mut self, now: u64, max_ticks: u64, out: impl FnMut(Mbuf)) {
-        if !self.held.is_empty() && now.wrapping_sub(self.held_since) > max_ticks {
-            self.held.flush(out);
-        }
-    }
-}
-
-/// Copies `m` into a new mbuf from `pool`.
-fn copy_mbuf(pool: &Mempool, m: &Mbuf) -> Option<Mbuf> {
-    let mut c = Mbuf::alloc(pool)?;
-    let d = m.data();
-    c.append(d.len())?.copy_from_slice(d);
-    Some(c)
+/// The injector of one direction; `None` when it injects nothing.
+fn injector(cfg: FaultConfig) -> Result<Option<Injector>, String> {
+    cfg.validate().map_err(|e| e.to_string())?;
+    Ok(Injector::new(cfg))
 }
 
 /// The DPDK side of pktgen's transport (see the module doc).
@@ -134,8 +80,8 @@ impl PortIo {
             rx: MbufBurst::new(),
             rx_next: 0,
             ready: MbufBurst::new(),
-            tx_faults: Injector::new(tx)?,
-            rx_faults: Injector::new(rx)?,
+            tx_faults: injector(tx)?,
+            rx_faults: injector(rx)?,
             hold_ticks: tsc::hz() / 1_000_000 * HOLD_MAX_US,
             tx_frames: 0,
             tx_full: 0,
@@ -149,7 +95,7 @@ impl PortIo {
 
     /// Counts of the injected faults (tx, rx).
     pub fn fault_counts(&self) -> (FaultCounts, FaultCounts) {
-        let c = |i: &Option<Injector>| i.as_ref().map(|i| i.faults.counts()).unwrap_or_default();
+        let c = |i: &Option<Injector>| i.as_ref().map(Injector::counts).unwrap_or_default();
         (c(&self.tx_faults), c(&self.rx_faults))
     }
 
@@ -160,7 +106,7 @@ impl PortIo {
             return;
         };
         let pool = self.pool;
-        inj.route(m, |m| copy_mbuf(&pool, m), |m| self.enqueue(q, m));
+        inj.route(m, tsc::now, |m| m.copy_into(&pool), |m| self.enqueue(q, m));
         self.tx_faults = Some(inj);
     }
 
@@ -184,7 +130,7 @@ impl PortIo {
         if let Some(mut inj) = self.tx_faults.take() {
             // Held frames go to partition 0's queue only if their QP is unknown.
             let mut held = MbufBurst::<HOLD>::new();
-            inj.expire(now, self.hold_ticks, |m| {
+            inj.release_stale(now, self.hold_ticks, |m| {
                 let _ = held.push(m);
             });
             self.tx_faults = Some(inj);
@@ -195,7 +141,7 @@ impl PortIo {
         }
         if let Some(inj) = self.rx_faults.as_mut() {
             let ready = &mut self.ready;
-            inj.expire(now, self.hold_ticks, |m| {
+            inj.release_stale(now, self.hold_ticks, |m| {
                 let _ = ready.push(m);
             });
         }
@@ -213,7 +159,12 @@ impl PortIo {
     /// The tx queue of a request frame (by its destination QP's partition).
     fn queue_of(&self, frame: &[u8]) -> usize {
         let part = peek_dest_qp(frame).map_or(0, |qp| partition_of_qp(qp, self.nparts));
-        self.tx_of.get(part as usize).copied().unwrap_or(0)
+        self.tx_queue(part as usize)
+    }
+
+    /// The tx queue of partition `part`'s packets.
+    pub fn tx_queue(&self, part: usize) -> usize {
+        self.tx_of.get(part).copied().unwrap_or(0)
     }
 
     /// Receives one burst from the next rx queue into `ready` (through the rx faults).
@@ -235,7 +186,8 @@ impl PortIo {
                 }
                 Some(inj) => inj.route(
                     m,
-                    |m| copy_mbuf(&pool, m),
+                    tsc::now,
+                    |m| m.copy_into(&pool),
                     |m| {
                         let _ = ready.push(m);
                     },

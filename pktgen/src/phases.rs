@@ -49,8 +49,6 @@ pub struct Driver {
     /// The client library's transport (`None` in echo mode: raw frames, no
     /// connection, matched by batch id).
     transport: Option<Transport>,
-    /// Tx queue of each partition (p, or (p+1) % N with --misdirect).
-    tx_of: Vec<usize>,
     /// Indices of each partition's QPs in the transport, and the next to try.
     qps_of: Vec<Vec<usize>>,
     qp_cursor: Vec<usize>,
@@ -58,10 +56,39 @@ pub struct Driver {
     scratch: Vec<u8>,
     idle_yield_polls: u32,
     timeout_ms: u64,
-    /// TSC at start and the wall clock then, in ns: transport time is wall-clock
-    /// ns (so connection nonces grow across pktgen runs, docs/PROTOCOL.md §6.1).
+    /// Transport time.
+    clock: Clock,
+}
+
+/// Transport time: wall-clock ns at start, advanced by the TSC (so connection nonces
+/// grow across pktgen runs, docs/PROTOCOL.md §6.1).
+#[derive(Clone, Copy)]
+struct Clock {
     t0: u64,
     wall0_ns: u64,
+    hz: u64,
+}
+
+impl Clock {
+    fn new(hz: u64) -> Clock {
+        Clock {
+            t0: tsc::now(),
+            wall0_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+            hz,
+        }
+    }
+
+    /// Transport time at TSC `tsc`.
+    fn at(&self, tsc: u64) -> u64 {
+        self.wall0_ns + tsc_to_ns(tsc.wrapping_sub(self.t0), self.hz)
+    }
+
+    /// Transport time now.
+    fn now(&self) -> u64 {
+        self.at(tsc::now())
+    }
 }
 
 impl Driver {
@@ -69,28 +96,18 @@ impl Driver {
     pub fn new(gen: Gen, io: PortIo, transport: Option<Transport>, spec: &RunSpec) -> Driver {
         let n = spec.qps.partitions as usize;
         let scratch = vec![0; gen.payload_cap()];
+        let hz = gen.hz();
         Driver {
             gen,
             io,
             transport,
-            tx_of: (0..n)
-                .map(|p| if spec.qps.misdirect { (p + 1) % n } else { p })
-                .collect(),
             qps_of: spec.qps.by_partition.clone(),
             qp_cursor: vec![0; n],
             scratch,
             idle_yield_polls: spec.phases.idle_yield_polls,
             timeout_ms: spec.phases.timeout_ms,
-            t0: tsc::now(),
-            wall0_ns: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_nanos() as u64),
+            clock: Clock::new(hz),
         }
-    }
-
-    /// Transport time (wall-clock ns, advanced by the TSC) of TSC `now`.
-    fn ns(&self, now: u64) -> u64 {
-        self.wall0_ns + tsc_to_ns(now.wrapping_sub(self.t0), self.gen.hz())
     }
 
     /// The transport's counters and the injected faults, for the report.
@@ -111,9 +128,8 @@ impl Driver {
             return Ok(());
         };
         let start = Instant::now();
-        let (t0, wall0, hz) = (self.t0, self.wall0_ns, self.gen.hz());
-        let ns = move || wall0 + tsc_to_ns(tsc::now().wrapping_sub(t0), hz);
-        t.connect_all(&mut self.io, ns());
+        let clock = self.clock;
+        t.connect_all(&mut self.io, clock.now());
         while !t.all_connected() {
             if start.elapsed() > timeout || QUIT.load(Ordering::Relaxed) {
                 let n = (0..t.qp_count()).filter(|&q| t.is_connected(q)).count();
@@ -123,7 +139,7 @@ impl Driver {
                 ));
             }
             self.io.flush();
-            t.poll(&mut self.io, ns(), &mut |_| {});
+            t.poll(&mut self.io, clock.now(), &mut |_| {});
         }
         eprintln!(
             "pktgen: {} QPs connected in {:.1} ms",
@@ -139,10 +155,8 @@ impl Driver {
         let t = self.transport.as_mut()?;
         let mut check = ExactlyOnce::new(t.qp_count(), per_qp, tag);
         let start = Instant::now();
-        let (t0, wall0, hz) = (self.t0, self.wall0_ns, self.gen.hz());
         loop {
-            let now = wall0 + tsc_to_ns(tsc::now().wrapping_sub(t0), hz);
-            let done = check.step(t, &mut self.io, now);
+            let done = check.step(t, &mut self.io, self.clock.now());
             self.io.flush();
             if done || QUIT.load(Ordering::Relaxed) || start.elapsed() > Duration::from_secs(120) {
                 break;
@@ -277,7 +291,8 @@ impl Driver {
             return false;
         };
         m.set_len(len);
-        self.io.queue(self.tx_of[part], m);
+        let q = self.io.tx_queue(part);
+        self.io.queue(q, m);
         true
     }
 
@@ -409,7 +424,7 @@ impl Driver {
         let mut idle = IdleBackoff::new(self.idle_yield_polls);
         loop {
             let now = tsc::now();
-            let now_ns = self.ns(now);
+            let now_ns = self.clock.at(now);
             if QUIT.load(Ordering::Relaxed) {
                 break;
             }

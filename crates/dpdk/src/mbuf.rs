@@ -225,6 +225,18 @@ impl Mbuf {
         unsafe { dpdk_sys::dpdk_shim_pktmbuf_reset(self.raw.as_ptr()) }
     }
 
+    /// A copy of this single-segment frame in a new mbuf from `pool` (`None`: no mbuf
+    /// free, or the frame does not fit in one).
+    pub fn copy_into(&self, pool: &Mempool) -> Option<Mbuf> {
+        let mut c = Mbuf::alloc(pool)?;
+        let data = self.data();
+        if !c.set_len(data.len()) {
+            return None;
+        }
+        c.data_mut().copy_from_slice(data);
+        Some(c)
+    }
+
     /// Input port recorded by the PMD.
     #[inline]
     pub fn port(&self) -> u16 {

@@ -205,22 +205,12 @@ impl ExactlyOnce {
         now_ns: u64,
     ) -> bool {
         self.send(t, io, now_ns);
-        let mut events = Vec::new();
         t.poll(io, now_ns, &mut |ev| match ev {
-            Event::Results { qp, payload, .. } => {
-                events.push((qp, Some(payload.to_vec()), false));
-            }
-            Event::Complete { qp, .. } => events.push((qp, None, false)),
-            Event::Failed { qp, .. } => events.push((qp, None, true)),
+            Event::Results { qp, payload, .. } => self.on_results(qp, payload),
+            Event::Complete { qp, .. } => self.on_complete(qp),
+            Event::Failed { qp, .. } => self.on_failed(qp),
             Event::Connected { .. } => {}
         });
-        for (qp, payload, failed) in events {
-            match (payload, failed) {
-                (Some(p), _) => self.on_results(qp, &p),
-                (None, false) => self.on_complete(qp),
-                (None, true) => self.on_failed(qp),
-            }
-        }
         self.advance();
         self.done()
     }

@@ -40,19 +40,9 @@ const _: () = assert!(RING.is_power_of_two() && RING > BUCKET_AHEAD && BUCKET_AH
 /// Issues a prefetch of the cache line holding `mem[off]` (no-op off x86-64).
 #[inline(always)]
 pub(crate) fn prefetch(mem: &[u8], off: usize) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let p = mem.as_ptr().wrapping_add(off) as *const i8;
-        // SAFETY: PREFETCHT0 is a hint: it never faults and has no
-        // architectural effect, whatever the address (wrapping_add keeps the
-        // pointer arithmetic itself defined).
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(p) }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (mem, off);
-    }
+    // wrapping_add keeps the pointer arithmetic defined for any `off`; the
+    // prefetch itself never faults.
+    prefetch_addr(mem.as_ptr().wrapping_add(off));
 }
 
 /// Prefetches the cache line holding the start of `*r` (a hint for callers that
@@ -69,8 +59,7 @@ fn prefetch_addr(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        // SAFETY: PREFETCHT0 is a hint: it never faults and has no architectural
-        // effect, whatever the address.
+        // SAFETY: PREFETCHT0 is a hint that never faults, whatever the address.
         unsafe { _mm_prefetch::<_MM_HINT_T0>(p.cast()) }
     }
     #[cfg(not(target_arch = "x86_64"))]

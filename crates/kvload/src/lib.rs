@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 pub mod faults;
+pub mod inject;
 pub mod keys;
 pub mod mix;
 pub mod rng;

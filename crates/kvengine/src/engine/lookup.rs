@@ -41,11 +41,12 @@ pub(crate) fn bucket_mut(mem: &mut [u8], off: usize) -> &mut [u8; BUCKET_BYTES] 
 #[inline(always)]
 pub(crate) unsafe fn primary_bucket(mem: &[u8], off: usize) -> &[u8; BUCKET_BYTES] {
     debug_assert!(off % BUCKET_BYTES == 0 && off + BUCKET_BYTES <= mem.len());
-    // SAFETY: `bucket_off` returns `bucket_index(h, nbuckets) * 64` with
+    // `bucket_off` returns `bucket_index(h, nbuckets) * 64` with
     // `bucket_index < nbuckets` (the high word of a 64 x 64-bit product with
     // `nbuckets`), so `off + 64 <= nbuckets * 64`. `Engine::new` zeroed
     // `region[..nbuckets * 64]` through a checked slice, so that range lies
-    // inside the region (which never shrinks). `[u8; 64]` has alignment 1.
+    // inside the region (which never shrinks).
+    // SAFETY: `mem[off..off + 64]` is in bounds (above); `[u8; 64]` has alignment 1.
     unsafe { &*mem.as_ptr().add(off).cast::<[u8; BUCKET_BYTES]>() }
 }
 
