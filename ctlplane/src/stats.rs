@@ -1,5 +1,6 @@
 //! `ctlplane stats`, `watch` and `engine`: live counters of a running dataplane.
 
+use crate::latency::Latency;
 use crate::target::Target;
 use serde_json::{Map, Value};
 use std::io::IsTerminal;
@@ -69,7 +70,52 @@ fn cell<'a>(c: &'a Value, row: &str) -> &'a Value {
     }
 }
 
-/// `ctlplane stats`: one table, a column per worker plus the total.
+/// Latency quantiles shown by `ctlplane stats`: (row name, q).
+const QUANTILES: &[(&str, f64)] = &[
+    ("latency.p50", 0.5),
+    ("latency.p90", 0.9),
+    ("latency.p99", 0.99),
+    ("latency.p99.9", 0.999),
+];
+
+/// The latency rows of the table, as (row, a cell per column): the samples taken,
+/// then each quantile of [`QUANTILES`]. A quantile is shown as the upper bound of
+/// the histogram bucket that holds it (`<=1.2us`; `>268ms` for the overflow
+/// bucket): the bucket bounds are the histogram's only resolution. `-` marks a
+/// column without samples. No rows when the reply has no latency histograms (a
+/// dataplane from before latency sampling); a malformed one is an error.
+fn latency_rows(cols: &[(String, &Value)]) -> Result<Vec<(String, Vec<String>)>, String> {
+    let mut hists = Vec::with_capacity(cols.len());
+    for (name, c) in cols {
+        hists.push(
+            Latency::of_column(c)
+                .transpose()
+                .map_err(|e| format!("{name}: {e}"))?,
+        );
+    }
+    if hists.iter().all(Option::is_none) {
+        return Ok(Vec::new());
+    }
+    let sampled = hists
+        .iter()
+        .map(|h| h.as_ref().map_or("-".into(), |h| h.sampled.to_string()))
+        .collect();
+    let mut rows = vec![("latency.sampled".to_string(), sampled)];
+    for (row, q) in QUANTILES {
+        let cells = hists
+            .iter()
+            .map(|h| match h.as_ref().and_then(|h| h.quantile(*q)) {
+                Some(b) => b.to_string(),
+                None => "-".into(),
+            })
+            .collect();
+        rows.push((row.to_string(), cells));
+    }
+    Ok(rows)
+}
+
+/// `ctlplane stats`: one table, a column per worker plus the total; the counters,
+/// then the service-latency samples and percentiles.
 pub fn stats(target: &Target, json: bool) -> Result<(), String> {
     let v = target.connect()?.query("/kvd/stats")?;
     if json {
@@ -77,6 +123,7 @@ pub fn stats(target: &Target, json: bool) -> Result<(), String> {
         return Ok(());
     }
     let cols = columns(&v);
+    let latency = latency_rows(&cols)?;
     print!("{:<24}", "counter");
     for (name, _) in &cols {
         print!(" {name:>16}");
@@ -86,6 +133,13 @@ pub fn stats(target: &Target, json: bool) -> Result<(), String> {
         print!("{row:<24}");
         for (_, c) in &cols {
             print!(" {:>16}", num(cell(c, &row)));
+        }
+        println!();
+    }
+    for (row, cells) in latency {
+        print!("{row:<24}");
+        for x in cells {
+            print!(" {x:>16}");
         }
         println!();
     }
@@ -242,5 +296,43 @@ mod tests {
         assert!(!rows.iter().any(|r| r == "drop.bad_icrc"));
         assert_eq!(num(cell(cols[0].1, "drop.unknown_qp")), 2);
         assert_eq!(num(cell(cols[2].1, "rx_packets")), 5);
+        assert!(latency_rows(&cols).unwrap().is_empty());
+    }
+
+    #[test]
+    fn latency_rows_per_column() {
+        let v: Value = serde_json::from_str(
+            r#"{"workers":2,
+                "total":{"latency":{"sample_every":64,"sampled":4,"sum_ns":1500,
+                                    "le_ns":[256,304],"counts":[1,2,1]}},
+                "per_worker":{"0":{"latency":{"sample_every":64,"sampled":4,"sum_ns":1500,
+                                              "le_ns":[256,304],"counts":[1,2,1]}},
+                              "1":{"latency":{"sample_every":64,"sampled":0,"sum_ns":0,
+                                              "le_ns":[256,304],"counts":[0,0,0]}}}}"#,
+        )
+        .unwrap();
+        let rows = latency_rows(&columns(&v)).unwrap();
+        let names: Vec<&str> = rows.iter().map(|r| r.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "latency.sampled",
+                "latency.p50",
+                "latency.p90",
+                "latency.p99",
+                "latency.p99.9"
+            ]
+        );
+        assert_eq!(rows[0].1, ["4", "0", "4"]);
+        assert_eq!(rows[1].1, ["<=304ns", "-", "<=304ns"]);
+        assert_eq!(rows[4].1, [">304ns", "-", ">304ns"]);
+
+        let bad: Value = serde_json::from_str(
+            r#"{"per_worker":{"0":{"latency":{"sample_every":64,"sampled":1,"sum_ns":1,
+                                              "le_ns":[256],"counts":[1]}}}}"#,
+        )
+        .unwrap();
+        let e = latency_rows(&columns(&bad)).unwrap_err();
+        assert!(e.starts_with("worker0: latency:"), "{e}");
     }
 }
