@@ -2,12 +2,15 @@
 //!
 //! It validates and shows configurations and talks to a running dataplane through
 //! DPDK's telemetry socket ([`telemetry`]): live counters (`stats`, `watch`), engine
-//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`).
+//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`), and
+//! a Prometheus exporter of all that (`metrics`).
 
 // The only unsafe code is the socket connect in `telemetry` and `restore_sigpipe`.
 #![deny(unsafe_code)]
 
 mod clients;
+mod latency;
+mod metrics;
 mod slab;
 mod stats;
 mod target;
@@ -66,6 +69,9 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Prometheus exporter: serves the dataplane's counters, engine figures and
+    /// service-latency histograms at http://LISTEN/metrics.
+    Metrics(metrics::MetricsArgs),
     /// Client QP admission.
     Clients {
         #[command(subcommand)]
@@ -152,6 +158,7 @@ fn main() {
             count,
         } => exit_on_err(stats::watch(&target, interval, count)),
         Cmd::Engine { target, json } => exit_on_err(stats::engine(&target, json)),
+        Cmd::Metrics(a) => exit_on_err(metrics::run(a)),
         Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
         Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
     }

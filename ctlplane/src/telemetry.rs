@@ -85,6 +85,8 @@ fn connect_seqpacket(path: &Path) -> io::Result<UnixStream> {
 pub struct Telemetry {
     sock: UnixStream,
     buf: Vec<u8>,
+    /// How long a reply may take.
+    timeout: Duration,
     /// The process id from the greeting.
     pub pid: u64,
 }
@@ -109,6 +111,7 @@ impl Telemetry {
         let mut t = Telemetry {
             sock,
             buf: vec![0; 64 * 1024],
+            timeout: REPLY_TIMEOUT,
             pid: 0,
         };
         let hello = t.read_json()?;
@@ -120,10 +123,21 @@ impl Telemetry {
         Ok(t)
     }
 
+    /// Waits at most `timeout` for each reply (and for each send) from now on,
+    /// instead of [`REPLY_TIMEOUT`].
+    pub fn set_timeout(&mut self, timeout: Duration) -> Result<(), String> {
+        self.sock
+            .set_read_timeout(Some(timeout))
+            .and_then(|()| self.sock.set_write_timeout(Some(timeout)))
+            .map_err(|e| format!("socket timeout: {e}"))?;
+        self.timeout = timeout;
+        Ok(())
+    }
+
     fn read_json(&mut self) -> Result<Value, String> {
         let n = self.sock.read(&mut self.buf).map_err(|e| match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
-                format!("no reply within {} s", REPLY_TIMEOUT.as_secs())
+                format!("no reply within {:?}", self.timeout)
             }
             _ => format!("read: {e}"),
         })?;

@@ -1,0 +1,378 @@
+//! What `ctlplane metrics` exports: the `/kvd/stats` and `/kvd/engine` replies as
+//! metric families, a series per worker (`worker="N"`). Totals are left to PromQL
+//! (`sum without (worker) (...)`), so no series is counted twice.
+
+use super::families::Families;
+use crate::latency::Latency;
+use serde_json::{Map, Value};
+
+/// Per-worker counters of `/kvd/stats`: (reply key, metric, help).
+const STAT_COUNTERS: &[(&str, &str, &str)] = &[
+    (
+        "rx_packets",
+        "kvd_rx_packets_total",
+        "Packets received by the worker.",
+    ),
+    (
+        "tx_packets",
+        "kvd_tx_packets_total",
+        "Packets sent by the worker.",
+    ),
+    (
+        "requests",
+        "kvd_requests_total",
+        "Request packets taken for processing.",
+    ),
+    ("responses", "kvd_responses_total", "Response packets sent."),
+    (
+        "get_hits",
+        "kvd_get_hits_total",
+        "GETs that found their key.",
+    ),
+    (
+        "get_misses",
+        "kvd_get_misses_total",
+        "GETs that did not find their key.",
+    ),
+    (
+        "op_errors",
+        "kvd_op_errors_total",
+        "Operations answered with an error status.",
+    ),
+    (
+        "batches",
+        "kvd_batches_total",
+        "Request batches (multi-op packets) processed.",
+    ),
+    (
+        "echoed",
+        "kvd_echoed_total",
+        "Packets answered by echo (no KV operation).",
+    ),
+    (
+        "handed_off",
+        "kvd_handed_off_total",
+        "Requests handed to the worker owning their partition.",
+    ),
+    (
+        "handed_in",
+        "kvd_handed_in_total",
+        "Requests taken over from another worker.",
+    ),
+    (
+        "replays",
+        "kvd_transport_replays_total",
+        "Go-back-N replays of the response stream.",
+    ),
+    (
+        "replayed_frames",
+        "kvd_transport_replayed_frames_total",
+        "Response frames sent again by replays.",
+    ),
+    (
+        "naks_sent",
+        "kvd_transport_naks_total",
+        "Sequence-error NAKs sent to clients.",
+    ),
+    (
+        "rnr_naks_sent",
+        "kvd_transport_rnr_naks_total",
+        "Receiver-not-ready NAKs sent to clients.",
+    ),
+    (
+        "connects",
+        "kvd_transport_connects_total",
+        "Client CONNECT requests received.",
+    ),
+    (
+        "accepts_sent",
+        "kvd_transport_accepts_total",
+        "Connection ACCEPTs sent to clients.",
+    ),
+    (
+        "station_chunks",
+        "kvd_station_chunks_total",
+        "Chunks of operations through the reservation station.",
+    ),
+    (
+        "station_forwarded",
+        "kvd_station_forwarded_total",
+        "Reservation station: operations answered by forwarding from an in-flight one.",
+    ),
+    (
+        "station_merged",
+        "kvd_station_merged_total",
+        "Reservation station: operations merged into an in-flight one on the same key.",
+    ),
+    (
+        "station_write_backs",
+        "kvd_station_write_backs_total",
+        "Reservation station: merged results written back to the store.",
+    ),
+    (
+        "station_stalls",
+        "kvd_station_stalls_total",
+        "Reservation station: stalls on a full station.",
+    ),
+];
+
+/// The op counters of `/kvd/stats`: (reply key, `op` label).
+const OPS: &[(&str, &str)] = &[
+    ("gets", "get"),
+    ("puts", "put"),
+    ("deletes", "delete"),
+    ("atomics", "atomic"),
+    ("vector_updates", "vector_update"),
+    ("reduces", "reduce"),
+    ("filters", "filter"),
+];
+
+/// Per-worker engine figures of `/kvd/engine` exported as gauges: (key, metric,
+/// help).
+const ENGINE_GAUGES: &[(&str, &str, &str)] = &[
+    (
+        "stored_kvs",
+        "kvd_store_kvs",
+        "Live keys in the worker's store.",
+    ),
+    (
+        "stored_kv_bytes",
+        "kvd_store_kv_bytes",
+        "Key and value bytes of the live keys.",
+    ),
+    (
+        "region_bytes",
+        "kvd_store_region_bytes",
+        "Bytes of the worker's store.",
+    ),
+    (
+        "hash_buckets",
+        "kvd_store_hash_buckets",
+        "Primary hash buckets.",
+    ),
+    (
+        "chained_buckets",
+        "kvd_store_chained_buckets",
+        "Chained (overflow) hash buckets allocated.",
+    ),
+    (
+        "frontier_bytes",
+        "kvd_slab_frontier_bytes",
+        "Slab memory never handed out yet.",
+    ),
+];
+
+/// Per-worker engine figures of `/kvd/engine` that only grow: (key, metric, help).
+const ENGINE_COUNTERS: &[(&str, &str, &str)] = &[
+    (
+        "published",
+        "kvd_engine_snapshots_total",
+        "Engine snapshots the worker published (the engine figures are as of the last).",
+    ),
+    (
+        "slab_allocs",
+        "kvd_slab_allocs_total",
+        "Slab allocations served by the worker cache.",
+    ),
+    (
+        "slab_frees",
+        "kvd_slab_frees_total",
+        "Slab frees taken by the worker cache.",
+    ),
+    (
+        "pool_refills",
+        "kvd_slab_pool_refills_total",
+        "Batch refills of the worker slab cache from the shared pool.",
+    ),
+    (
+        "pool_spills",
+        "kvd_slab_pool_spills_total",
+        "Batch spills of the worker slab cache to the shared pool.",
+    ),
+];
+
+/// Per slab class levels of `/kvd/engine` (blocks × block size): (array, metric,
+/// help).
+const SLAB_CLASSES: &[(&str, &str, &str)] = &[
+    (
+        "allocated",
+        "kvd_slab_allocated_bytes",
+        "Bytes of allocated slab blocks, by block size (class, bytes).",
+    ),
+    (
+        "worker_cached",
+        "kvd_slab_worker_cached_bytes",
+        "Bytes of free slab blocks in the worker cache, by block size (class, bytes).",
+    ),
+    (
+        "shared_free",
+        "kvd_slab_shared_free_bytes",
+        "Bytes of free slab blocks in the shared pool, by block size (class, bytes).",
+    ),
+];
+
+/// `v[k]` as a u64: `None` when absent (a dataplane that does not report it), an
+/// error when it is something else.
+fn opt_u64(v: &Value, k: &str) -> Result<Option<u64>, String> {
+    match v.get(k) {
+        None => Ok(None),
+        Some(x) => x
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{k}` is {x}, not an unsigned integer")),
+    }
+}
+
+fn u64_array(v: &Value, k: &str) -> Result<Vec<u64>, String> {
+    match v.get(k) {
+        None => Ok(Vec::new()),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_u64().ok_or_else(|| format!("`{k}` holds {x}")))
+            .collect(),
+        Some(x) => Err(format!("`{k}` is {x}, not an array")),
+    }
+}
+
+/// The `per_worker` dict of a reply, by numeric worker id.
+fn per_worker(reply: &Value) -> Result<Vec<(&String, &Value)>, String> {
+    let pw = reply
+        .get("per_worker")
+        .and_then(Value::as_object)
+        .ok_or("no `per_worker` dict")?;
+    let mut ws: Vec<(&String, &Value)> = pw.iter().collect();
+    ws.sort_by_key(|(id, _)| id.parse::<u64>().unwrap_or(u64::MAX));
+    for (id, w) in &ws {
+        if id.parse::<u64>().is_err() || !w.is_object() {
+            return Err(format!("per_worker entry {id:?} is not a worker's dict"));
+        }
+    }
+    Ok(ws)
+}
+
+/// One worker's `/kvd/stats` dict.
+fn worker_stats(f: &mut Families<'_>, id: &str, s: &Value) -> Result<(), String> {
+    let w = [("worker", id)];
+    for &(k, name, help) in STAT_COUNTERS {
+        if let Some(x) = opt_u64(s, k)? {
+            f.counter(name, help, &w, x);
+        }
+    }
+    for &(k, op) in OPS {
+        if let Some(x) = opt_u64(s, k)? {
+            let help = "KV operations executed, by type.";
+            f.counter("kvd_ops_total", help, &[("worker", id), ("op", op)], x);
+        }
+    }
+    let empty = Map::new();
+    let drops = match s.get("drop") {
+        None => &empty,
+        Some(d) => d.as_object().ok_or("`drop` is not a dict")?,
+    };
+    for (reason, x) in drops {
+        let x = x
+            .as_u64()
+            .ok_or_else(|| format!("drop `{reason}` is {x}, not an unsigned integer"))?;
+        let help = "Packets dropped, by reason.";
+        f.counter(
+            "kvd_drops_total",
+            help,
+            &[("worker", id), ("reason", reason)],
+            x,
+        );
+    }
+    if let Some(l) = Latency::of_column(s).transpose()? {
+        f.histogram_seconds(
+            "kvd_service_latency_seconds",
+            "Service time of sampled request packets, from their rx burst to the hand-off of their response to the NIC (1 of every kvd_latency_sample_every request packets).",
+            &w,
+            &l,
+        );
+        f.gauge(
+            "kvd_latency_sample_every",
+            "One request packet of this many is timed for kvd_service_latency_seconds (0: sampling off).",
+            &w,
+            l.sample_every as f64,
+        );
+    }
+    Ok(())
+}
+
+/// One worker's `/kvd/engine` dict.
+fn worker_engine(f: &mut Families<'_>, id: &str, e: &Value) -> Result<(), String> {
+    let w = [("worker", id)];
+    for &(k, name, help) in ENGINE_GAUGES {
+        if let Some(x) = opt_u64(e, k)? {
+            f.gauge(name, help, &w, x as f64);
+        }
+    }
+    if let Some(ppm) = opt_u64(e, "utilization_ppm")? {
+        let help = "Store utilization: key and value bytes of the live keys over the store's bytes (0..1).";
+        f.gauge("kvd_store_utilization_ratio", help, &w, ppm as f64 / 1e6);
+    }
+    for (k, name, help) in [
+        (
+            "lines_per_get_milli",
+            "kvd_engine_lines_per_get",
+            "Mean memory lines per GET (engines built with accounting only).",
+        ),
+        (
+            "lines_per_put_milli",
+            "kvd_engine_lines_per_put",
+            "Mean memory lines per PUT (engines built with accounting only).",
+        ),
+    ] {
+        if let Some(x) = opt_u64(e, k)? {
+            f.gauge(name, help, &w, x as f64 / 1e3);
+        }
+    }
+    for &(k, name, help) in ENGINE_COUNTERS {
+        if let Some(x) = opt_u64(e, k)? {
+            f.counter(name, help, &w, x);
+        }
+    }
+    let Some(slab) = e.get("slab") else {
+        return Ok(());
+    };
+    let class_bytes = u64_array(slab, "class_bytes")?;
+    let classes: Vec<String> = class_bytes.iter().map(u64::to_string).collect();
+    for &(k, name, help) in SLAB_CLASSES {
+        let blocks = u64_array(slab, k)?;
+        if blocks.is_empty() {
+            continue;
+        }
+        if blocks.len() != class_bytes.len() {
+            return Err(format!(
+                "slab `{k}` has {} entries for {} classes",
+                blocks.len(),
+                class_bytes.len()
+            ));
+        }
+        for ((class, b), n) in classes.iter().zip(&class_bytes).zip(blocks) {
+            let bytes = n.saturating_mul(*b) as f64;
+            f.gauge(name, help, &[("worker", id), ("class", class)], bytes);
+        }
+    }
+    Ok(())
+}
+
+/// Adds the series of one scrape from the `/kvd/stats` reply `stats` and the
+/// `/kvd/engine` reply `engine`. A reply that breaks the format is an error (the
+/// families added so far are then to be dropped).
+pub fn collect(f: &mut Families<'_>, stats: &Value, engine: &Value) -> Result<(), String> {
+    if let Some(n) = opt_u64(stats, "workers").map_err(|e| format!("/kvd/stats: {e}"))? {
+        f.gauge(
+            "kvd_workers",
+            "Dataplane workers (lcores serving requests).",
+            &[],
+            n as f64,
+        );
+    }
+    for (id, s) in per_worker(stats).map_err(|e| format!("/kvd/stats: {e}"))? {
+        worker_stats(f, id, s).map_err(|e| format!("/kvd/stats worker {id}: {e}"))?;
+    }
+    for (id, e) in per_worker(engine).map_err(|e| format!("/kvd/engine: {e}"))? {
+        worker_engine(f, id, e).map_err(|e| format!("/kvd/engine worker {id}: {e}"))?;
+    }
+    Ok(())
+}

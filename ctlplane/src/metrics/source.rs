@@ -1,0 +1,110 @@
+//! One scrape's worth of metrics from the dataplane: a telemetry connection kept
+//! between scrapes and opened again after an error, and `kvd_up`.
+
+use super::collect::collect;
+use super::families::{Families, Monotonic};
+use crate::telemetry::Telemetry;
+use prometheus::proto::MetricFamily;
+use prometheus::{Encoder, TextEncoder};
+use serde_json::Value;
+use std::time::Duration;
+
+/// Help of `kvd_up`.
+const UP_HELP: &str =
+    "1 when the last scrape read the dataplane's telemetry, 0 when it could not (then no other kvd_ metric is exported).";
+
+/// Where the metrics come from: the dataplane started with one EAL file prefix.
+pub struct Source {
+    prefix: String,
+    timeout: Duration,
+    conn: Option<Telemetry>,
+    mono: Monotonic,
+    /// Whether the last scrape reached the dataplane (`None` before the first):
+    /// changes are logged to stderr, once each.
+    was_up: Option<bool>,
+}
+
+impl Source {
+    /// The dataplane with EAL file prefix `prefix`; every reply must come within
+    /// `timeout`. Nothing is opened before the first scrape.
+    pub fn new(prefix: String, timeout: Duration) -> Source {
+        Source {
+            prefix,
+            timeout,
+            conn: None,
+            mono: Monotonic::default(),
+            was_up: None,
+        }
+    }
+
+    /// The telemetry connection, opened if there is none. A new connection may be
+    /// to a new dataplane process: counters start from scratch.
+    fn conn(&mut self) -> Result<&mut Telemetry, String> {
+        if self.conn.is_none() {
+            let mut t = Telemetry::connect(&self.prefix)?;
+            t.set_timeout(self.timeout)?;
+            self.mono.reset();
+            self.conn = Some(t);
+        }
+        self.conn
+            .as_mut()
+            .ok_or_else(|| "no connection".to_string())
+    }
+
+    /// `/kvd/stats` and `/kvd/engine`. Any error drops the connection.
+    fn query(&mut self) -> Result<(Value, Value), String> {
+        let r = self.conn().and_then(|t| {
+            let stats = t.query("/kvd/stats")?;
+            let engine = t.query("/kvd/engine")?;
+            Ok((stats, engine))
+        });
+        if r.is_err() {
+            self.conn = None;
+        }
+        r
+    }
+
+    /// The families of one scrape from the replies, or the error.
+    fn families_up(&mut self) -> Result<Vec<MetricFamily>, String> {
+        let had_conn = self.conn.is_some();
+        let (stats, engine) = match self.query() {
+            // A kept connection fails first after the dataplane restarted: try a
+            // fresh one at once.
+            Err(_) if had_conn => self.query()?,
+            r => r?,
+        };
+        let mut f = Families::new(&mut self.mono);
+        f.gauge("kvd_up", UP_HELP, &[], 1.0);
+        collect(&mut f, &stats, &engine)?;
+        Ok(f.finish())
+    }
+
+    /// Every metric of one scrape: the dataplane's, with `kvd_up 1`; or only
+    /// `kvd_up 0` when the dataplane cannot be reached or answers out of format.
+    pub fn scrape(&mut self) -> Vec<MetricFamily> {
+        let r = self.families_up();
+        let up = r.is_ok();
+        if self.was_up != Some(up) {
+            match &r {
+                Ok(_) => eprintln!("ctlplane metrics: dataplane {} reachable", self.prefix),
+                Err(e) => eprintln!("ctlplane metrics: dataplane {} down: {e}", self.prefix),
+            }
+            self.was_up = Some(up);
+        }
+        r.unwrap_or_else(|_| {
+            let mut mono = Monotonic::default();
+            let mut f = Families::new(&mut mono);
+            f.gauge("kvd_up", UP_HELP, &[], 0.0);
+            f.finish()
+        })
+    }
+
+    /// One scrape in the Prometheus text exposition format (version 0.0.4).
+    pub fn exposition(&mut self) -> Result<String, String> {
+        let mut buf = Vec::new();
+        TextEncoder::new()
+            .encode(&self.scrape(), &mut buf)
+            .map_err(|e| format!("encode: {e}"))?;
+        String::from_utf8(buf).map_err(|e| format!("encode: {e}"))
+    }
+}
