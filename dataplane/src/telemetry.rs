@@ -7,6 +7,7 @@
 //! DPDK 22.11 arrays cannot hold dicts.
 
 use dataplane::control::{ControlState, EngineSnapshot, MergeSummary};
+use dataplane::latency;
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
 use dpdk::telemetry::{register_cmd, TelDict};
@@ -157,6 +158,30 @@ fn add_counters(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
         for (r, n) in DropReason::ALL.iter().zip(drops) {
             let _ = dd.add_u64(r.name(), n);
         }
+    });
+    add_latency(d, ws);
+}
+
+/// The service-latency histogram summed over `ws` (docs/OPERATIONS.md): the
+/// sampling period (the largest of the workers'), samples, their sum, the finite
+/// bucket bounds and the non-cumulative counts (one more: the overflow bucket).
+fn add_latency(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
+    let mut counts = [0u64; latency::BOUNDS + 1];
+    let (mut every, mut sum) = (0, 0);
+    for s in ws {
+        for (c, x) in counts.iter_mut().zip(s.latency.counts()) {
+            *c += x;
+        }
+        every = s.latency.sample_every.get().max(every);
+        sum += s.latency.sum_ns.get();
+    }
+    let _ = d.add_dict("latency", |l| {
+        let _ = l.add_u64("sample_every", every);
+        // From the same reads as the counts, so the two always agree.
+        let _ = l.add_u64("sampled", counts.iter().sum());
+        let _ = l.add_u64("sum_ns", sum);
+        let _ = l.add_u64_array("le_ns", &latency::LE_NS);
+        let _ = l.add_u64_array("counts", &counts);
     });
 }
 
