@@ -349,6 +349,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     // Control plane: telemetry commands over the state shared with the workers.
     let ctl = ControlState::new(stats.clone(), &clients);
+    ctl.set_latency_sample_every(cfg.server.latency_sample_every);
     telemetry::register(&ctl, serde_json::to_value(&cfg)?, slab.clone())?;
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));

@@ -63,6 +63,12 @@ pub fn register(
         "Flush the worker slab caches and merge free slabs (off the workers); per worker",
         move |_, d| slab_merge(&c, &slab, d),
     )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/latency/sample_every",
+        "Service-latency sampling: one in N request packets (0: off). Param: N to set it (optional)",
+        move |p, d| latency_sample_every(&c, p, d),
+    )?;
     register_cmd(
         "/kvd/config",
         "The configuration the dataplane runs with",
@@ -206,6 +212,17 @@ fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
             let _ = pw.add_dict(&w.to_string(), |x| add_counters(x, &all[w..w + 1]));
         }
     });
+}
+
+/// Shows, or sets (param N), the sampling period the workers apply within 10 ms.
+fn latency_sample_every(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    if !p.trim().is_empty() {
+        match parse_u32(p) {
+            Ok(every) => ctl.set_latency_sample_every(every),
+            Err(e) => return error(d, &e),
+        }
+    }
+    let _ = d.add_u64("sample_every", ctl.latency_sample_every() as u64);
 }
 
 fn add_engine(d: &mut TelDict<'_>, s: &EngineSnapshot) {

@@ -403,6 +403,11 @@ pub fn run(
                 break;
             }
             control_tick(ctl, &mut store.server);
+            let every = ctl.latency_sample_every();
+            if every != sampler.every() {
+                sampler = Sampler::new(every, hz);
+                stats.latency.sample_every.set(every as u64);
+            }
             if !cfg.stats_interval.is_zero()
                 && !cfg.printed.is_empty()
                 && last_print.elapsed() >= cfg.stats_interval
