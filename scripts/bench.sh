@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,13 @@ case "$suite" in
     cargo build --release -q -p ctlplane
     cargo build --release -q -p dataplane --example server_qps
     exec python3 scripts/bench_transport.py "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|all}" >&2; exit 2 ;;
+  clients)
+    # Everyday use: latency-sampling overhead, kvcli and the Python binding over the
+    # kernel transport (net_tap in a private netns).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen -p kvcli
+    cargo build --release -q -p dataplane --example sampling_overhead
+    exec python3 scripts/bench_clients.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|all}" >&2; exit 2 ;;
 esac

@@ -99,3 +99,17 @@ def run_reps(tmp, tag, dp_args, pg_args, reps):
         runs.append(r)
         stats.append(json.load(open(sj)))
     return statistics.median(r["throughput_mops"] for r in runs), runs, stats
+
+
+def telemetry(prefix, cmd):
+    """One command to a DPDK process's telemetry socket (file prefix `prefix`);
+    returns the value of its JSON reply."""
+    import socket
+    path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
+        s.settimeout(10)
+        s.connect(path)
+        json.loads(s.recv(16384))  # greeting
+        s.send(cmd.encode())
+        reply = json.loads(s.recv(65536))
+    return reply[cmd.split(",")[0]]

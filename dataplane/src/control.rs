@@ -23,7 +23,7 @@
 
 use crate::stats::WorkerStats;
 use kvengine::{Engine, EngineStats};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -202,6 +202,8 @@ pub struct ControlState {
     /// Bumped under the `admission` lock on every change.
     generation: AtomicU64,
     merge_requests: AtomicU64,
+    /// Service-latency sampling period the workers apply at their next control tick.
+    latency_sample_every: AtomicU32,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -243,6 +245,7 @@ impl ControlState {
             admission: Mutex::new(Admission { clients: list }),
             generation: AtomicU64::new(0),
             merge_requests: AtomicU64::new(0),
+            latency_sample_every: AtomicU32::new(0),
         })
     }
 
@@ -254,6 +257,17 @@ impl ControlState {
             id,
             seen_generation: self.workers[id].applied_generation.load(Ordering::Relaxed),
         }
+    }
+
+    /// Sets the service-latency sampling period (one in `every` packets, 0: off);
+    /// the workers apply it within a control tick (10 ms).
+    pub fn set_latency_sample_every(&self, every: u32) {
+        self.latency_sample_every.store(every, Ordering::Relaxed);
+    }
+
+    /// The service-latency sampling period last set.
+    pub fn latency_sample_every(&self) -> u32 {
+        self.latency_sample_every.load(Ordering::Relaxed)
     }
 
     /// Number of workers.
@@ -409,6 +423,11 @@ impl WorkerControl {
         fill(&mut s);
         s.seq += 1;
         true
+    }
+
+    /// Slow path: the service-latency sampling period the control plane asks for.
+    pub fn latency_sample_every(&self) -> u32 {
+        self.ctl.latency_sample_every()
     }
 
     /// Slow path: the pending slab merge request, if any.

@@ -100,6 +100,10 @@ struct Args {
     /// (192 frames); a small value makes overload easy to reach in tests.
     #[arg(long)]
     rnr_backlog: Option<usize>,
+    /// Sample the service latency of one in this many request packets (overrides
+    /// server.latency_sample_every; 0 = off). See telemetry `/kvd/stats` `latency`.
+    #[arg(long)]
+    latency_sample_every: Option<u32>,
 }
 
 /// A `--inject-*` probability: a number in [0, 1].
@@ -151,6 +155,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             mem_mb: args.mem_mb,
         },
     );
+    if let Some(every) = args.latency_sample_every {
+        cfg.server.latency_sample_every = every;
+    }
     let engine_mb = cfg.engine.mem_mb as u32;
     let huge = !args.no_huge
         && kvconf::resolve_hugepages(cfg.dataplane.hugepages, cfg.dataplane.memory_mb + engine_mb)?;
@@ -342,6 +349,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     // Control plane: telemetry commands over the state shared with the workers.
     let ctl = ControlState::new(stats.clone(), &clients);
+    ctl.set_latency_sample_every(cfg.server.latency_sample_every);
     telemetry::register(&ctl, serde_json::to_value(&cfg)?, slab.clone())?;
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
@@ -356,6 +364,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
         inject: inject_config(&args)?,
         rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
+        latency_sample_every: cfg.server.latency_sample_every,
     };
 
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));
@@ -450,6 +459,21 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!("  mbufs in use {}", pool.in_use_count());
+    let mut lat = [0u64; dataplane::latency::BOUNDS + 1];
+    for st in &stats {
+        for (c, x) in lat.iter_mut().zip(st.latency.counts()) {
+            *c += x;
+        }
+    }
+    let sampled: u64 = lat.iter().sum();
+    let q = |q| dataplane::latency::LatencyHist::quantile_bound(&lat, q).unwrap_or(0);
+    let (p50, p99) = (q(0.5), q(0.99));
+    if sampled > 0 {
+        println!(
+            "  service latency (1 in {} packets, {sampled} sampled): p50 <= {p50} ns, p99 <= {p99} ns",
+            cfg.server.latency_sample_every
+        );
+    }
     if let Some(path) = &args.stats_json {
         let mut m = serde_json::Map::new();
         for (k, v) in &all {
@@ -458,6 +482,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         m.insert("mbufs_in_use".into(), pool.in_use_count().into());
         m.insert("workers".into(), nw.into());
         m.insert("worker_ops".into(), worker_ops.clone().into());
+        m.insert("latency_sampled".into(), sampled.into());
+        m.insert("latency_p50_le_ns".into(), p50.into());
+        m.insert("latency_p99_le_ns".into(), p99.into());
         std::fs::write(path, serde_json::to_string_pretty(&m)?)?;
     }
     drop(stores);

@@ -5,6 +5,7 @@
 //! lcore's printer, later the control plane) load with relaxed ordering and may see a
 //! slightly stale but never torn value.
 
+use crate::latency::LatencyHist;
 use kvwire::DropReason;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -107,6 +108,8 @@ pub struct WorkerStats {
     pub handed_in: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
     pub drops: Drops,
+    /// Sampled service latency (rx burst to hand-off of the response to the NIC).
+    pub latency: LatencyHist,
 }
 
 /// The drop counters, indexed by [`DropReason::index`] (an array behind `Deref`: the

@@ -7,6 +7,7 @@
 //! DPDK 22.11 arrays cannot hold dicts.
 
 use dataplane::control::{ControlState, EngineSnapshot, MergeSummary};
+use dataplane::latency;
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
 use dpdk::telemetry::{register_cmd, TelDict};
@@ -61,6 +62,12 @@ pub fn register(
         "/kvd/slab_merge",
         "Flush the worker slab caches and merge free slabs (off the workers); per worker",
         move |_, d| slab_merge(&c, &slab, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/latency/sample_every",
+        "Service-latency sampling: one in N request packets (0: off). Param: N to set it (optional)",
+        move |p, d| latency_sample_every(&c, p, d),
     )?;
     register_cmd(
         "/kvd/config",
@@ -158,6 +165,30 @@ fn add_counters(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
             let _ = dd.add_u64(r.name(), n);
         }
     });
+    add_latency(d, ws);
+}
+
+/// The service-latency histogram summed over `ws` (docs/OPERATIONS.md): the
+/// sampling period (the largest of the workers'), samples, their sum, the finite
+/// bucket bounds and the non-cumulative counts (one more: the overflow bucket).
+fn add_latency(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
+    let mut counts = [0u64; latency::BOUNDS + 1];
+    let (mut every, mut sum) = (0, 0);
+    for s in ws {
+        for (c, x) in counts.iter_mut().zip(s.latency.counts()) {
+            *c += x;
+        }
+        every = s.latency.sample_every.get().max(every);
+        sum += s.latency.sum_ns.get();
+    }
+    let _ = d.add_dict("latency", |l| {
+        let _ = l.add_u64("sample_every", every);
+        // From the same reads as the counts, so the two always agree.
+        let _ = l.add_u64("sampled", counts.iter().sum());
+        let _ = l.add_u64("sum_ns", sum);
+        let _ = l.add_u64_array("le_ns", &latency::LE_NS);
+        let _ = l.add_u64_array("counts", &counts);
+    });
 }
 
 fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
@@ -181,6 +212,17 @@ fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
             let _ = pw.add_dict(&w.to_string(), |x| add_counters(x, &all[w..w + 1]));
         }
     });
+}
+
+/// Shows, or sets (param N), the sampling period the workers apply within 10 ms.
+fn latency_sample_every(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    if !p.trim().is_empty() {
+        match parse_u32(p) {
+            Ok(every) => ctl.set_latency_sample_every(every),
+            Err(e) => return error(d, &e),
+        }
+    }
+    let _ = d.add_u64("sample_every", ctl.latency_sample_every() as u64);
 }
 
 fn add_engine(d: &mut TelDict<'_>, s: &EngineSnapshot) {

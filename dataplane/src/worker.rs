@@ -7,6 +7,7 @@
 //! with no fault configured the only cost is one branch per frame.
 
 use dataplane::control::{self, WorkerControl};
+use dataplane::latency::Sampler;
 use dataplane::packet::MAX_BURST;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
@@ -69,6 +70,8 @@ pub struct WorkerConfig {
     /// More frames than this waiting for the NIC is overload: new requests get an
     /// RNR NAK ([`TxSink::backlogged`]); default [`TX_BACKLOG`].
     pub rnr_backlog: usize,
+    /// Sample the service latency of one in this many packets (0: off).
+    pub latency_sample_every: u32,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -330,6 +333,11 @@ pub fn run(
     let mut last_print = Instant::now();
     control_tick(ctl, &mut store.server);
     let mut idle = IdleBackoff::new(cfg.idle_yield_polls);
+    let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
+    stats
+        .latency
+        .sample_every
+        .set(cfg.latency_sample_every as u64);
 
     loop {
         // Admission changes take effect before the next rx burst (one atomic load).
@@ -338,6 +346,7 @@ pub fn run(
         if n > 0 {
             if cfg.echo {
                 stats.rx_packets.add(n as u64);
+                sampler.on_rx(n, tsc::now);
                 for mut m in rx.drain() {
                     let d = m.data_mut();
                     if d.len() >= 12 {
@@ -351,6 +360,9 @@ pub fn run(
                 if handoff.n > 1 {
                     handoff.steer(&mut rx, stats);
                 }
+                // Only the packets this worker serves: the handed-off ones are
+                // answered (and measured from their hand-in) elsewhere.
+                sampler.on_rx(rx.len(), tsc::now);
                 serve(&mut store, &mut rx, &mut tx);
             }
         }
@@ -372,6 +384,10 @@ pub fn run(
                 tx.release_held(now, drain_ticks);
             }
             tx.flush();
+            // The sampled burst's responses have all been handed to the NIC.
+            if sampler.pending() && tx.burst.is_empty() {
+                sampler.on_tx_done(tsc::now(), &stats.latency);
+            }
             last_drain = now;
             if tx.burst.is_empty() {
                 tx.last_progress = now;
@@ -387,6 +403,11 @@ pub fn run(
                 break;
             }
             control_tick(ctl, &mut store.server);
+            let every = ctl.latency_sample_every();
+            if every != sampler.every() {
+                sampler = Sampler::new(every, hz);
+                stats.latency.sample_every.set(every as u64);
+            }
             if !cfg.stats_interval.is_zero()
                 && !cfg.printed.is_empty()
                 && last_print.elapsed() >= cfg.stats_interval

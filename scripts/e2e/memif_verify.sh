@@ -45,3 +45,13 @@ replays=$(json_field "$E2E_TMP/dp.json" 'd["replays"]')
 [ "$inuse" -eq 0 ] || fail "dataplane ended with $inuse mbufs in use"
 [ "$drops" -eq 0 ] || { cat "$E2E_TMP/dp.json"; fail "dataplane dropped $drops frames"; }
 pass "dataplane stopped cleanly: 0 mbufs in use, 0 drops ($replays spurious retransmissions answered from the cache)"
+# Server-side latency sampling (default one in 64 request packets): a sample for
+# about every 64th packet served, and a plausible p50 bucket (between 256 ns and 1 s).
+sampled=$(json_field "$E2E_TMP/dp.json" 'd["latency_sampled"]')
+lo=$(json_field "$E2E_TMP/dp.json" 'd["requests"] // 128')
+hi=$(json_field "$E2E_TMP/dp.json" 'd["rx_packets"] // 64 + 1')
+p50=$(json_field "$E2E_TMP/dp.json" 'd["latency_p50_le_ns"]')
+[ "$sampled" -ge "$lo" ] && [ "$sampled" -le "$hi" ] \
+  || fail "latency samples $sampled not in [$lo, $hi] (requests/128 .. rx_packets/64)"
+[ "$p50" -ge 256 ] && [ "$p50" -le 1000000000 ] || fail "latency p50 bucket $p50 ns implausible"
+pass "service latency: $sampled samples, p50 <= $p50 ns"

@@ -142,6 +142,11 @@ pub struct ServerConfig {
     /// evicted from it answers a retransmission with nothing (`replay_missing`).
     #[serde(default = "default_replay_cache_kb")]
     pub replay_cache_kb: u32,
+    /// Sample the service latency (rx burst to the response's hand-off to the NIC)
+    /// of one in this many request packets into each worker's histogram (telemetry
+    /// `/kvd/stats` `latency`); 0 turns sampling off. Default 64.
+    #[serde(default = "default_latency_sample_every")]
+    pub latency_sample_every: u32,
 }
 
 /// Largest request payload of the dataplane's MTU (1500):
@@ -167,6 +172,10 @@ fn default_credits() -> u16 {
 
 fn default_replay_cache_kb() -> u32 {
     16384
+}
+
+fn default_latency_sample_every() -> u32 {
+    64
 }
 
 fn default_idle_yield_polls() -> u32 {
