@@ -24,6 +24,38 @@ pub struct Source {
     was_up: Option<bool>,
 }
 
+/// Caps the workers asked for one by one (a reply names the count).
+const MAX_WORKERS: u64 = 1024;
+
+/// `/kvd/stats` as one reply with every worker's dict, asked worker by worker
+/// (`/kvd/stats,W`): with its latency histogram a worker's dict is about 2 KB and
+/// DPDK caps a telemetry reply at 16 KB, so one `/kvd/stats` reply could not hold
+/// many workers. The `total` dict is left out (PromQL sums the workers).
+fn per_worker_stats(t: &mut Telemetry) -> Result<Value, String> {
+    let mut all = t.query("/kvd/stats,0")?;
+    let n = all
+        .get("workers")
+        .and_then(Value::as_u64)
+        .ok_or("/kvd/stats: no worker count")?;
+    if n > MAX_WORKERS {
+        return Err(format!("/kvd/stats: {n} workers?"));
+    }
+    for w in 1..n {
+        let mut one = t.query(&format!("/kvd/stats,{w}"))?;
+        let id = w.to_string();
+        let dict = one
+            .get_mut("per_worker")
+            .and_then(|p| p.get_mut(&id))
+            .map(Value::take)
+            .ok_or_else(|| format!("/kvd/stats,{w}: no dict for worker {w}"))?;
+        all.get_mut("per_worker")
+            .and_then(Value::as_object_mut)
+            .ok_or("/kvd/stats: no `per_worker` dict")?
+            .insert(id, dict);
+    }
+    Ok(all)
+}
+
 impl Source {
     /// The dataplane with EAL file prefix `prefix`; every reply must come within
     /// `timeout`. Nothing is opened before the first scrape.
@@ -54,7 +86,7 @@ impl Source {
     /// `/kvd/stats` and `/kvd/engine`. Any error drops the connection.
     fn query(&mut self) -> Result<(Value, Value), String> {
         let r = self.conn().and_then(|t| {
-            let stats = t.query("/kvd/stats")?;
+            let stats = per_worker_stats(t)?;
             let engine = t.query("/kvd/engine")?;
             Ok((stats, engine))
         });

@@ -381,4 +381,3 @@ fn http_server_answers_metrics_root_and_404() {
     t.join().unwrap();
     assert_eq!(reply(405, String::new(), None).status_code().0, 405);
 }
-
