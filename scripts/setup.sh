@@ -9,7 +9,8 @@ SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang tshark tcpdump
-      iproute2 libfontconfig1-dev libfreetype6-dev fonts-dejavu-core python3-pip)
+      iproute2 libfontconfig1-dev libfreetype6-dev fonts-dejavu-core python3-pip
+      prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
