@@ -413,11 +413,14 @@ impl Client {
     }
 
     /// `stats() -> dict`: the transport's counters (requests sent, retransmitted,
-    /// completed, failed, NAKs, timeouts, duplicate/stale/bad frames, ...), plus
-    /// `in_flight` and `qps_connected`.
+    /// completed, failed, NAKs, timeouts, duplicate/stale/bad frames, ...),
+    /// `in_flight`, `qps_connected`, and the raw socket's `tx_frames`, `tx_errors`,
+    /// `rx_frames`, `rx_filtered`, `rx_errors`.
     fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let nq = self.endpoint.qps.len();
-        let t = self.inner()?.transport();
+        let client = self.inner()?;
+        let io = client.io_mut().stats();
+        let t = client.transport();
         let s = *t.stats();
         let d = PyDict::new(py);
         d.set_item("sent", s.sent)?;
@@ -438,6 +441,11 @@ impl Client {
         d.set_item("in_flight", t.total_in_flight())?;
         let connected = (0..nq).filter(|&q| t.is_connected(q)).count();
         d.set_item("qps_connected", connected)?;
+        d.set_item("tx_frames", io.tx_frames)?;
+        d.set_item("tx_errors", io.tx_errors)?;
+        d.set_item("rx_frames", io.rx_frames)?;
+        d.set_item("rx_filtered", io.rx_filtered)?;
+        d.set_item("rx_errors", io.rx_errors)?;
         Ok(d)
     }
 
