@@ -12,7 +12,8 @@
 # must stop cleanly on SIGINT.
 #
 # Environment: CARGO_TARGET_DIR (default ./target) holds both builds; KVD_PYTEST_ARGS
-# adds pytest arguments (e.g. "-k batch").
+# adds pytest arguments (e.g. "-k batch"); KVD_PY_BENCH=FILE also runs
+# python/bench/bench_client.py in the namespace and writes its JSON to FILE.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -89,6 +90,16 @@ timeout 600 ip netns exec "$NS" env KVD_IFACE=kvtap0 KVD_CONFIG=configs/tap.json
   python3 -m pytest -p no:cacheprovider -q -rs python/tests ${KVD_PYTEST_ARGS:-} \
   2>&1 | tee "$TMP/pytest.log" || rc=$?
 SUMMARY=$(grep -E "^=* ?[0-9]+ (passed|failed|error)" "$TMP/pytest.log" | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+
+# Optional: the client benchmark (python/bench/bench_client.py) after passing tests.
+if [ "$rc" -eq 0 ] && [ -n "${KVD_PY_BENCH:-}" ]; then
+  kill -CONT "$DP_PID" 2>/dev/null || true
+  timeout 300 ip netns exec "$NS" python3 python/bench/bench_client.py \
+    --iface kvtap0 --config configs/tap.json >"$TMP/bench.json" \
+    || fail "bench_client.py failed"
+  cp "$TMP/bench.json" "$KVD_PY_BENCH"
+  cat "$TMP/bench.json"
+fi
 
 kill -CONT "$DP_PID" 2>/dev/null || true  # in case a test left it paused
 kill -INT "$DP_PID"
