@@ -79,7 +79,7 @@ def main():
             sys.exit("batch get returned wrong values")
         put_rates.append(a.batch / (t1 - t0))
         get_rates.append(a.batch / (t2 - t1))
-        packets.append((s1 - s0, s2 - s1))
+        packets.append(f"{s1 - s0}/{s2 - s1}")
     c.batch([("delete", k) for k in keys])
     stats = c.stats()
     c.close()
@@ -100,11 +100,11 @@ def main():
         "batch": {
             "ops": a.batch,
             "reps": a.reps,
-            "put_ops_per_s": [round(x) for x in put_rates],
-            "get_ops_per_s": [round(x) for x in get_rates],
+            "put_ops_per_s": " ".join(str(round(x)) for x in put_rates),
+            "get_ops_per_s": " ".join(str(round(x)) for x in get_rates),
             "put_ops_per_s_median": round(statistics.median(put_rates)),
             "get_ops_per_s_median": round(statistics.median(get_rates)),
-            "request_packets_put_get": packets,
+            "request_packets_put_get": " ".join(packets),
         },
         "client_stats": {k: stats[k] for k in ("sent", "retransmitted", "timeouts", "failed")},
     }

@@ -1,15 +1,62 @@
 //! `kvdirect.Client`: a kvclient [`kvclient::Client`] over the kernel transport
 //! ([`KernelIo`], an AF_PACKET socket on one interface).
+//!
+//! # Threads and the GIL
+//!
+//! `kvclient::Client` is not `Send` (it keeps a `Box<dyn FnMut() -> u64>` clock).
+//! Rather than an `unsendable` Python class (whose use from another thread is a
+//! Rust panic), each Rust client lives in a registry local to the thread that
+//! created it ([`CLIENTS`]); the Python object holds only its id and that thread's
+//! id. A call from another thread is refused with `RuntimeError`. Since the
+//! client never leaves its thread, the network waits run with the GIL released
+//! (`Python::detach` runs the closure on the same thread, and the closure
+//! captures only `Send` data: the id, the operation, the result slots).
 
 use crate::convert::{self, Kind};
 use crate::errors::{self, Error as KvError};
 use kvclient::{kernel_client_config, Endpoint, KernelIo, Op, Reply, Ticket};
 use kvwire::Status;
+use pyo3::exceptions::PyRuntimeError;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList};
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::{self, ThreadId};
 use std::time::{Duration, Instant};
+
+thread_local! {
+    /// The clients created on this thread, by id.
+    static CLIENTS: RefCell<HashMap<u64, kvclient::Client<KernelIo>>> =
+        RefCell::new(HashMap::new());
+}
+
+/// Ids of [`CLIENTS`] entries (never reused).
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Why [`with_client`] could not run.
+enum Access {
+    /// No such client on this thread (closed).
+    Closed,
+    /// The registry is in use (cannot happen: nothing re-enters it) or gone
+    /// (thread exit).
+    Busy,
+}
+
+/// Runs `f` on client `id` of this thread's registry.
+fn with_client<R>(
+    id: u64,
+    f: impl FnOnce(&mut kvclient::Client<KernelIo>) -> R,
+) -> Result<R, Access> {
+    CLIENTS
+        .try_with(|m| {
+            let mut m = m.try_borrow_mut().map_err(|_| Access::Busy)?;
+            m.get_mut(&id).map(f).ok_or(Access::Closed)
+        })
+        .map_err(|_| Access::Busy)?
+}
 
 /// A KV-Direct client on one network interface.
 ///
@@ -28,13 +75,26 @@ use std::time::{Duration, Instant};
 ///
 /// Keys are `bytes`, `bytearray` or `str` (UTF-8), never empty; values the same or
 /// an `int` (stored as 8 bytes little-endian, the form `incr`/`cas` work on).
-/// Results are `bytes`. The object belongs to the thread that created it, and holds
-/// the GIL while it waits for the network (the client is not `Send`).
-#[pyclass(unsendable, module = "kvdirect", name = "Client")]
+/// Results are `bytes`. The client belongs to the thread that created it (other
+/// threads get `RuntimeError`); it releases the GIL while it waits for the network.
+#[pyclass(module = "kvdirect", name = "Client")]
 pub struct Client {
-    inner: Option<kvclient::Client<KernelIo>>,
+    /// Key of the Rust client in the owner thread's [`CLIENTS`].
+    id: u64,
+    /// The thread that created it.
+    owner: ThreadId,
     endpoint: Endpoint,
     op_timeout_ns: u64,
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // On another thread the entry stays until the owner thread exits (its
+        // registry is dropped then).
+        if thread::current().id() == self.owner {
+            let _ = CLIENTS.try_with(|m| m.try_borrow_mut().map(|mut m| m.remove(&self.id)));
+        }
+    }
 }
 
 /// Optional keyword arguments of `Client(...)` that override or replace the
@@ -154,16 +214,29 @@ fn reply_value<'py>(
 }
 
 impl Client {
-    fn inner(&mut self) -> PyResult<&mut kvclient::Client<KernelIo>> {
-        self.inner
-            .as_mut()
-            .ok_or_else(|| KvError::new_err("the client is closed"))
+    /// Runs `f` on the Rust client: only on the owner thread, only while open.
+    fn with<R>(&self, f: impl FnOnce(&mut kvclient::Client<KernelIo>) -> R) -> PyResult<R> {
+        if thread::current().id() != self.owner {
+            return Err(PyRuntimeError::new_err(
+                "this kvdirect.Client belongs to the thread that created it; create \
+                 one client per thread (on distinct QPs)",
+            ));
+        }
+        with_client(self.id, f).map_err(|e| match e {
+            Access::Closed => KvError::new_err("the client is closed"),
+            Access::Busy => KvError::new_err("the client is in use"),
+        })
     }
 
-    /// Runs one operation to completion (blocking, GIL held).
-    fn run<'py>(&mut self, py: Python<'py>, kind: Kind, op: Op) -> PyResult<Bound<'py, PyAny>> {
-        let r = self.inner()?.exec(op);
-        reply_value(py, kind, r)
+    /// Runs one operation to completion, with the GIL released while it waits.
+    fn run<'py>(&self, py: Python<'py>, kind: Kind, op: Op) -> PyResult<Bound<'py, PyAny>> {
+        self.with(|_| ())?; // thread and open checks, with the GIL
+        let id = self.id;
+        let r = py.detach(move || with_client(id, |c| c.exec(op)));
+        match r {
+            Ok(r) => reply_value(py, kind, r),
+            Err(_) => Err(KvError::new_err("the client is closed")),
+        }
     }
 }
 
@@ -238,22 +311,36 @@ impl Client {
             cfg.connect_timeout_ns = convert::seconds(t, "connect_timeout")?;
         }
         let server = format!("{} ({})", endpoint.server_ip, mac_str(&endpoint.server_mac));
-        let inner = endpoint
-            .connect(cfg)
-            .map_err(|e| errors::endpoint_error(py, e, &endpoint.iface, &server))?;
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        // Connecting waits for the server: without the GIL. The client goes
+        // straight into this thread's registry (it cannot leave the thread).
+        let connected = py.detach(|| {
+            let c = endpoint.connect(cfg)?;
+            Ok(CLIENTS.try_with(|m| {
+                m.try_borrow_mut().map(|mut m| {
+                    m.insert(id, c);
+                })
+            }))
+        });
+        match connected {
+            Ok(Ok(Ok(()))) => {}
+            Ok(_) => {
+                return Err(KvError::new_err(
+                    "cannot register the client on this thread",
+                ))
+            }
+            Err(e) => return Err(errors::endpoint_error(py, e, &endpoint.iface, &server)),
+        }
         Ok(Client {
-            inner: Some(inner),
+            id,
+            owner: thread::current().id(),
             endpoint,
             op_timeout_ns: cfg.op_timeout_ns,
         })
     }
 
     /// `get(key) -> bytes | None`: the value, or `None` if the key is absent.
-    fn get<'py>(
-        &mut self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn get<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let key = convert::key(key, "get")?;
         self.run(py, Kind::Get, Op::Get { key })
     }
@@ -261,7 +348,7 @@ impl Client {
     /// `put(key, value) -> None`: stores `value` (bytes, bytearray, str, or an int as
     /// 8 bytes little-endian) under `key`.
     fn put<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         value: &Bound<'py, PyAny>,
@@ -272,11 +359,7 @@ impl Client {
     }
 
     /// `delete(key) -> bool`: removes `key`; whether it was present.
-    fn delete<'py>(
-        &mut self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn delete<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let key = convert::key(key, "delete")?;
         self.run(py, Kind::Delete, Op::Delete { key })
     }
@@ -288,7 +371,7 @@ impl Client {
     /// `put(key, 0)`.
     #[pyo3(signature = (key, delta=None))]
     fn incr<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         delta: Option<&Bound<'py, PyAny>>,
@@ -305,7 +388,7 @@ impl Client {
     /// little-endian word under `key`; returns the original value (the swap
     /// happened iff it equals `expected`).
     fn cas<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         key: &Bound<'py, PyAny>,
         expected: &Bound<'py, PyAny>,
@@ -332,7 +415,7 @@ impl Client {
     /// place of results.
     #[pyo3(signature = (ops, *, return_exceptions=false))]
     fn batch<'py>(
-        &mut self,
+        &self,
         py: Python<'py>,
         ops: &Bound<'py, PyAny>,
         return_exceptions: bool,
@@ -348,47 +431,56 @@ impl Client {
             parsed.push(convert::batch_op(&item?, i)?);
         }
         let op_timeout = Duration::from_nanos(self.op_timeout_ns);
-        let client = self.inner()?;
         let n = parsed.len();
         let mut kinds = Vec::with_capacity(n);
-        let mut first: Option<Ticket> = None;
-        for (kind, op) in parsed {
-            let t = client.submit(op);
-            first.get_or_insert(t);
-            kinds.push(kind);
-        }
+        let first = self.with(|client| {
+            let mut first: Option<Ticket> = None;
+            for (kind, op) in parsed {
+                let t = client.submit(op);
+                first.get_or_insert(t);
+                kinds.push(kind);
+            }
+            client.flush();
+            first
+        })?;
         let Some(first) = first else {
             return Ok(PyList::empty(py));
         };
         let mut results: Vec<Option<Result<Reply, kvclient::Error>>> = vec![None; n];
         let mut remaining = n;
-        client.flush();
         let mut last_progress = Instant::now();
-        let mut last_signal_check = last_progress;
-        while remaining > 0 {
-            let done = client.poll();
-            let now = Instant::now();
-            if !done.is_empty() {
-                last_progress = now;
+        let id = self.id;
+        // Poll without the GIL, taking it back every 20 ms for signals (Ctrl-C).
+        while remaining > 0 && last_progress.elapsed() <= op_timeout {
+            let slice = py.detach(|| {
+                with_client(id, |client| {
+                    let start = Instant::now();
+                    while remaining > 0 && start.elapsed() < Duration::from_millis(20) {
+                        let done = client.poll();
+                        if !done.is_empty() {
+                            last_progress = Instant::now();
+                        }
+                        for (t, r) in done {
+                            // Tickets are consecutive from `first`; anything else is a
+                            // late result of an earlier, abandoned call.
+                            let Some(i) = t.0.checked_sub(first.0).map(|i| i as usize) else {
+                                continue;
+                            };
+                            if let Some(slot @ None) = results.get_mut(i) {
+                                *slot = Some(r);
+                                remaining -= 1;
+                            }
+                        }
+                        if last_progress.elapsed() > op_timeout {
+                            break;
+                        }
+                    }
+                })
+            });
+            if slice.is_err() {
+                return Err(KvError::new_err("the client is closed"));
             }
-            for (t, r) in done {
-                // Tickets are consecutive from `first`; anything else is a late
-                // result of an earlier, abandoned call.
-                let Some(i) = t.0.checked_sub(first.0).map(|i| i as usize) else {
-                    continue;
-                };
-                if let Some(slot @ None) = results.get_mut(i) {
-                    *slot = Some(r);
-                    remaining -= 1;
-                }
-            }
-            if now.duration_since(last_progress) > op_timeout {
-                break;
-            }
-            if now.duration_since(last_signal_check) > Duration::from_millis(20) {
-                last_signal_check = now;
-                py.check_signals()?;
-            }
+            py.check_signals()?;
         }
         let list = PyList::empty(py);
         let mut first_err: Option<PyErr> = None;
@@ -416,12 +508,14 @@ impl Client {
     /// completed, failed, NAKs, timeouts, duplicate/stale/bad frames, ...),
     /// `in_flight`, `qps_connected`, and the raw socket's `tx_frames`, `tx_errors`,
     /// `rx_frames`, `rx_filtered`, `rx_errors`.
-    fn stats<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let nq = self.endpoint.qps.len();
-        let client = self.inner()?;
-        let io = client.io_mut().stats();
-        let t = client.transport();
-        let s = *t.stats();
+        let (s, io, in_flight, connected) = self.with(|client| {
+            let io = client.io_mut().stats();
+            let t = client.transport();
+            let connected = (0..nq).filter(|&q| t.is_connected(q)).count();
+            (*t.stats(), io, t.total_in_flight(), connected)
+        })?;
         let d = PyDict::new(py);
         d.set_item("sent", s.sent)?;
         d.set_item("retransmitted", s.retransmitted)?;
@@ -438,8 +532,7 @@ impl Client {
         d.set_item("bad_frames", s.bad_frames)?;
         d.set_item("completed", s.completed)?;
         d.set_item("failed", s.failed)?;
-        d.set_item("in_flight", t.total_in_flight())?;
-        let connected = (0..nq).filter(|&q| t.is_connected(q)).count();
+        d.set_item("in_flight", in_flight)?;
         d.set_item("qps_connected", connected)?;
         d.set_item("tx_frames", io.tx_frames)?;
         d.set_item("tx_errors", io.tx_errors)?;
@@ -450,8 +543,12 @@ impl Client {
     }
 
     /// `close()`: closes the socket; later calls raise `kvdirect.Error`.
-    fn close(&mut self) {
-        self.inner = None;
+    fn close(&self) -> PyResult<()> {
+        if thread::current().id() != self.owner {
+            return self.with(|_| ());
+        }
+        let _ = CLIENTS.try_with(|m| m.try_borrow_mut().map(|mut m| m.remove(&self.id)));
+        Ok(())
     }
 
     /// The network interface.
@@ -465,9 +562,9 @@ impl Client {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
-        self.close();
-        false
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
     }
 
     fn __repr__(&self) -> String {
@@ -481,7 +578,13 @@ impl Client {
             mac_str(&ep.client_mac),
             ep.qps.len(),
             ep.partitions,
-            if self.inner.is_none() { " closed" } else { "" }
+            if thread::current().id() != self.owner {
+                " (of another thread)"
+            } else if self.with(|_| ()).is_err() {
+                " closed"
+            } else {
+                ""
+            }
         )
     }
 }

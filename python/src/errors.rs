@@ -11,6 +11,7 @@
 //!     └── kvdirect.ConfigError       bad configuration file/arguments, no such interface,
 //!                                    no QP for a key's partition
 //! PermissionError                    no permission for a raw socket on the interface
+//! RuntimeError                       a call from another thread than the client's
 //! TypeError / ValueError             bad arguments (wrong types, empty key, an operation
 //!                                    too large for one request packet)
 //! ```

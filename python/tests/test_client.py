@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -326,6 +327,55 @@ def test_explicit_endpoint(iface, config, key):
         assert c.stats()["qps_connected"] == 1
     finally:
         c.close()
+
+
+def test_other_thread_refused(client, key):
+    """A client belongs to its thread (kvclient's Client is not Send): another
+    thread's call is refused with RuntimeError, and the client still works."""
+    caught = []
+
+    def other():
+        try:
+            client.get(key("t"))
+        except BaseException as e:
+            caught.append(e)
+
+    t = threading.Thread(target=other)
+    t.start()
+    t.join()
+    assert len(caught) == 1 and isinstance(caught[0], RuntimeError), caught
+    assert "thread" in str(caught[0])
+    client.put(key("t"), b"ok")
+    assert client.get(key("t")) == b"ok"
+
+
+def test_gil_released_while_waiting(client, key):
+    """Another Python thread runs while the client waits for the network. With a
+    long switch interval the interpreter never takes the GIL from the main thread
+    on its own during the call, so the spinner advances only if the call released
+    it."""
+    ops = [("put", key(str(i)), b"v") for i in range(5000)]
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(0.05)
+    stop = threading.Event()
+    count = [0]
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    try:
+        t.start()
+        time.sleep(0.01)
+        before = count[0]
+        client.batch(ops)
+        during = count[0] - before
+    finally:
+        stop.set()
+        t.join()
+        sys.setswitchinterval(old)
+    assert during > 0
 
 
 # -------------------------------------------------------- configuration errors
