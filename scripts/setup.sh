@@ -27,6 +27,13 @@ if ! python3 -c 'import scapy' 2>/dev/null; then
   python3 -m pip install -q --disable-pip-version-check scapy 2>/dev/null \
     || python3 -m pip install -q --disable-pip-version-check --break-system-packages scapy
 fi
+# maturin (builds the kvdirect wheel, python/) and pytest (its tests, scripts/e2e/python.sh).
+for mod in maturin pytest; do
+  if ! python3 -c "import $mod" 2>/dev/null; then
+    python3 -m pip install -q --disable-pip-version-check "$mod" 2>/dev/null \
+      || python3 -m pip install -q --disable-pip-version-check --break-system-packages "$mod"
+  fi
+done
 
 if ! command -v cargo >/dev/null; then
   echo "setup: cargo not found; install a Rust toolchain (rustup) first" >&2

@@ -8,6 +8,10 @@
 //!   `submit`/`flush`/`poll`) on top of a `Transport`, for tools and tests.
 //! * [`sim`] — [`sim::LossyLink`], a seeded in-memory duplex link that drops,
 //!   duplicates and reorders frames, for deterministic tests.
+//! * [`kernel`] — [`KernelIo`], a [`PacketIo`] over a Linux `AF_PACKET` raw socket,
+//!   and [`endpoint`] — [`Endpoint`] (interface, addresses, QPs from a config file)
+//!   with [`kernel_client_config`]: a client without DPDK (what `kvcli` uses;
+//!   docs/CLIENTS.md).
 //!
 //! Time is always passed in (`now_ns`): nothing here reads a clock.
 //!
@@ -72,17 +76,23 @@
 //! space (2^23) away from the old one's and drops every request outside the window
 //! (docs/PROTOCOL.md §6.5); on this side, responses and NAKs are matched by QPN and
 //! PSN, and the old incarnation's PSNs are not in flight any more.
-#![forbid(unsafe_code)]
+// Only the kernel transport's system calls use `unsafe` (each with a SAFETY note).
+#![deny(unsafe_code)]
 #![warn(missing_docs)]
 
 pub mod check;
 mod client;
+pub mod endpoint;
+#[allow(unsafe_code)]
+pub mod kernel;
 mod pool;
 mod qp;
 pub mod sim;
 mod transport;
 
 pub use client::{Client, ClientConfig, Op, Reply, Ticket};
+pub use endpoint::{kernel_client_config, Endpoint, EndpointError};
+pub use kernel::{KernelError, KernelIo};
 pub use qp::QpState;
 pub use transport::{Config, Event, SendError, Stats, Transport};
 

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The Python bindings (python/, module kvdirect) against a real dataplane on net_tap,
+# inside a private netns.
+#
+# Builds the dataplane and the kvdirect wheel (maturin, release), installs the wheel
+# with pip (--force-reinstall), starts the dataplane on kvtap0 (configs/tap.json,
+# --no-huge, its own --file-prefix) and runs python/tests with pytest inside the
+# namespace: every method of kvdirect.Client over the kernel transport (AF_PACKET on
+# kvtap0), a 10 000-op batch checked op by op against a dict model, error cases,
+# and the server gone (dataplane paused with SIGSTOP) -> UnreachableError within a
+# bounded time, then back (SIGCONT) -> the client reconnects. Finally the dataplane
+# must stop cleanly on SIGINT.
+#
+# Environment: CARGO_TARGET_DIR (default ./target) holds both builds; KVD_PYTEST_ARGS
+# adds pytest arguments (e.g. "-k batch"); KVD_PY_BENCH=FILE also runs
+# python/bench/bench_client.py in the namespace and writes its JSON to FILE.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+NS="kvd-e2e-py-$$"
+PREFIX="kvd-e2e-python-dp-$$"
+TMP=$(mktemp -d /tmp/kvd-e2e-python.XXXXXX)
+TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
+DP_PID=""
+
+cleanup() {
+  set +e
+  if [ -n "$DP_PID" ] && kill -0 "$DP_PID" 2>/dev/null; then
+    kill -CONT "$DP_PID" 2>/dev/null; kill -KILL "$DP_PID" 2>/dev/null; wait "$DP_PID" 2>/dev/null
+  fi
+  ip netns del "$NS" 2>/dev/null
+  rm -rf "$TMP" "/var/run/dpdk/$PREFIX" 2>/dev/null
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: python: $*"; exit 1; }
+
+if [ "$(id -u)" -ne 0 ] || ! ip netns add "$NS" 2>/dev/null; then
+  echo "SKIP: needs root/netns (ip netns add not permitted)"; trap - EXIT; rm -rf "$TMP"; exit 0
+fi
+python3 -m maturin --version >/dev/null 2>&1 || fail "maturin not installed (run scripts/setup.sh)"
+python3 -c 'import pytest' 2>/dev/null || fail "pytest not installed (run scripts/setup.sh)"
+
+START=$(date +%s)
+CARGO_TARGET_DIR="$TARGET_DIR" timeout 1800 cargo build --release -q -p dataplane \
+  || fail "dataplane build failed"
+DP_BIN="$TARGET_DIR/release/dataplane"
+
+# The wheel: its own Cargo workspace (python/Cargo.lock), built into the same target dir.
+W0=$(date +%s)
+timeout 1800 python3 -m maturin build --release -q -m python/Cargo.toml -i python3 \
+  --target-dir "$TARGET_DIR" -o "$TMP/wheels" >"$TMP/maturin.log" 2>&1 \
+  || { cat "$TMP/maturin.log"; fail "maturin build failed"; }
+WHEEL=$(ls "$TMP"/wheels/kvdirect-*.whl 2>/dev/null | head -n 1)
+[ -n "$WHEEL" ] || { cat "$TMP/maturin.log"; fail "no wheel built"; }
+echo "python: wheel $(basename "$WHEEL") built in $(( $(date +%s) - W0 )) s"
+
+# Same fallback as scripts/setup.sh: PEP 668 system interpreters need --break-system-packages.
+PIP=(python3 -m pip install -q --disable-pip-version-check --force-reinstall --no-deps)
+timeout 300 "${PIP[@]}" "$WHEEL" 2>/dev/null \
+  || timeout 300 "${PIP[@]}" --break-system-packages "$WHEEL" \
+  || fail "pip install of the wheel failed"
+
+nsx() { ip netns exec "$NS" "$@"; }
+nsx ip link set lo up
+# No IPv6 (router/neighbour solicitations) on the taps: only our frames reach the dataplane.
+nsx sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
+
+# `ip netns exec` execs the program: $! is the dataplane's own PID.
+: >"$TMP/dp.log"  # exists before the wait loop greps it
+ip netns exec "$NS" "$DP_BIN" --config configs/tap.json --no-huge \
+  --file-prefix "$PREFIX" --mem-mb 64 >"$TMP/dp.log" 2>&1 &
+DP_PID=$!
+for _ in $(seq 1 200); do
+  grep -q "dataplane ready" "$TMP/dp.log" && break
+  kill -0 "$DP_PID" 2>/dev/null || { cat "$TMP/dp.log"; fail "dataplane exited early"; }
+  sleep 0.1
+done
+grep -q "dataplane ready" "$TMP/dp.log" || { cat "$TMP/dp.log"; fail "dataplane not ready in 20 s"; }
+for _ in $(seq 1 50); do
+  nsx ip link show kvtap0 2>/dev/null | grep -q ",UP" && break
+  sleep 0.1
+done
+nsx ip link show kvtap0 | grep -q ",UP" || fail "kvtap0 not up"
+
+rc=0
+# shellcheck disable=SC2086  # KVD_PYTEST_ARGS: words on purpose
+timeout 600 ip netns exec "$NS" env KVD_IFACE=kvtap0 KVD_CONFIG=configs/tap.json \
+  KVD_DATAPLANE_PID="$DP_PID" \
+  python3 -m pytest -p no:cacheprovider -q -rs python/tests ${KVD_PYTEST_ARGS:-} \
+  2>&1 | tee "$TMP/pytest.log" || rc=$?
+SUMMARY=$(grep -E "^=* ?[0-9]+ (passed|failed|error)" "$TMP/pytest.log" | tail -n 1 | tr -d '=' | sed 's/^ *//; s/ *$//')
+
+# Optional: the client benchmark (python/bench/bench_client.py) after passing tests.
+if [ "$rc" -eq 0 ] && [ -n "${KVD_PY_BENCH:-}" ]; then
+  kill -CONT "$DP_PID" 2>/dev/null || true
+  timeout 300 ip netns exec "$NS" python3 python/bench/bench_client.py \
+    --iface kvtap0 --config configs/tap.json >"$TMP/bench.json" \
+    || fail "bench_client.py failed"
+  cp "$TMP/bench.json" "$KVD_PY_BENCH"
+  cat "$TMP/bench.json"
+fi
+
+kill -CONT "$DP_PID" 2>/dev/null || true  # in case a test left it paused
+kill -INT "$DP_PID"
+for _ in $(seq 1 100); do kill -0 "$DP_PID" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$DP_PID" 2>/dev/null; then fail "dataplane did not stop on SIGINT"; fi
+wait "$DP_PID" || fail "dataplane exited with status $?"
+DP_PID=""
+[ "$rc" -eq 0 ] || { tail -n 20 "$TMP/dp.log"; fail "pytest failed (rc $rc): ${SUMMARY:-no summary}"; }
+echo "PASS: python: ${SUMMARY} ($(( $(date +%s) - START )) s)"
