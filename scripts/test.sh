@@ -17,6 +17,9 @@ if [ "$quick" -eq 0 ]; then
   cargo fmt --all -- --check
   echo "== cargo clippy"
   cargo clippy --workspace --all-targets --release -q -- -D warnings
+  # The Python binding is its own workspace (python/, built by maturin).
+  echo "== python/: cargo fmt --check, clippy"
+  (cd python && cargo fmt -- --check && cargo clippy --all-targets -q -- -D warnings)
 fi
 
 echo "== cargo test (release: the property tests run more cases in the same time)"
