@@ -8,6 +8,7 @@ mod args;
 mod commands;
 mod connect;
 mod interactive;
+mod stats;
 mod value;
 
 use args::{Cli, EXIT_ERROR, EXIT_OK};
