@@ -218,7 +218,9 @@ set +e
   stats --count 100000 --timeout-ms 1000 >"$TMP/bg.out" 2>"$TMP/bg.err"; echo $? >"$TMP/bg.rc") &
 BG=$!
 set -e
-sleep 0.5
+# 100 000 GETs take ~2.5 s at ~25 us each: the server freezes in the middle.
+sleep 1
+[ -f "$TMP/bg.rc" ] && result request_timeout 0 "stats finished before the server froze"
 kill -STOP "$DP_PID"
 T0=$(date +%s%N)
 wait "$BG" || true
@@ -245,10 +247,13 @@ for _ in $(seq 1 100); do kill -0 "$DP_PID" 2>/dev/null || break; sleep 0.1; don
 if kill -0 "$DP_PID" 2>/dev/null; then fail "dataplane did not stop on SIGINT"; fi
 wait "$DP_PID" || fail "dataplane exited with status $?"
 DP_PID=""
-nsx ip link add kvtap0 type veth peer name kvpeer0
-nsx ip link set kvpeer0 up
-nsx ip link set kvtap0 up
-bounded unreachable_stopped get greeting
+if nsx ip link add kvtap0 type veth peer name kvpeer0 2>/dev/null; then
+  nsx ip link set kvpeer0 up
+  nsx ip link set kvtap0 up
+  bounded unreachable_stopped get greeting
+else
+  echo "SKIP: kvcli/unreachable_stopped: no veth support here (the frozen case covers exit 3)"
+fi
 
 if [ "$FAILS" -ne 0 ]; then
   fail "$FAILS of $CASES cases failed"
