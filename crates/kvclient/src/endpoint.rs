@@ -160,18 +160,21 @@ impl Endpoint {
 
 /// [`ClientConfig`] defaults suited to the kernel path.
 ///
-/// A round trip through the kernel (raw socket, TAP, the dataplane's idle yield)
-/// takes tens of µs when both sides have a core, but a scheduler slice (ms) when
-/// they share one with other work, so the DPDK path's 1 ms initial and 200 µs
-/// minimum RTO would fire spuriously: here the initial RTO is 20 ms and the floor
-/// 5 ms (docs/CLIENTS.md has the measurements). CONNECTs are resent every 50 ms;
-/// at most 64 requests are in flight; the connect timeout is 1 s and an operation
-/// gives up after 3 s.
+/// Measured with `kvcli stats` over net_tap (raw socket → TAP → dataplane with
+/// its idle yield, on a 2-core host shared with other work): GET round trips of
+/// 17–24 µs typically (p50), but a p99 of up to 1.8 ms and single outliers of
+/// up to 18 ms whenever the scheduler runs something else first. The DPDK path's 1 ms
+/// initial and 200 µs minimum RTO would fire spuriously on those (harmless for
+/// correctness, the server answers a duplicate from its replay cache, but
+/// wasted frames), so here the initial RTO is 20 ms and the adaptive RTO's floor
+/// 10 ms, above all but the rarest stalls (docs/CLIENTS.md). CONNECTs are
+/// resent every 50 ms; at most 64 requests are in flight; the connect timeout is
+/// 1 s and an operation gives up after 3 s.
 pub fn kernel_client_config() -> ClientConfig {
     ClientConfig {
         transport: Config {
             rto_initial_ns: 20_000_000,
-            rto_min_ns: 5_000_000,
+            rto_min_ns: 10_000_000,
             rto_max_ns: 200_000_000,
             max_retries: 8,
             connect_timeout_ns: 50_000_000,

@@ -1,0 +1,352 @@
+//! Command-line arguments (clap): where the server is, output options, commands.
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Exit codes, shown in `--help` (docs/CLIENTS.md has the same table).
+pub const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (also a CAS whose comparison failed: see its output)
+  1  key not found (get, del, or an update of a missing key)
+  2  error: server status, bad input, bad config, no permission, no such interface,
+     usage error
+  3  server unreachable: no ACCEPT within the connect timeout, or a request timed out
+
+Keys and values are text, or hex with a 0x prefix (0x alone is empty). Integers are
+decimal, -decimal or 0x hex. Run without a command (or with -i) for the interactive
+mode. Needs root or CAP_NET_RAW (raw socket). The protocol has no server-statistics
+operation: `stats` shows this client's counters; `ctlplane` shows the server's.";
+
+/// Success.
+pub const EXIT_OK: i32 = 0;
+/// Key not found.
+pub const EXIT_NOT_FOUND: i32 = 1;
+/// Any error but an unreachable server.
+pub const EXIT_ERROR: i32 = 2;
+/// Server unreachable or request timed out.
+pub const EXIT_UNREACHABLE: i32 = 3;
+
+/// kvcli: a KV-Direct client over a kernel raw socket.
+#[derive(Debug, Parser)]
+#[command(name = "kvcli", version, about, after_help = EXIT_CODES)]
+pub struct Cli {
+    /// Where the server is.
+    #[command(flatten)]
+    pub conn: ConnArgs,
+    /// Output options.
+    #[command(flatten)]
+    pub out: OutArgs,
+    /// Interactive mode (also the default without a command).
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// The command; none: interactive mode.
+    #[command(subcommand)]
+    pub cmd: Option<Cmd>,
+}
+
+/// How to reach the server: a config file, or every address by hand.
+#[derive(Debug, Args, Clone)]
+pub struct ConnArgs {
+    /// Topology config: server = its `dataplane` mac/ip, client = its `pktgen`
+    /// mac/ip, QPs = its `clients`, partitions = the dataplane's lcores.
+    #[arg(
+        long,
+        global = true,
+        env = "KVCLI_CONFIG",
+        default_value = "configs/tap.json"
+    )]
+    pub config: PathBuf,
+    /// Network interface of the raw socket.
+    #[arg(long, global = true, env = "KVCLI_IFACE", default_value = "kvtap0")]
+    pub iface: String,
+    /// Server IPv4 address (by-hand mode: needs --server-mac, --client-ip,
+    /// --client-mac, --qpn/--rkey; the config file is not read).
+    #[arg(long, global = true, value_name = "IP")]
+    pub server: Option<String>,
+    /// Server MAC (aa:bb:cc:dd:ee:ff).
+    #[arg(long, global = true, value_name = "MAC")]
+    pub server_mac: Option<String>,
+    /// Client IPv4 address (one not configured on the host).
+    #[arg(long, global = true, value_name = "IP")]
+    pub client_ip: Option<String>,
+    /// Client MAC.
+    #[arg(long, global = true, value_name = "MAC")]
+    pub client_mac: Option<String>,
+    /// Client QPN (repeatable). With a config: use only these of its clients.
+    #[arg(long, global = true, value_name = "N")]
+    pub qpn: Vec<String>,
+    /// R_Key of the --qpn at the same position (decimal or 0x hex).
+    #[arg(long, global = true, value_name = "K")]
+    pub rkey: Vec<String>,
+    /// Server partitions (its worker lcores); default: from the config, or 1.
+    #[arg(long, global = true, value_name = "P")]
+    pub partitions: Option<String>,
+    /// Connect timeout and per-request timeout in ms (default 1000 and 3000).
+    #[arg(long, global = true, value_name = "T")]
+    pub timeout_ms: Option<String>,
+}
+
+/// Output options.
+#[derive(Debug, Args, Clone, Copy, Default)]
+pub struct OutArgs {
+    /// One JSON object per command on stdout.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Print values as hex even when they are printable text.
+    #[arg(long, global = true)]
+    pub hex: bool,
+}
+
+/// Options of the vector and scalar-update commands.
+#[derive(Debug, Args, Clone)]
+pub struct ElemArgs {
+    /// Element width in bytes: 1, 2, 4 or 8.
+    #[arg(long, short = 'w', default_value = "8")]
+    pub width: String,
+    /// Elements are signed (MIN/MAX/LT/… compare signed; printed signed).
+    #[arg(long)]
+    pub signed: bool,
+}
+
+/// A command (also a line of the interactive mode).
+#[derive(Debug, Subcommand, Clone)]
+pub enum Cmd {
+    /// GET: print the value (exit 1 if absent).
+    Get {
+        /// Key.
+        key: String,
+    },
+    /// PUT a value.
+    Put {
+        /// Key.
+        key: String,
+        /// Value (text or 0x hex).
+        value: String,
+    },
+    /// DELETE (exit 1 if absent).
+    #[command(alias = "delete")]
+    Del {
+        /// Key.
+        key: String,
+    },
+    /// Fetch-and-add N (default 1) to a 64-bit counter (an 8-byte LE value); prints
+    /// the new value.
+    Incr {
+        /// Key (its value must be 8 bytes, e.g. `put KEY 0x0000000000000000`).
+        key: String,
+        /// Amount (negative: decrement).
+        #[arg(allow_negative_numbers = true)]
+        n: Option<String>,
+    },
+    /// Compare-and-swap a 64-bit value: swaps to NEW iff it is EXPECTED; prints
+    /// whether it swapped and the value before.
+    Cas {
+        /// Key.
+        key: String,
+        /// Expected value.
+        #[arg(allow_negative_numbers = true)]
+        expected: String,
+        /// New value.
+        #[arg(allow_negative_numbers = true)]
+        new: String,
+    },
+    /// UPDATE_S2S: atomic FUNC on a scalar of --width bytes; prints the value before
+    /// and after.
+    Update {
+        /// Key.
+        key: String,
+        /// add, sub, swap, cas, min, max, and, or, xor, or an id (user: 128-255).
+        func: String,
+        /// Parameter (CAS: expected).
+        #[arg(allow_negative_numbers = true)]
+        param: String,
+        /// Second parameter (CAS: new; user functions).
+        #[arg(allow_negative_numbers = true)]
+        param2: Option<String>,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// PUT a vector: comma-separated integers of --width bytes, little-endian.
+    Vput {
+        /// Key.
+        key: String,
+        /// Elements, e.g. 1,2,3.
+        #[arg(allow_hyphen_values = true)]
+        elems: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// GET a vector: print its elements.
+    Vget {
+        /// Key.
+        key: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// UPDATE_S2V fetch-add: add DELTA to every element; prints the vector before
+    /// and after.
+    Vadd {
+        /// Key.
+        key: String,
+        /// Amount added to each element.
+        #[arg(allow_negative_numbers = true)]
+        delta: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// UPDATE_S2V: FUNC with a scalar on every element.
+    Vupdate {
+        /// Key.
+        key: String,
+        /// Function name or id (see `update`).
+        func: String,
+        /// Parameter.
+        #[arg(allow_negative_numbers = true)]
+        param: String,
+        /// Second parameter (CAS: new).
+        #[arg(allow_negative_numbers = true)]
+        param2: Option<String>,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// UPDATE_V2V: FUNC element-wise with a Δ vector of the same length.
+    Vapply {
+        /// Key.
+        key: String,
+        /// Function name or id (not cas).
+        func: String,
+        /// Δ elements, e.g. 1,0,5.
+        #[arg(allow_hyphen_values = true)]
+        deltas: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// REDUCE: fold every element with FUNC from --init; prints Σ.
+    Reduce {
+        /// Key.
+        key: String,
+        /// add, sub, swap, min, max, and, or, xor, or a user id.
+        func: String,
+        /// Initial Σ (default 0; use e.g. the largest value with min).
+        #[arg(long, default_value = "0", allow_negative_numbers = true)]
+        init: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// FILTER: print the elements that pass `x PRED PARAM`.
+    Filter {
+        /// Key.
+        key: String,
+        /// eq, ne, lt, le, gt, ge, any (x & PARAM != 0), or an id.
+        pred: String,
+        /// Parameter.
+        #[arg(allow_negative_numbers = true)]
+        param: String,
+        #[command(flatten)]
+        elem: ElemArgs,
+    },
+    /// This client's transport counters and a measured round-trip time (the
+    /// protocol has no server-statistics op: `ctlplane` shows the server's).
+    Stats {
+        /// Round trips measured (GETs of a probe key).
+        #[arg(long, default_value = "100")]
+        count: String,
+    },
+}
+
+impl Cmd {
+    /// The command's name (JSON `cmd` field).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Cmd::Get { .. } => "get",
+            Cmd::Put { .. } => "put",
+            Cmd::Del { .. } => "del",
+            Cmd::Incr { .. } => "incr",
+            Cmd::Cas { .. } => "cas",
+            Cmd::Update { .. } => "update",
+            Cmd::Vput { .. } => "vput",
+            Cmd::Vget { .. } => "vget",
+            Cmd::Vadd { .. } => "vadd",
+            Cmd::Vupdate { .. } => "vupdate",
+            Cmd::Vapply { .. } => "vapply",
+            Cmd::Reduce { .. } => "reduce",
+            Cmd::Filter { .. } => "filter",
+            Cmd::Stats { .. } => "stats",
+        }
+    }
+
+    /// The key argument, if the command has one.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Cmd::Get { key }
+            | Cmd::Put { key, .. }
+            | Cmd::Del { key }
+            | Cmd::Incr { key, .. }
+            | Cmd::Cas { key, .. }
+            | Cmd::Update { key, .. }
+            | Cmd::Vput { key, .. }
+            | Cmd::Vget { key, .. }
+            | Cmd::Vadd { key, .. }
+            | Cmd::Vupdate { key, .. }
+            | Cmd::Vapply { key, .. }
+            | Cmd::Reduce { key, .. }
+            | Cmd::Filter { key, .. } => Some(key),
+            Cmd::Stats { .. } => None,
+        }
+    }
+}
+
+/// Command names for completion and `help` in the interactive mode.
+pub const COMMANDS: &[&str] = &[
+    "get", "put", "del", "incr", "cas", "update", "vput", "vget", "vadd", "vupdate", "vapply",
+    "reduce", "filter", "stats", "help", "quit", "exit",
+];
+
+/// One line of the interactive mode: a command and output options.
+#[derive(Debug, Parser)]
+#[command(name = "kvcli", no_binary_name = true, disable_version_flag = true)]
+pub struct Line {
+    /// Output options for this line.
+    #[command(flatten)]
+    pub out: OutArgs,
+    /// The command.
+    #[command(subcommand)]
+    pub cmd: Cmd,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_consistent() {
+        Cli::command().debug_assert();
+        Line::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_commands_and_globals() {
+        let c = Cli::try_parse_from(["kvcli", "get", "k", "--json", "--iface", "x"]).unwrap();
+        assert!(c.out.json);
+        assert_eq!(c.conn.iface, "x");
+        assert!(matches!(c.cmd, Some(Cmd::Get { ref key }) if key == "k"));
+        let c = Cli::try_parse_from(["kvcli", "incr", "k", "-5"]).unwrap();
+        assert!(matches!(c.cmd, Some(Cmd::Incr { n: Some(ref n), .. }) if n == "-5"));
+        let c = Cli::try_parse_from(["kvcli", "vput", "k", "-1,2", "-w", "2"]).unwrap();
+        assert!(matches!(c.cmd, Some(Cmd::Vput { ref elems, .. }) if elems == "-1,2"));
+        assert!(Cli::try_parse_from(["kvcli", "get"]).is_err());
+        assert!(Cli::try_parse_from(["kvcli", "frobnicate"]).is_err());
+        let l = Line::try_parse_from(["put", "a", "1"]).unwrap();
+        assert_eq!(l.cmd.name(), "put");
+        for name in COMMANDS {
+            let kind = Line::try_parse_from([*name, "--help"]).unwrap_err().kind();
+            let is_cmd = !matches!(*name, "help" | "quit" | "exit");
+            assert_eq!(
+                kind == clap::error::ErrorKind::DisplayHelp,
+                is_cmd,
+                "{name}"
+            );
+        }
+    }
+}

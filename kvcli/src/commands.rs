@@ -1,0 +1,517 @@
+//! Runs one command against a connected client and describes the outcome (text
+//! for people, a JSON object for scripts, an exit code).
+
+use crate::args::{Cmd, ElemArgs, OutArgs, EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_UNREACHABLE};
+use crate::value::{self as v, json_num};
+use kvclient::{Client, Error, KernelIo, Op};
+use kvwire::payload::{func, Atomic, Width};
+use kvwire::Status;
+use serde_json::{Map, Value as Json};
+use std::io::Write;
+
+/// The connected client kvcli uses.
+pub type Kv = Client<KernelIo>;
+
+/// What a command produced.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Exit code (`args::EXIT_*`).
+    pub code: i32,
+    /// Human output (stdout), without the final newline.
+    pub text: String,
+    /// The JSON object (`cmd`, `key`, results, and `error` on failure).
+    pub json: Map<String, Json>,
+    /// The error message (stderr), if the command failed.
+    pub error: Option<String>,
+}
+
+impl Outcome {
+    /// A command that failed before reaching the server, or a failure of it.
+    pub fn fail(cmd: &str, key: Option<&str>, code: i32, msg: String) -> Outcome {
+        let mut json = Map::new();
+        json.insert("cmd".into(), cmd.into());
+        if let Some(k) = key {
+            json.insert("key".into(), k.into());
+        }
+        json.insert("error".into(), msg.clone().into());
+        json.insert("exit".into(), code.into());
+        Outcome {
+            code,
+            text: String::new(),
+            json,
+            error: Some(msg),
+        }
+    }
+
+    /// Prints the outcome: the JSON object, or the text and the error (a closed
+    /// stdout is ignored, never a panic).
+    pub fn print(&self, out: OutArgs) {
+        let mut so = std::io::stdout().lock();
+        if out.json {
+            let _ = writeln!(so, "{}", Json::Object(self.json.clone()));
+        } else if self.error.is_none() {
+            let _ = writeln!(so, "{}", self.text);
+        }
+        let _ = so.flush();
+        if let Some(e) = &self.error {
+            if !out.json || self.code != EXIT_NOT_FOUND {
+                let _ = writeln!(std::io::stderr(), "kvcli: {e}");
+            }
+        }
+    }
+}
+
+/// Exit code and message for a client error.
+pub fn error_code(e: &Error) -> (i32, String) {
+    match e {
+        Error::Status(Status::NotFound) => (EXIT_NOT_FOUND, "key not found".into()),
+        Error::Status(s) => {
+            let hint = match s {
+                Status::BadLength => {
+                    " (the value is not a vector of --width elements, not exactly one \
+                     element for a scalar op, or the Δ vector's length differs)"
+                }
+                Status::UnknownFunction => {
+                    " (function not defined for this op, or not registered: see \
+                     docs/PROTOCOL.md §3.2)"
+                }
+                Status::WrongPartition => " (--partitions does not match the dataplane's workers)",
+                Status::ValueTooLarge | Status::KeyTooLarge => " (beyond the server's limit)",
+                _ => "",
+            };
+            let name = s.name().to_ascii_uppercase();
+            (EXIT_ERROR, format!("server answered {name}{hint}"))
+        }
+        Error::Timeout | Error::ConnectionLost | Error::Deadline => (
+            EXIT_UNREACHABLE,
+            format!("request timed out ({e:?}): server unreachable? (outcome unknown)"),
+        ),
+        Error::ConnectTimeout => (
+            EXIT_UNREACHABLE,
+            "server unreachable: no ACCEPT within the connect timeout".into(),
+        ),
+        Error::TooLarge => (
+            EXIT_ERROR,
+            "the operation does not fit in one request".into(),
+        ),
+        Error::Invalid(p) => (EXIT_ERROR, format!("cannot encode the operation: {p:?}")),
+        Error::BadResponse => (EXIT_ERROR, "malformed response from the server".into()),
+        Error::NoQp => (
+            EXIT_ERROR,
+            "no client QP serves this key's partition (see --qpn, --partitions)".into(),
+        ),
+    }
+}
+
+/// Checks a command's input without a server (what [`run`] would reject).
+pub fn check(cmd: &Cmd) -> Result<(), String> {
+    let w = |e: &ElemArgs| v::parse_width(&e.width);
+    if let Some(k) = cmd.key() {
+        v::parse_key(k)?;
+    }
+    match cmd {
+        Cmd::Get { .. } | Cmd::Del { .. } => {}
+        Cmd::Put { key, value } => {
+            v::parse_value(value, v::parse_key(key)?.len())?;
+        }
+        Cmd::Incr { n, .. } => {
+            v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
+        }
+        Cmd::Cas { expected, new, .. } => {
+            v::parse_int(expected, Width::W8)?;
+            v::parse_int(new, Width::W8)?;
+        }
+        Cmd::Update {
+            func,
+            param,
+            param2,
+            elem,
+            ..
+        }
+        | Cmd::Vupdate {
+            func,
+            param,
+            param2,
+            elem,
+            ..
+        } => {
+            let w = w(elem)?;
+            v::parse_func(func)?;
+            v::parse_int(param, w)?;
+            v::parse_int(param2.as_deref().unwrap_or("0"), w)?;
+        }
+        Cmd::Vput { elems, elem, .. } => {
+            v::parse_vector(elems, w(elem)?)?;
+        }
+        Cmd::Vget { elem, .. } => {
+            w(elem)?;
+        }
+        Cmd::Vadd { delta, elem, .. } => {
+            v::parse_int(delta, w(elem)?)?;
+        }
+        Cmd::Vapply {
+            func, deltas, elem, ..
+        } => {
+            v::parse_func(func)?;
+            v::parse_vector(deltas, w(elem)?)?;
+        }
+        Cmd::Reduce {
+            func, init, elem, ..
+        } => {
+            v::parse_func(func)?;
+            v::parse_int(init, w(elem)?)?;
+        }
+        Cmd::Filter {
+            pred, param, elem, ..
+        } => {
+            v::parse_pred(pred)?;
+            v::parse_int(param, w(elem)?)?;
+        }
+        Cmd::Stats { count } => {
+            parse_count(count)?;
+        }
+    }
+    Ok(())
+}
+
+/// `stats --count`: 1..=100000.
+pub(crate) fn parse_count(count: &str) -> Result<usize, String> {
+    count
+        .parse()
+        .ok()
+        .filter(|n| (1..=100_000).contains(n))
+        .ok_or_else(|| format!("bad --count {count:?}: 1..=100000"))
+}
+
+/// Runs `cmd` on `kv`.
+pub fn run(kv: &mut Kv, cmd: &Cmd, out: OutArgs) -> Outcome {
+    let name = cmd.name();
+    let key = cmd.key();
+    let mut json = Map::new();
+    json.insert("cmd".into(), name.into());
+    if let Some(k) = key {
+        json.insert("key".into(), k.into());
+    }
+    match exec(kv, cmd, out, &mut json) {
+        Ok(Done { code, text }) => Outcome {
+            code,
+            text,
+            json,
+            error: None,
+        },
+        Err(Fail::Input(msg)) => Outcome::fail(name, key, EXIT_ERROR, msg),
+        Err(Fail::Client(e)) => {
+            let (code, msg) = error_code(&e);
+            let mut o = Outcome::fail(name, key, code, msg);
+            if code == EXIT_NOT_FOUND {
+                o.json.remove("error");
+                o.json.remove("exit");
+                o.json.insert("found".into(), false.into());
+            }
+            o
+        }
+    }
+}
+
+/// A command that reached the server and got an answer.
+pub(crate) struct Done {
+    /// Exit code.
+    pub(crate) code: i32,
+    /// Human output.
+    pub(crate) text: String,
+}
+
+/// Why a command failed.
+pub(crate) enum Fail {
+    /// Bad input (exit 2).
+    Input(String),
+    /// The client or the server said no.
+    Client(Error),
+}
+
+impl From<String> for Fail {
+    fn from(s: String) -> Self {
+        Fail::Input(s)
+    }
+}
+
+impl From<Error> for Fail {
+    fn from(e: Error) -> Self {
+        Fail::Client(e)
+    }
+}
+
+/// Success with `text`.
+pub(crate) fn ok(text: String) -> Result<Done, Fail> {
+    Ok(Done {
+        code: EXIT_OK,
+        text,
+    })
+}
+
+fn elem(e: &ElemArgs) -> Result<(Width, bool), Fail> {
+    Ok((v::parse_width(&e.width)?, e.signed))
+}
+
+fn atomic(func: u8, width: Width, signed: bool) -> Atomic {
+    Atomic {
+        func,
+        width,
+        signed,
+    }
+}
+
+fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Result<Done, Fail> {
+    match cmd {
+        Cmd::Get { key } => {
+            let k = v::parse_key(key)?;
+            match kv.get(&k)? {
+                Some(val) => {
+                    let (s, enc) = v::show(&val, out.hex);
+                    j.insert("found".into(), true.into());
+                    j.insert("value".into(), s.clone().into());
+                    j.insert("encoding".into(), enc.into());
+                    ok(s)
+                }
+                None => Err(Error::Status(Status::NotFound).into()),
+            }
+        }
+        Cmd::Put { key, value } => {
+            let k = v::parse_key(key)?;
+            let val = v::parse_value(value, k.len())?;
+            kv.put(&k, &val)?;
+            j.insert("ok".into(), true.into());
+            j.insert("bytes".into(), val.len().into());
+            ok("OK".into())
+        }
+        Cmd::Del { key } => {
+            let k = v::parse_key(key)?;
+            if kv.delete(&k)? {
+                j.insert("deleted".into(), true.into());
+                ok("deleted".into())
+            } else {
+                Err(Error::Status(Status::NotFound).into())
+            }
+        }
+        Cmd::Incr { key, n } => {
+            let k = v::parse_key(key)?;
+            let d = v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
+            let old = kv.fetch_add(&k, Width::W8, d)?;
+            let new = old.wrapping_add(d);
+            j.insert("old".into(), old.into());
+            j.insert("value".into(), new.into());
+            ok(new.to_string())
+        }
+        Cmd::Cas { key, expected, new } => {
+            let k = v::parse_key(key)?;
+            let e = v::parse_int(expected, Width::W8)?;
+            let n = v::parse_int(new, Width::W8)?;
+            let old = kv.cas(&k, Width::W8, e, n)?;
+            let swapped = old == e;
+            j.insert("swapped".into(), swapped.into());
+            j.insert("old".into(), old.into());
+            j.insert("value".into(), if swapped { n } else { old }.into());
+            ok(if swapped {
+                format!("swapped (was {old}, now {n})")
+            } else {
+                format!("not swapped (value is {old}, expected {e})")
+            })
+        }
+        Cmd::Update {
+            key,
+            func,
+            param,
+            param2,
+            elem: ea,
+        } => {
+            let k = v::parse_key(key)?;
+            let (w, signed) = elem(ea)?;
+            let f = v::parse_func(func)?;
+            let p = v::parse_int(param, w)?;
+            let p2 = v::parse_int(param2.as_deref().unwrap_or("0"), w)?;
+            let op = Op::UpdateS2S {
+                key: k,
+                atomic: atomic(f, w, signed),
+                param: p,
+                param2: p2,
+            };
+            let r = kv.exec(op)?.ok()?;
+            let xs = v::decode_elems(&r, w)?;
+            let old = xs.first().copied().unwrap_or(0);
+            let new = v::apply(f, old, p, p2, w, signed);
+            j.insert("func".into(), v::func_name(f).into());
+            j.insert("old".into(), json_num(v::elem_value(old, w, signed)));
+            let mut text = format!("old {}", v::elem_value(old, w, signed));
+            if let Some(n) = new {
+                j.insert("value".into(), json_num(v::elem_value(n, w, signed)));
+                text.push_str(&format!(" new {}", v::elem_value(n, w, signed)));
+            }
+            ok(text)
+        }
+        Cmd::Vput {
+            key,
+            elems,
+            elem: ea,
+        } => {
+            let k = v::parse_key(key)?;
+            let (w, _) = elem(ea)?;
+            let val = v::parse_vector(elems, w)?;
+            let max = v::max_value_len(k.len());
+            if val.len() > max {
+                return Err(Fail::Input(format!(
+                    "the vector is {} bytes; at most {max} fit in one request ({} elements \
+                     of {} bytes)",
+                    val.len(),
+                    max / w.bytes(),
+                    w.bytes()
+                )));
+            }
+            kv.put(&k, &val)?;
+            j.insert("ok".into(), true.into());
+            j.insert("elements".into(), (val.len() / w.bytes()).into());
+            ok("OK".into())
+        }
+        Cmd::Vget { key, elem: ea } => {
+            let k = v::parse_key(key)?;
+            let (w, signed) = elem(ea)?;
+            let val = kv.get(&k)?.ok_or(Error::Status(Status::NotFound))?;
+            let xs = v::decode_elems(&val, w)?;
+            j.insert("found".into(), true.into());
+            j.insert("elements".into(), v::json_elems(&xs, w, signed));
+            ok(v::show_elems(&xs, w, signed))
+        }
+        Cmd::Vadd {
+            key,
+            delta,
+            elem: ea,
+        } => s2v(kv, j, key, func::FETCH_ADD, delta, None, ea),
+        Cmd::Vupdate {
+            key,
+            func,
+            param,
+            param2,
+            elem: ea,
+        } => {
+            let f = v::parse_func(func)?;
+            s2v(kv, j, key, f, param, param2.as_deref(), ea)
+        }
+        Cmd::Vapply {
+            key,
+            func,
+            deltas,
+            elem: ea,
+        } => {
+            let k = v::parse_key(key)?;
+            let (w, signed) = elem(ea)?;
+            let f = v::parse_func(func)?;
+            let delta = v::parse_vector(deltas, w)?;
+            let ds = v::decode_elems(&delta, w)?;
+            let op = Op::UpdateV2V {
+                key: k,
+                atomic: atomic(f, w, signed),
+                delta,
+            };
+            let r = kv.exec(op)?.ok()?;
+            let old = v::decode_elems(&r, w)?;
+            let new: Option<Vec<u64>> = old
+                .iter()
+                .zip(&ds)
+                .map(|(&x, &d)| v::apply(f, x, d, 0, w, signed))
+                .collect();
+            Ok(show_update(j, f, &old, new.as_deref(), w, signed))
+        }
+        Cmd::Reduce {
+            key,
+            func,
+            init,
+            elem: ea,
+        } => {
+            let k = v::parse_key(key)?;
+            let (w, signed) = elem(ea)?;
+            let f = v::parse_func(func)?;
+            let init = v::parse_int(init, w)?;
+            let op = Op::Reduce {
+                key: k,
+                atomic: atomic(f, w, signed),
+                init,
+            };
+            let r = kv.exec(op)?.ok()?;
+            let xs = v::decode_elems(&r, w)?;
+            let sum = v::elem_value(xs.first().copied().unwrap_or(0), w, signed);
+            j.insert("func".into(), v::func_name(f).into());
+            j.insert("value".into(), json_num(sum));
+            ok(sum.to_string())
+        }
+        Cmd::Filter {
+            key,
+            pred,
+            param,
+            elem: ea,
+        } => {
+            let k = v::parse_key(key)?;
+            let (w, signed) = elem(ea)?;
+            let p = v::parse_pred(pred)?;
+            let param = v::parse_int(param, w)?;
+            let op = Op::Filter {
+                key: k,
+                atomic: atomic(p, w, signed),
+                param,
+            };
+            let r = kv.exec(op)?.ok()?;
+            let xs = v::decode_elems(&r, w)?;
+            j.insert("elements".into(), v::json_elems(&xs, w, signed));
+            ok(v::show_elems(&xs, w, signed))
+        }
+        Cmd::Stats { count } => crate::stats::run(kv, j, count),
+    }
+}
+
+fn s2v(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    f: u8,
+    param: &str,
+    param2: Option<&str>,
+    ea: &ElemArgs,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let (w, signed) = elem(ea)?;
+    let p = v::parse_int(param, w)?;
+    let p2 = v::parse_int(param2.unwrap_or("0"), w)?;
+    let op = Op::UpdateS2V {
+        key: k,
+        atomic: atomic(f, w, signed),
+        param: p,
+        param2: p2,
+    };
+    let r = kv.exec(op)?.ok()?;
+    let old = v::decode_elems(&r, w)?;
+    let new: Option<Vec<u64>> = old
+        .iter()
+        .map(|&x| v::apply(f, x, p, p2, w, signed))
+        .collect();
+    Ok(show_update(j, f, &old, new.as_deref(), w, signed))
+}
+
+fn show_update(
+    j: &mut Map<String, Json>,
+    f: u8,
+    old: &[u64],
+    new: Option<&[u64]>,
+    w: Width,
+    signed: bool,
+) -> Done {
+    j.insert("func".into(), v::func_name(f).into());
+    j.insert("width".into(), w.bytes().into());
+    j.insert("old".into(), v::json_elems(old, w, signed));
+    let mut text = format!("old: {}", v::show_elems(old, w, signed));
+    if let Some(n) = new {
+        j.insert("new".into(), v::json_elems(n, w, signed));
+        text.push_str(&format!("\nnew: {}", v::show_elems(n, w, signed)));
+    }
+    Done {
+        code: EXIT_OK,
+        text,
+    }
+}

@@ -1,0 +1,224 @@
+//! The endpoint and client configuration from the command line, and connecting.
+
+use crate::args::{ConnArgs, EXIT_ERROR, EXIT_UNREACHABLE};
+use crate::commands::Kv;
+use kvclient::{kernel_client_config, ClientConfig, Endpoint, EndpointError};
+use std::net::Ipv4Addr;
+
+/// Largest `--timeout-ms` (one hour).
+const MAX_TIMEOUT_MS: u64 = 3_600_000;
+
+/// Parses a u32 in decimal or `0x` hex.
+fn parse_u32(what: &str, s: &str) -> Result<u32, String> {
+    let t = s.trim();
+    let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => t.parse(),
+    };
+    r.map_err(|_| format!("bad {what} {s:?}: a number 0..=4294967295 (decimal or 0x hex)"))
+}
+
+fn parse_ip(what: &str, s: &str) -> Result<Ipv4Addr, String> {
+    s.parse()
+        .map_err(|_| format!("bad {what} {s:?}: an IPv4 address like 10.0.0.2"))
+}
+
+fn parse_mac(what: &str, s: &str) -> Result<[u8; 6], String> {
+    kvconf::parse_mac(s).map_err(|e| format!("{what}: {e} (want aa:bb:cc:dd:ee:ff)"))
+}
+
+/// The QPs given with `--qpn`/`--rkey`; `rkeys` may be empty (looked up later).
+fn qp_flags(a: &ConnArgs) -> Result<(Vec<u32>, Vec<u32>), String> {
+    let qpns = a
+        .qpn
+        .iter()
+        .map(|q| parse_u32("--qpn", q))
+        .collect::<Result<Vec<_>, _>>()?;
+    let rkeys = a
+        .rkey
+        .iter()
+        .map(|k| parse_u32("--rkey", k))
+        .collect::<Result<Vec<_>, _>>()?;
+    if !rkeys.is_empty() && rkeys.len() != qpns.len() {
+        return Err(format!(
+            "{} --qpn but {} --rkey: give one --rkey per --qpn, in the same order",
+            qpns.len(),
+            rkeys.len()
+        ));
+    }
+    Ok((qpns, rkeys))
+}
+
+/// The endpoint: by hand when `--server` is given, else from `--config`.
+pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
+    let (qpns, rkeys) = qp_flags(a)?;
+    let mut ep = if let Some(server) = &a.server {
+        let need = |v: &Option<String>, flag: &str| {
+            v.clone()
+                .ok_or_else(|| format!("--server needs {flag} too (or use --config)"))
+        };
+        if qpns.is_empty() || rkeys.is_empty() {
+            return Err("--server needs at least one --qpn N --rkey K pair".into());
+        }
+        Endpoint {
+            iface: a.iface.clone(),
+            client_mac: parse_mac("--client-mac", &need(&a.client_mac, "--client-mac")?)?,
+            client_ip: parse_ip("--client-ip", &need(&a.client_ip, "--client-ip")?)?,
+            server_mac: parse_mac("--server-mac", &need(&a.server_mac, "--server-mac")?)?,
+            server_ip: parse_ip("--server", server)?,
+            udp_src_port: kvclient::endpoint::DEFAULT_UDP_SRC_PORT,
+            partitions: 1,
+            qps: qpns.iter().copied().zip(rkeys.iter().copied()).collect(),
+        }
+    } else {
+        let mut ep = Endpoint::from_config(&a.config, &a.iface).map_err(|e| e.to_string())?;
+        if let Some(m) = &a.server_mac {
+            ep.server_mac = parse_mac("--server-mac", m)?;
+        }
+        if let Some(m) = &a.client_mac {
+            ep.client_mac = parse_mac("--client-mac", m)?;
+        }
+        if let Some(ip) = &a.client_ip {
+            ep.client_ip = parse_ip("--client-ip", ip)?;
+        }
+        if !qpns.is_empty() {
+            let mut qps = Vec::new();
+            for (i, &q) in qpns.iter().enumerate() {
+                let rkey = match rkeys.get(i) {
+                    Some(&k) => k,
+                    None => ep
+                        .qps
+                        .iter()
+                        .find(|(n, _)| *n == q)
+                        .map(|&(_, k)| k)
+                        .ok_or_else(|| {
+                            format!(
+                                "--qpn {q} is not among the config's clients ({}); give \
+                                 its --rkey",
+                                a.config.display()
+                            )
+                        })?,
+                };
+                qps.push((q, rkey));
+            }
+            ep.qps = qps;
+        }
+        ep
+    };
+    if let Some(p) = &a.partitions {
+        ep.partitions = parse_u32("--partitions", p)?;
+    }
+    ep.validate().map_err(|e| e.to_string())?;
+    Ok(ep)
+}
+
+/// The client configuration: the kernel defaults, with `--timeout-ms` as the
+/// connect and per-request timeout.
+pub fn client_config(a: &ConnArgs) -> Result<ClientConfig, String> {
+    let mut cfg = kernel_client_config();
+    if let Some(t) = &a.timeout_ms {
+        let ms: u64 = t
+            .trim()
+            .parse()
+            .ok()
+            .filter(|ms| (1..=MAX_TIMEOUT_MS).contains(ms))
+            .ok_or_else(|| format!("bad --timeout-ms {t:?}: 1..={MAX_TIMEOUT_MS}"))?;
+        cfg.connect_timeout_ns = ms * 1_000_000;
+        cfg.op_timeout_ns = ms * 1_000_000;
+    }
+    Ok(cfg)
+}
+
+/// Builds the endpoint and connects; on failure, the exit code and message.
+pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
+    let ep = endpoint(a).map_err(|e| (EXIT_ERROR, e))?;
+    let cfg = client_config(a).map_err(|e| (EXIT_ERROR, e))?;
+    ep.connect(cfg).map_err(|e| {
+        let code = match e {
+            EndpointError::Unreachable(_) => EXIT_UNREACHABLE,
+            EndpointError::Config(_) | EndpointError::Kernel(_) => EXIT_ERROR,
+        };
+        let msg = match e {
+            EndpointError::Unreachable(_) => format!(
+                "{e} [server {} on {}, {} QP(s)]",
+                ep.server_ip,
+                ep.iface,
+                ep.qps.len()
+            ),
+            _ => e.to_string(),
+        };
+        (code, msg)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::args::Cli;
+    use clap::Parser;
+
+    fn conn(extra: &[&str]) -> ConnArgs {
+        let mut v = vec!["kvcli"];
+        v.extend_from_slice(extra);
+        v.push("stats");
+        Cli::try_parse_from(v).unwrap().conn
+    }
+
+    fn cfg_path() -> String {
+        concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/tap.json").to_string()
+    }
+
+    #[test]
+    fn from_config_with_overrides() {
+        let p = cfg_path();
+        let ep = endpoint(&conn(&["--config", &p])).unwrap();
+        assert_eq!(ep.qps.len(), 4);
+        let ep = endpoint(&conn(&["--config", &p, "--qpn", "18", "--partitions", "1"])).unwrap();
+        assert_eq!(ep.qps, [(18, 305419897)]);
+        let e = endpoint(&conn(&["--config", &p, "--qpn", "99"])).unwrap_err();
+        assert!(e.contains("--qpn 99 is not among"), "{e}");
+        let e = endpoint(&conn(&["--config", &p, "--partitions", "0"])).unwrap_err();
+        assert!(e.contains("partitions"), "{e}");
+        let e = endpoint(&conn(&["--config", "/nonexistent.json"])).unwrap_err();
+        assert!(e.contains("/nonexistent.json"), "{e}");
+    }
+
+    #[test]
+    fn by_hand() {
+        let base = [
+            "--server",
+            "10.0.0.1",
+            "--server-mac",
+            "02:00:00:00:00:01",
+            "--client-ip",
+            "10.0.0.9",
+            "--client-mac",
+            "02:00:00:00:00:09",
+            "--qpn",
+            "17",
+            "--rkey",
+            "0x10",
+        ];
+        let ep = endpoint(&conn(&base)).unwrap();
+        assert_eq!(ep.qps, [(17, 16)]);
+        assert_eq!(ep.server_ip, Ipv4Addr::new(10, 0, 0, 1));
+        let e = endpoint(&conn(&base[..8])).unwrap_err();
+        assert!(e.contains("--qpn N --rkey K"), "{e}");
+        let e = endpoint(&conn(&base[..2])).unwrap_err();
+        assert!(e.contains("--qpn") || e.contains("--server-mac"), "{e}");
+        let mut bad = base.to_vec();
+        bad[3] = "02:00";
+        assert!(endpoint(&conn(&bad)).unwrap_err().contains("--server-mac"));
+        let mut bad = base.to_vec();
+        bad[11] = "0xzz";
+        assert!(endpoint(&conn(&bad)).unwrap_err().contains("--rkey"));
+    }
+
+    #[test]
+    fn timeouts() {
+        let c = client_config(&conn(&["--timeout-ms", "250"])).unwrap();
+        assert_eq!(c.connect_timeout_ns, 250_000_000);
+        assert!(client_config(&conn(&["--timeout-ms", "0"])).is_err());
+        assert!(client_config(&conn(&["--timeout-ms", "abc"])).is_err());
+    }
+}
