@@ -97,11 +97,11 @@ def overhead_server(reps, secs):
     }
 
 
-def kernel(reps, n_gets, batch):
+def kernel():
     """Runs scripts/bench_kernel.sh (tap dataplane in a netns, kvcli and the Python
     binding against it) and returns its JSON."""
-    out = subprocess.run([os.path.join(ROOT, "scripts/bench_kernel.sh"), str(reps), str(n_gets), str(batch)],
-                         stdout=subprocess.PIPE, text=True, check=True, timeout=900)
+    out = subprocess.run([os.path.join(ROOT, "scripts/bench_kernel.sh")],
+                         stdout=subprocess.PIPE, text=True, check=True, timeout=1800)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -109,8 +109,6 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--gets", type=int, default=2000)
-    ap.add_argument("--batch", type=int, default=10000)
     ap.add_argument("--skip-kernel", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/clients.json"))
     a = ap.parse_args()
@@ -129,7 +127,17 @@ def main():
         f"(end to end {out['sampling_overhead_e2e']:+.4f}), every packet "
         f"{out['sampling_overhead_every_packet']:+.4f}")
     if not a.skip_kernel:
-        out["kernel"] = kernel(a.reps, a.gets, a.batch)
+        k = kernel()
+        py = k.get("python", {})
+        out["kernel"] = k
+        out["kvcli_rtt_us_p50"] = k.get("kvcli_rtt_us_p50")
+        out["kvcli_rtt_us_p99"] = k.get("kvcli_rtt_us_p99")
+        out["kvcli_command_ms_p50"] = k.get("kvcli_command_ms_p50")
+        out["python_get_us_p50"] = (py.get("get_latency_us") or {}).get("p50")
+        out["python_get_us_p99"] = (py.get("get_latency_us") or {}).get("p99")
+        b = py.get("batch") or {}
+        out["python_batch_put_ops_per_s"] = b.get("put_ops_per_s_median")
+        out["python_batch_get_ops_per_s"] = b.get("get_ops_per_s_median")
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1)
     shutil.rmtree(tmp, ignore_errors=True)

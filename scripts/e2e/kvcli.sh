@@ -206,6 +206,39 @@ else
   result interactive_pipe 0 "exit $RC, stdout '$OUT', stderr '$(cat "$TMP/err")'"
 fi
 
+# Optional benchmark (scripts/bench.sh clients): KVD_KVCLI_BENCH=FILE writes the
+# round trips of `kvcli stats` (GETs timed in one process, 3 runs) and the wall time
+# of whole `kvcli get` commands (process start, socket, CONNECT of every QP, one GET).
+if [ -n "${KVD_KVCLI_BENCH:-}" ]; then
+  for r in 1 2 3; do
+    HOME="$TMP" timeout 120 ip netns exec "$NS" "$KVCLI" --config configs/tap.json --iface kvtap0 \
+      --json stats --count 10000 >"$TMP/bench-stats-$r.json"
+  done
+  : >"$TMP/bench-cmd.txt"
+  for _ in $(seq 1 50); do
+    t0=$(date +%s%N)
+    HOME="$TMP" timeout 20 ip netns exec "$NS" "$KVCLI" --config configs/tap.json --iface kvtap0 \
+      get greeting >/dev/null
+    echo $(( $(date +%s%N) - t0 )) >>"$TMP/bench-cmd.txt"
+  done
+  python3 - "$TMP" "$KVD_KVCLI_BENCH" <<'PY'
+import json, statistics, sys
+tmp, out = sys.argv[1], sys.argv[2]
+runs = [json.load(open(f"{tmp}/bench-stats-{r}.json")) for r in (1, 2, 3)]
+ms = sorted(int(x) / 1e6 for x in open(f"{tmp}/bench-cmd.txt"))
+pct = lambda v, q: v[min(len(v) - 1, int(round(q * (len(v) - 1))))]
+json.dump({
+    "kvcli_rtt_us_p50": statistics.median(r["rtt_us"]["p50"] for r in runs),
+    "kvcli_rtt_us_p99": statistics.median(r["rtt_us"]["p99"] for r in runs),
+    "kvcli_rtt_runs": [r["rtt_us"] for r in runs],
+    "kvcli_retransmitted": [r["transport"]["retransmitted"] for r in runs],
+    "kvcli_command_ms_p50": pct(ms, 0.5), "kvcli_command_ms_p99": pct(ms, 0.99),
+    "kvcli_commands": len(ms),
+}, open(out, "w"), indent=1)
+PY
+  echo "kvcli bench: $(cat "$KVD_KVCLI_BENCH" | tr -d '\n ' | head -c 300)"
+fi
+
 # Wrong interface: exit 2 naming it.
 check_err no_such_iface 2 "no network interface named \"nosuch0\"" get greeting --iface nosuch0
 
