@@ -72,10 +72,10 @@ def overhead(tmp, reps, duration):
         ovh64 += [1 - a[0]["mops"] / o[0]["mops"], 1 - a[1]["mops"] / o[1]["mops"]]
         ovh1 += [1 - b[0]["mops"] / o[2]["mops"], 1 - b[1]["mops"] / o[3]["mops"]]
     return {
-        "sampling_overhead": statistics.median(ovh64),
-        "sampling_overhead_pairs": ovh64,
-        "sampling_overhead_every_packet": statistics.median(ovh1),
-        "sampling_overhead_every_packet_pairs": ovh1,
+        "sampling_overhead_e2e": statistics.median(ovh64),
+        "sampling_overhead_e2e_pairs": ovh64,
+        "sampling_overhead_e2e_every_packet": statistics.median(ovh1),
+        "sampling_overhead_e2e_every_packet_pairs": ovh1,
         "mops_sampling_off": statistics.median(r["mops"] for r in runs[0]),
         "mops_sampling_64": statistics.median(r["mops"] for r in runs[64]),
         "samples_per_run_64": statistics.median(r["sampled"] for r in runs[64]),

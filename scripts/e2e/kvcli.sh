@@ -24,49 +24,13 @@ CARGO_TARGET_DIR="$TGT" cargo build --release -q -p dataplane -p kvcli
 DPBIN="$TGT/release/dataplane"
 KVCLI="$TGT/release/kvcli"
 
-NS="kvd-e2e-cli-$$"
-PREFIX="kvd-e2e-kvcli-dp-$$"
-TMP=$(mktemp -d /tmp/kvd-e2e-kvcli.XXXXXX)
-DP_PID=""
 FAILS=0
 CASES=0
-
-cleanup() {
-  set +e
-  if [ -n "$DP_PID" ] && kill -0 "$DP_PID" 2>/dev/null; then
-    kill -KILL "$DP_PID" 2>/dev/null; wait "$DP_PID" 2>/dev/null
-  fi
-  ip netns del "$NS" 2>/dev/null
-  rm -rf "$TMP" "/var/run/dpdk/$PREFIX" 2>/dev/null
-}
-trap cleanup EXIT
-
 fail() { echo "FAIL: kvcli: $*"; exit 1; }
-
-if [ "$(id -u)" -ne 0 ] || ! ip netns add "$NS" 2>/dev/null; then
-  echo "SKIP: needs root/netns (ip netns add not permitted)"; trap - EXIT; rm -rf "$TMP"; exit 0
-fi
-nsx() { ip netns exec "$NS" "$@"; }
-nsx ip link set lo up
-# No IPv6 (router/neighbour solicitations) on the taps: only our frames reach the dataplane.
-nsx sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-
+source scripts/e2e/tapns.sh
+tapns_init kvcli
 START=$(date +%s)
-: >"$TMP/dp.log"
-ip netns exec "$NS" "$DPBIN" --config configs/tap.json --no-huge \
-  --file-prefix "$PREFIX" --mem-mb 64 >"$TMP/dp.log" 2>&1 &
-DP_PID=$!
-for _ in $(seq 1 200); do
-  grep -q "dataplane ready" "$TMP/dp.log" && break
-  kill -0 "$DP_PID" 2>/dev/null || { cat "$TMP/dp.log"; fail "dataplane exited early"; }
-  sleep 0.1
-done
-grep -q "dataplane ready" "$TMP/dp.log" || { cat "$TMP/dp.log"; fail "dataplane not ready in 20 s"; }
-for _ in $(seq 1 50); do
-  nsx ip link show kvtap0 2>/dev/null | grep -q ",UP" && break
-  sleep 0.1
-done
-nsx ip link show kvtap0 | grep -q ",UP" || fail "kvtap0 not up"
+tapns_start "$DPBIN"
 
 # kv ARGS...: kvcli in the netns against kvtap0; sets OUT, ERR, RC (never exits).
 kv() {
@@ -274,12 +238,7 @@ bounded() {  # bounded NAME ARGS...: exit 3 "server unreachable" within 5 s
 }
 bounded unreachable_frozen get greeting --timeout-ms 500
 check_json unreachable_json 3 "d['cmd']=='get' and d['exit']==3" get greeting --timeout-ms 300
-kill -CONT "$DP_PID"
-kill -INT "$DP_PID"
-for _ in $(seq 1 100); do kill -0 "$DP_PID" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$DP_PID" 2>/dev/null; then fail "dataplane did not stop on SIGINT"; fi
-wait "$DP_PID" || fail "dataplane exited with status $?"
-DP_PID=""
+tapns_stop
 if nsx ip link add kvtap0 type veth peer name kvpeer0 2>/dev/null; then
   nsx ip link set kvpeer0 up
   nsx ip link set kvtap0 up

@@ -17,27 +17,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-NS="kvd-e2e-py-$$"
-PREFIX="kvd-e2e-python-dp-$$"
-TMP=$(mktemp -d /tmp/kvd-e2e-python.XXXXXX)
 TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
-DP_PID=""
-
-cleanup() {
-  set +e
-  if [ -n "$DP_PID" ] && kill -0 "$DP_PID" 2>/dev/null; then
-    kill -CONT "$DP_PID" 2>/dev/null; kill -KILL "$DP_PID" 2>/dev/null; wait "$DP_PID" 2>/dev/null
-  fi
-  ip netns del "$NS" 2>/dev/null
-  rm -rf "$TMP" "/var/run/dpdk/$PREFIX" 2>/dev/null
-}
-trap cleanup EXIT
-
 fail() { echo "FAIL: python: $*"; exit 1; }
+source scripts/e2e/tapns.sh
+tapns_init python
 
-if [ "$(id -u)" -ne 0 ] || ! ip netns add "$NS" 2>/dev/null; then
-  echo "SKIP: needs root/netns (ip netns add not permitted)"; trap - EXIT; rm -rf "$TMP"; exit 0
-fi
 python3 -m maturin --version >/dev/null 2>&1 || fail "maturin not installed (run scripts/setup.sh)"
 python3 -c 'import pytest' 2>/dev/null || fail "pytest not installed (run scripts/setup.sh)"
 
@@ -61,27 +45,7 @@ timeout 300 "${PIP[@]}" "$WHEEL" 2>/dev/null \
   || timeout 300 "${PIP[@]}" --break-system-packages "$WHEEL" \
   || fail "pip install of the wheel failed"
 
-nsx() { ip netns exec "$NS" "$@"; }
-nsx ip link set lo up
-# No IPv6 (router/neighbour solicitations) on the taps: only our frames reach the dataplane.
-nsx sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-
-# `ip netns exec` execs the program: $! is the dataplane's own PID.
-: >"$TMP/dp.log"  # exists before the wait loop greps it
-ip netns exec "$NS" "$DP_BIN" --config configs/tap.json --no-huge \
-  --file-prefix "$PREFIX" --mem-mb 64 >"$TMP/dp.log" 2>&1 &
-DP_PID=$!
-for _ in $(seq 1 200); do
-  grep -q "dataplane ready" "$TMP/dp.log" && break
-  kill -0 "$DP_PID" 2>/dev/null || { cat "$TMP/dp.log"; fail "dataplane exited early"; }
-  sleep 0.1
-done
-grep -q "dataplane ready" "$TMP/dp.log" || { cat "$TMP/dp.log"; fail "dataplane not ready in 20 s"; }
-for _ in $(seq 1 50); do
-  nsx ip link show kvtap0 2>/dev/null | grep -q ",UP" && break
-  sleep 0.1
-done
-nsx ip link show kvtap0 | grep -q ",UP" || fail "kvtap0 not up"
+tapns_start "$DP_BIN"
 
 rc=0
 # shellcheck disable=SC2086  # KVD_PYTEST_ARGS: words on purpose
@@ -101,11 +65,6 @@ if [ "$rc" -eq 0 ] && [ -n "${KVD_PY_BENCH:-}" ]; then
   cat "$TMP/bench.json"
 fi
 
-kill -CONT "$DP_PID" 2>/dev/null || true  # in case a test left it paused
-kill -INT "$DP_PID"
-for _ in $(seq 1 100); do kill -0 "$DP_PID" 2>/dev/null || break; sleep 0.1; done
-if kill -0 "$DP_PID" 2>/dev/null; then fail "dataplane did not stop on SIGINT"; fi
-wait "$DP_PID" || fail "dataplane exited with status $?"
-DP_PID=""
+tapns_stop  # also resumes it, in case a test left it paused
 [ "$rc" -eq 0 ] || { tail -n 20 "$TMP/dp.log"; fail "pytest failed (rc $rc): ${SUMMARY:-no summary}"; }
 echo "PASS: python: ${SUMMARY} ($(( $(date +%s) - START )) s)"
