@@ -3,7 +3,7 @@
 # `promtool check metrics`, counters grow with traffic, the service-latency histogram
 # counts exactly the samples `ctlplane stats` reports (about responses / sample_every),
 # the exporter answers `kvd_up 0` once the dataplane is gone and `kvd_up 1` again
-# after it restarts, and configs/grafana-kvd.json parses and uses exported metrics.
+# after it restarts, and configs/grafana/kvd-dashboard.json parses and uses exported metrics.
 # Binaries come from ${CARGO_TARGET_DIR:-target}/release.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -115,7 +115,7 @@ grep -Eq '^latency\.p99 +<=' "$E2E_TMP/table.txt" || { cat "$E2E_TMP/table.txt";
 pass "latency: $count samples exported = sampled, $resp responses / $every; stats table: $(grep '^latency.p50' "$E2E_TMP/table.txt" | tr -s ' ')"
 
 # Every kvd_ metric the dashboard queries is exported.
-python3 - configs/grafana-kvd.json "$E2E_TMP/after.prom" <<'PY' || fail "configs/grafana-kvd.json"
+python3 - configs/grafana/kvd-dashboard.json "$E2E_TMP/after.prom" <<'PY' || fail "configs/grafana/kvd-dashboard.json"
 import json, re, sys
 d = json.load(open(sys.argv[1]))
 exported = {re.split(r"[{ ]", l, 1)[0] for l in open(sys.argv[2]) if not l.startswith("#")}
@@ -126,7 +126,7 @@ missing = used - exported
 assert used and not missing, f"dashboard uses metrics not exported: {missing}"
 print(f"dashboard: {len(d['panels'])} panels, {len(used)} metrics")
 PY
-pass "configs/grafana-kvd.json parses; its metrics are exported"
+pass "configs/grafana/kvd-dashboard.json parses; its metrics are exported"
 
 # Dataplane gone: the exporter keeps answering, with kvd_up 0 only.
 stop_dataplane
