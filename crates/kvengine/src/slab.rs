@@ -9,7 +9,9 @@
 //!   the stack is refilled with [`BATCH`] blocks from the shared pool; at the
 //!   high watermark ([`CACHE_CAP`]) the oldest blocks are spilled back. Only
 //!   these batch transfers touch the pool, and they take its lock with
-//!   `try_lock` (see "Locking protocol" below).
+//!   `try_lock` (see "Locking protocol" below). An empty class the pool cannot
+//!   refill is served by splitting a larger block of the cache, so an
+//!   allocation fails only when neither level has a block big enough.
 //! * [`SharedPool`], the "host side": per class an intrusive LIFO free list
 //!   threaded through the free blocks themselves (the first 4 bytes of a free
 //!   block hold the next block's address), plus a bump frontier of memory
@@ -938,7 +940,14 @@ impl WorkerCache {
             }
             self.contention.record(t.elapsed());
         }
+        drop(g);
         self.lens[c] = (len + n) as u8;
+        if self.lens[c] == 0 {
+            // The pool has nothing for `c`, but a larger free block may sit in
+            // this cache (up to CACHE_CAP per class): split it rather than
+            // answer out of memory while the worker holds free memory.
+            self.split_local(c);
+        }
     }
 
     /// Serves an empty class `c` from the cache alone: splits the top block
