@@ -100,7 +100,7 @@ fn every_path_bumps_one_term() {
     assert_eq!(drops(&st, DropReason::PsnDuplicate), 1);
     // A duplicate in a later burst is replayed; with no tx buffer its NAKs and replays
     // fail (tx-side drops), and still each frame is one rx term.
-    burst(&mut s, &st, &[first.clone()], None);
+    burst(&mut s, &st, std::slice::from_ref(&first), None);
     assert_eq!(st.replays.get(), 1);
     burst(&mut s, &st, &frames, Some(0));
     burst(&mut s, &st, &[first], Some(0));
