@@ -8,6 +8,7 @@
 // The only unsafe code is the socket connect in `telemetry` and `restore_sigpipe`.
 #![deny(unsafe_code)]
 
+mod check;
 mod clients;
 mod latency;
 mod metrics;
@@ -49,6 +50,16 @@ enum Cmd {
         /// Print the raw `/kvd/stats` reply as JSON.
         #[arg(long)]
         json: bool,
+        /// Check the accounting invariant (docs/OPERATIONS.md) on a quiescent
+        /// dataplane: print each term and PASS/FAIL; exit 1 if it does not hold.
+        #[arg(long)]
+        check: bool,
+        /// With --check: the expected mbufs in use (e.g. the "dataplane ready" figure).
+        #[arg(long, requires = "check")]
+        mbuf_baseline: Option<u64>,
+        /// With --check: skip the tx identity (a dataplane run with --inject-*).
+        #[arg(long, requires = "check")]
+        no_tx_check: bool,
     },
     /// Counters refreshed every interval, with per-second rates.
     Watch {
@@ -151,7 +162,20 @@ fn main() {
             println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
             Ok(())
         })),
-        Cmd::Stats { target, json } => exit_on_err(stats::stats(&target, json)),
+        Cmd::Stats {
+            target,
+            check: true,
+            mbuf_baseline,
+            no_tx_check,
+            ..
+        } => exit_on_err(check::run(
+            &target,
+            check::Options {
+                mbuf_baseline,
+                skip_tx: no_tx_check,
+            },
+        )),
+        Cmd::Stats { target, json, .. } => exit_on_err(stats::stats(&target, json)),
         Cmd::Watch {
             target,
             interval,

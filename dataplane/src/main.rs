@@ -350,7 +350,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     // Control plane: telemetry commands over the state shared with the workers.
     let ctl = ControlState::new(stats.clone(), &clients);
     ctl.set_latency_sample_every(cfg.server.latency_sample_every);
-    telemetry::register(&ctl, serde_json::to_value(&cfg)?, slab.clone())?;
+    telemetry::register(
+        &ctl,
+        serde_json::to_value(&cfg)?,
+        slab.clone(),
+        Arc::clone(&pool),
+    )?;
     let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
     let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
     println!("dataplane ready (mbufs in use {})", pool.in_use_count());

@@ -67,6 +67,10 @@ pub struct WorkerStats {
     pub rnr_naks_sent: Counter,
     /// CONNECTs that started a new incarnation of their QP.
     pub connects: Counter,
+    /// CONNECTs that repeated the current incarnation's nonce (a lost ACCEPT: the same
+    /// ACCEPT is sent again). With `connects` and the CONNECT drops, every CONNECT
+    /// frame is counted once (docs/OPERATIONS.md, "Accounting invariant").
+    pub connect_repeats: Counter,
     /// ACCEPT frames sent (new incarnations and re-sent ACCEPTs).
     pub accepts_sent: Counter,
     /// GET operations executed.
@@ -130,7 +134,62 @@ impl std::ops::Deref for Drops {
     }
 }
 
+/// Drop reasons that count a frame the worker failed to *send* (a response, ACK,
+/// ACCEPT, replayed or echoed frame), not a received frame: they are terms of the tx
+/// identity, not of the rx one (docs/OPERATIONS.md, "Accounting invariant"). Every
+/// other reason counts one received frame.
+pub const TX_SIDE_DROPS: [DropReason; 5] = [
+    DropReason::TxFull,
+    DropReason::NoMbuf,
+    DropReason::MtuTooSmall,
+    DropReason::TxBufferTooSmall,
+    DropReason::ResponseEncode,
+];
+
+/// Whether `r` counts a frame that was not sent (see [`TX_SIDE_DROPS`]).
+pub const fn is_tx_side(r: DropReason) -> bool {
+    matches!(
+        r,
+        DropReason::TxFull
+            | DropReason::NoMbuf
+            | DropReason::MtuTooSmall
+            | DropReason::TxBufferTooSmall
+            | DropReason::ResponseEncode
+    )
+}
+
 impl WorkerStats {
+    /// The right-hand side of the rx identity: every frame the worker's server judged
+    /// (`rx_packets`: its own frames and the handed-in ones) ends as exactly one of an
+    /// echo, an accepted request, a CONNECT (new incarnation or repeat), a replayed
+    /// duplicate, or a drop of an rx-side reason other than `handoff_full` (those frames
+    /// never reach the server). `rx_packets == rx_accounted()` on a quiescent worker.
+    pub fn rx_accounted(&self) -> u64 {
+        let drops: u64 = DropReason::ALL
+            .iter()
+            .filter(|r| !is_tx_side(**r) && **r != DropReason::HandoffFull)
+            .map(|r| self.drops[r.index()].get())
+            .sum();
+        self.echoed.get()
+            + self.requests.get()
+            + self.connects.get()
+            + self.connect_repeats.get()
+            + self.replays.get()
+            + drops
+    }
+
+    /// Frames handed to the transmit side: responses, replayed responses, NAKs, RNR
+    /// NAKs, ACCEPTs and echoes. Without fault injection each one is sent
+    /// (`tx_packets`), dropped as `tx_full`, or still queued.
+    pub fn tx_queued(&self) -> u64 {
+        self.responses.get()
+            + self.replayed_frames.get()
+            + self.naks_sent.get()
+            + self.rnr_naks_sent.get()
+            + self.accepts_sent.get()
+            + self.echoed.get()
+    }
+
     /// Counts one drop.
     #[inline]
     pub fn drop(&self, why: DropReason) {
@@ -160,6 +219,7 @@ impl WorkerStats {
             ("naks_sent", &self.naks_sent),
             ("rnr_naks_sent", &self.rnr_naks_sent),
             ("connects", &self.connects),
+            ("connect_repeats", &self.connect_repeats),
             ("accepts_sent", &self.accepts_sent),
             ("gets", &self.gets),
             ("get_hits", &self.get_hits),
@@ -208,5 +268,18 @@ mod tests {
         assert!(snap.contains(&("drop_bad_icrc".to_string(), 2)));
         assert!(!snap.iter().any(|(n, _)| n == "drop_bad_rkey"));
         assert_eq!(std::mem::align_of::<WorkerStats>(), 128);
+    }
+
+    #[test]
+    fn tx_side_list_and_predicate_agree() {
+        for r in DropReason::ALL {
+            assert_eq!(is_tx_side(r), TX_SIDE_DROPS.contains(&r), "{}", r.name());
+        }
+        let s = WorkerStats::default();
+        s.requests.inc();
+        s.drop(DropReason::BadIcrc);
+        s.drop(DropReason::NoMbuf);
+        s.drop(DropReason::HandoffFull);
+        assert_eq!(s.rx_accounted(), 2);
     }
 }

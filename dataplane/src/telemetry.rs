@@ -9,8 +9,9 @@
 use dataplane::control::{ControlState, EngineSnapshot, MergeSummary};
 use dataplane::latency;
 use dataplane::slab_daemon::SlabDaemon;
-use dataplane::stats::WorkerStats;
+use dataplane::stats::{WorkerStats, TX_SIDE_DROPS};
 use dpdk::telemetry::{register_cmd, TelDict};
+use dpdk::Mempool;
 use kvwire::DropReason;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,17 +22,19 @@ pub const APPLY_TIMEOUT: Duration = Duration::from_secs(2);
 pub const MERGE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Registers every `/kvd/...` command. `config` is the configuration the dataplane
-/// runs with (after command-line overrides).
+/// runs with (after command-line overrides); `pool` is the mbuf pool whose mbufs in
+/// use `/kvd/stats` reports.
 pub fn register(
     ctl: &Arc<ControlState>,
     config: serde_json::Value,
     slab: SlabDaemon,
+    pool: Arc<Mempool>,
 ) -> dpdk::Result<()> {
     let c = Arc::clone(ctl);
     register_cmd(
         "/kvd/stats",
-        "Counters: total and per worker. Param: a worker id (optional)",
-        move |p, d| stats(&c, p, d),
+        "Counters: total and per worker, mbufs in use. Param: a worker id (optional)",
+        move |p, d| stats(&c, &pool, p, d),
     )?;
     let c = Arc::clone(ctl);
     register_cmd(
@@ -122,6 +125,7 @@ fn counters(ws: &[&WorkerStats]) -> (Vec<(&'static str, u64)>, Vec<u64>) {
         ("naks_sent", sum(&|s| s.naks_sent.get())),
         ("rnr_naks_sent", sum(&|s| s.rnr_naks_sent.get())),
         ("connects", sum(&|s| s.connects.get())),
+        ("connect_repeats", sum(&|s| s.connect_repeats.get())),
         ("accepts_sent", sum(&|s| s.accepts_sent.get())),
         ("ops", sum(&|s| s.ops())),
         ("gets", sum(&|s| s.gets.get())),
@@ -191,7 +195,7 @@ fn add_latency(d: &mut TelDict<'_>, ws: &[&WorkerStats]) {
     });
 }
 
-fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+fn stats(ctl: &ControlState, pool: &Mempool, p: &str, d: &mut TelDict<'_>) {
     let n = ctl.workers();
     let only = if p.trim().is_empty() {
         None
@@ -204,6 +208,12 @@ fn stats(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
     };
     let all: Vec<&WorkerStats> = (0..n).map(|w| ctl.stats(w)).collect();
     let _ = d.add_u64("workers", n as u64);
+    // The pool is shared by all workers (and the NIC's rx rings): a process figure.
+    let _ = d.add_u64("mbufs_in_use", u64::from(pool.in_use_count()));
+    // Which `drop.<reason>` counters are tx-side terms of the accounting invariant
+    // (docs/OPERATIONS.md), so `ctlplane stats --check` need not hard-code them.
+    let tx_side: Vec<&str> = TX_SIDE_DROPS.iter().map(|r| r.name()).collect();
+    let _ = d.add_str_array("tx_side_drops", &tx_side);
     if only.is_none() {
         let _ = d.add_dict("total", |t| add_counters(t, &all));
     }

@@ -165,6 +165,16 @@ pub struct Args {
     /// A label for the summary and JSON.
     #[arg(long)]
     pub label: Option<String>,
+    /// Live fuzzer: send this many mutated request frames alongside the workload, on
+    /// the config's client QPs the workload does not use (docs/OPERATIONS.md).
+    #[arg(long, default_value_t = 0)]
+    pub fuzz: u64,
+    /// Seed of the live fuzzer (default: from the clock; always printed).
+    #[arg(long)]
+    pub fuzz_seed: Option<u64>,
+    /// Fuzz frames sent per transmit flush of the event loop (the fuzz rate).
+    #[arg(long, default_value_t = 8)]
+    pub fuzz_per_flush: u32,
 }
 
 impl Args {

@@ -13,6 +13,7 @@
 //! the library. Held frames are released at the latest after [`HOLD_MAX_US`], so a
 //! quiet link does not keep them forever.
 
+use crate::fuzz::{FuzzStats, Fuzzer};
 use dpdk::{tsc, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
 use kvclient::PacketIo;
 use kvload::faults::{FaultConfig, FaultCounts};
@@ -56,6 +57,10 @@ pub struct PortIo {
     pub tx_frames: u64,
     /// Frames dropped because a tx queue stayed full (the transport resends them).
     pub tx_full: u64,
+    /// The live fuzzer (`--fuzz`) and how many frames it adds per flush.
+    fuzz: Option<(Box<Fuzzer>, u32)>,
+    /// Scratch frame of the fuzzer.
+    fuzz_buf: Vec<u8>,
 }
 
 impl PortIo {
@@ -85,6 +90,8 @@ impl PortIo {
             hold_ticks: tsc::hz() / 1_000_000 * HOLD_MAX_US,
             tx_frames: 0,
             tx_full: 0,
+            fuzz: None,
+            fuzz_buf: Vec::with_capacity(crate::fuzz::mutate::MAX_FRAME + 64),
         })
     }
 
@@ -123,9 +130,50 @@ impl PortIo {
         }
     }
 
+    /// Turns the live fuzzer on: `per_flush` of its frames go out with every flush
+    /// until it has sent its count.
+    pub fn set_fuzz(&mut self, f: Fuzzer, per_flush: u32) {
+        self.fuzz = Some((Box::new(f), per_flush.max(1)));
+    }
+
+    /// The fuzzer's counters (`None` without `--fuzz`).
+    pub fn fuzz_report(&self) -> Option<FuzzStats> {
+        self.fuzz.as_ref().map(|(f, _)| f.report())
+    }
+
+    /// Queues the fuzzer's next frames (past the fault injection: they are the fault).
+    fn fuzz_send(&mut self) {
+        let Some((mut f, per)) = self.fuzz.take() else {
+            return;
+        };
+        let mut buf = std::mem::take(&mut self.fuzz_buf);
+        for _ in 0..per {
+            if f.left == 0 {
+                break;
+            }
+            f.next_frame(&mut buf);
+            let Some(mut m) = Mbuf::alloc(&self.pool) else {
+                break;
+            };
+            let Some(dst) = m.append(buf.len()) else {
+                break;
+            };
+            dst.copy_from_slice(&buf);
+            let q = self.queue_of(&buf);
+            self.enqueue(q, m);
+            f.left -= 1;
+            f.stats.sent += 1;
+        }
+        self.fuzz_buf = buf;
+        self.fuzz = Some((f, per));
+    }
+
     /// Hands the queued frames to the NIC (what it does not take stays queued) and
-    /// releases held frames that waited too long.
+    /// releases held frames that waited too long; adds the fuzzer's frames first.
     pub fn flush(&mut self) -> bool {
+        if self.fuzz.is_some() {
+            self.fuzz_send();
+        }
         let now = tsc::now();
         if let Some(mut inj) = self.tx_faults.take() {
             // Held frames go to partition 0's queue only if their QP is unknown.
@@ -217,6 +265,9 @@ impl PacketIo for PortIo {
         }
         let n = self.ready.len();
         for m in self.ready.drain() {
+            if let Some((fz, _)) = self.fuzz.as_mut() {
+                fz.observe(m.data());
+            }
             f(m.data());
         }
         n

@@ -25,6 +25,7 @@
 //! the wiring: flags, config, EAL and port, phases, report.
 
 mod cli;
+mod fuzz;
 mod gen;
 mod io;
 mod model;
@@ -100,7 +101,29 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let tx_of = (0..n)
         .map(|p| if spec.qps.misdirect { (p + 1) % n } else { p })
         .collect();
-    let io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
+    let mut io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
+    if args.fuzz > 0 {
+        let seed = args.fuzz_seed.unwrap_or_else(now_nanos);
+        // The fuzz QPs: the config's clients the workload does not use.
+        let fuzz_qps: Vec<(u32, u32)> = cfg
+            .clients
+            .iter()
+            .map(|c| (c.qpn, c.rkey))
+            .filter(|c| !spec.qps.qps.iter().any(|w| w.0 == c.0))
+            .collect();
+        let guard = fuzz::Guard {
+            protected: spec.qps.qps.iter().map(|q| q.0).collect(),
+            key_len: spec.workload.key_size,
+        };
+        eprintln!(
+            "pktgen: fuzz {} frames, seed {seed} (--fuzz-seed {seed}), fuzz QPs {:?}, workload QPs {:?}",
+            args.fuzz,
+            fuzz_qps.iter().map(|q| q.0).collect::<Vec<_>>(),
+            guard.protected
+        );
+        let f = fuzz::Fuzzer::new(args.fuzz, seed, params, &fuzz_qps, guard);
+        io.set_fuzz(f, args.fuzz_per_flush);
+    }
     let transport = (!ph.echo).then(|| {
         let tcfg = kvclient::Config {
             mtu: DEFAULT_MTU,
@@ -140,8 +163,26 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         exactly_once,
     };
     outcome.print();
+    let fuzz = d.fuzz_report();
+    if let Some(f) = &fuzz {
+        println!(
+            "fuzz: seed {} frames sent {} (of {}) refused by the guard {} fuzz ACCEPTs {}",
+            f.seed, f.sent, args.fuzz, f.refused, f.accepts
+        );
+        let kinds: Vec<String> = f
+            .mutations
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        println!("fuzz: mutations {}", kinds.join(", "));
+    }
     if let Some(path) = &spec.json {
         outcome.write(path)?;
+        if let Some(f) = &fuzz {
+            let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+            v["fuzz"] = serde_json::to_value(f)?;
+            std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
+        }
     }
     drop(d);
     let _ = port.stop();

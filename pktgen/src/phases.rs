@@ -111,6 +111,11 @@ impl Driver {
     }
 
     /// The transport's counters and the injected faults, for the report.
+    /// The live fuzzer's counters (`None` without `--fuzz`).
+    pub fn fuzz_report(&self) -> Option<crate::fuzz::FuzzStats> {
+        self.io.fuzz_report()
+    }
+
     pub fn transport_stats(
         &self,
     ) -> Option<(

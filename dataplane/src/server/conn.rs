@@ -179,6 +179,9 @@ impl Server {
             c.start_resp_psn = resp;
             c.replay.fill(Entry::EMPTY);
             stats.connects.inc();
+        } else {
+            // The same nonce again: its ACCEPT was lost; the same ACCEPT goes again.
+            stats.connect_repeats.inc();
         }
         let c = &self.clients.as_slice()[ci];
         let accept = Accept {
