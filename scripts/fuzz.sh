@@ -113,7 +113,7 @@ for t in "${targets[@]}"; do
     "$max_len" "$artifacts_field" >>"$summary"
 done
 
-total_kb=$(du -sk "$root/fuzz/corpus" | cut -f1)
+total_kb=$(find "$root/fuzz/corpus" -type f -printf '%s\n' | awk '{s += $1} END {print int(s / 1024)}')
 echo "== fuzz/corpus: ${total_kb} KB"
 if [ "$total_kb" -gt 512 ]; then
   echo "warning: fuzz/corpus is over 512 KB; commit it only after a look" >&2
@@ -147,16 +147,16 @@ def parse_log(path):
         last = status[-1]
         out["cov"], out["ft"] = int(last[1]), int(last[2])
         out["execs"] = int(last[0])
-    m = re.search(r"^stat::number_of_executed_units: (\d+)", text, re.M)
+    m = re.search(r"^stat::number_of_executed_units:\s+(\d+)", text, re.M)
     if m:
         out["execs"] = int(m.group(1))
     m = re.search(r"^Done \d+ runs in (\d+) second", text, re.M)
     if m:
         out["wall_seconds"] = int(m.group(1))
-    m = re.search(r"^stat::average_exec_per_sec: (\d+)", text, re.M)
+    m = re.search(r"^stat::average_exec_per_sec:\s+(\d+)", text, re.M)
     if m:
         out["execs_per_sec"] = int(m.group(1))
-    m = re.search(r"^stat::new_units_added: (\d+)", text, re.M)
+    m = re.search(r"^stat::new_units_added:\s+(\d+)", text, re.M)
     if m:
         out["new_units"] = int(m.group(1))
     return out

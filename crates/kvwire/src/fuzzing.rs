@@ -15,9 +15,22 @@ use crate::transport::{
 };
 use crate::{frame, payload, DropReason, EmitError, FrameParams};
 
-/// Parses `data` as a request frame; on success also decodes its batch and
-/// re-emits an equivalent frame, which must parse back to the same request.
+/// Parses `data` as a request frame, as received and again after recomputing
+/// its IPv4 checksum and ICRC (so mutations reach past both checks); on
+/// success also decodes its batch and re-emits an equivalent frame, which must
+/// parse back to the same request.
 pub fn parse_request(data: &[u8]) {
+    parse_request_once(data);
+    if data.len() >= frame::EXT_OFF {
+        let mut fixed = data.to_vec();
+        if frame::finalize(&mut fixed).is_ok() {
+            parse_request_once(&fixed);
+        }
+    }
+}
+
+/// The checks of [`parse_request`] on one frame.
+fn parse_request_once(data: &[u8]) {
     let _ = frame::parse_response(data);
     let _ = crate::transport::parse_client_frame(data);
     let _ = crate::transport::parse_server_frame(data);

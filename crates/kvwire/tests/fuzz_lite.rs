@@ -74,17 +74,14 @@ fn fuzz_lite_parse_request() {
         fuzzing::parse_request(s);
     }
     for i in 0..30_000 {
-        let mut d = if i % 10 == 0 {
+        let d: Vec<u8> = if i % 10 == 0 {
             (0..rng.gen_range(0..200)).map(|_| rng.gen()).collect()
         } else {
             let k = rng.gen_range(0..seeds.len());
             mutate(&mut rng, &seeds[k])
         };
+        // The entry point also re-finalizes its input itself.
         fuzzing::parse_request(&d);
-        // Re-finalize so mutations reach past the checksum/ICRC checks.
-        if kvwire::finalize(&mut d).is_ok() {
-            fuzzing::parse_request(&d);
-        }
     }
 }
 
