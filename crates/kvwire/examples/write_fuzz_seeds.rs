@@ -12,6 +12,7 @@ fn main() -> std::io::Result<()> {
     for (target, seeds) in [
         ("parse_request", kvwire::fuzzing::seed_frames()),
         ("batch_reader", kvwire::fuzzing::seed_batches()),
+        ("transport_frames", kvwire::fuzzing::seed_transport()),
     ] {
         let dir = root.join(target);
         std::fs::create_dir_all(&dir)?;
