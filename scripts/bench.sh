@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +33,12 @@ case "$suite" in
     cargo build --release -q -p dataplane -p pktgen -p kvcli
     cargo build --release -q -p dataplane --example sampling_overhead
     exec python3 scripts/bench_clients.py "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|all}" >&2; exit 2 ;;
+  hardening)
+    # The 10 M-frame live fuzz run and the 10-minute soak (scripts/soak.py).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    cargo build --release -q -p ctlplane
+    exec python3 scripts/bench_hardening.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|all}" >&2; exit 2 ;;
 esac

@@ -8,8 +8,9 @@ with everything moving at once:
   values; each round loads its keys, runs verified, and reads every key back;
 * client churn: every third round admits a new QP through `ctlplane clients add`,
   runs a verified round on it alone, and revokes it (`ctlplane clients remove`);
-* the live fuzzer (pktgen --fuzz-rate, when pktgen has it) sends hostile frames at a
-  low rate on other QPs during the GET/PUT/DELETE rounds;
+* the live fuzzer (pktgen --fuzz) sends hostile frames at a low rate during the
+  GET/PUT/DELETE rounds, on the config's QPs the round's workload does not use (its
+  guard never lets a frame reach a workload QP or a workload key);
 * every 10 s: the dataplane's RSS and the host's used hugepages.
 
 At the end: `ctlplane stats --check` (the accounting invariant) on the quiet
@@ -71,7 +72,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--round-seconds", type=float, default=15.0)
-    ap.add_argument("--fuzz-rate", type=int, default=2000, help="fuzz frames/s during the KV rounds")
+    ap.add_argument("--fuzz-frames", type=int, default=20000, help="fuzz frames per KV round")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/soak.json"))
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvd-soak-")
@@ -81,7 +82,7 @@ def main():
     subprocess.run([CTL, "clients", "gen", "--count", str(CHURN_QPS), "--first-qpn", str(CHURN_FIRST_QPN),
                     "--append", "--config", CFG, "--out", pg_cfg], check=True)
     churn = json.load(open(pg_cfg))["clients"][4:]
-    fuzz = pktgen_has("--fuzz-rate")
+    fuzz = pktgen_has("--fuzz ")
     stats_json = os.path.join(tmp, "dp.json")
     dp = Dataplane(tmp, "soak", ["--merge-every-ms", "500", "--stats-json", stats_json])
     dp.cfg = pg_cfg  # pktgen reads the extended client list
@@ -101,7 +102,7 @@ def main():
               "--timeout-ms", "3000", "--verify", "--load", "--window", "16"]
     mixes = [
         ("kv-all-classes", ["--keys", "20000", "--value-size", "1-1000", "--get", "0.5", "--put", "0.35",
-                            "--ops-per-packet", "8", "--qps", "4"]),
+                            "--ops-per-packet", "8", "--qps", "2"]),
         ("atomics-vectors", ["--keys", "2000", "--value-size", "8-64", "--dist", "zipf", "--get", "0.3",
                              "--put", "0.15", "--atomic", "0.2", "--vector", "0.2", "--reduce", "0.1",
                              "--ops-per-packet", "16", "--qps", "4"]),
@@ -120,7 +121,8 @@ def main():
                 args = ["--keys", "2000", "--value-size", "1-500", "--get", "0.5", "--put", "0.4",
                         "--ops-per-packet", "8", "--qp-first", str(4 + churn_cycles % len(churn)), "--qps", "1"]
             elif fuzz and kind == "kv-all-classes":
-                args = args + ["--fuzz-rate", str(a.fuzz_rate)]
+                args = args + ["--fuzz", str(a.fuzz_frames), "--fuzz-seed", str(i + 1),
+                               "--fuzz-per-flush", "2"]
             r = pktgen(dp, tmp, common + args + ["--seed", str(i + 1)], timeout=a.round_seconds * 4 + 120)
             rb = r.get("readback") or {}
             rbf = rb.get("mismatches", 0) + rb.get("errors", 0) + rb.get("timeouts", 0)

@@ -61,3 +61,21 @@ inuse=$(json_field "$E2E_TMP/dp.json" 'd["mbufs_in_use"]')
 echo "drops by reason:"
 json_field "$E2E_TMP/dp.json" '"\n".join(f"  {k[5:]:<22} {v}" for k, v in sorted(d.items()) if k.startswith("drop_"))'
 pass "dataplane stopped cleanly, $inuse mbufs in use at exit"
+
+# The benchmark's summary (scripts/bench.sh hardening): FUZZ_JSON=FILE.
+if [ -n "${FUZZ_JSON:-}" ]; then
+  python3 - "$E2E_TMP/pg.json" "$E2E_TMP/dp.json" "$FUZZ_JSON" "$base" "$t0" "$t1" "$SEED" <<'PY'
+import json, sys
+pg, dp = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+base, t0, t1, seed = int(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6]), int(sys.argv[7])
+json.dump({
+    "fuzz_frames": pg["fuzz"]["sent"], "fuzz_seed": seed, "seconds": round(t1 - t0, 1),
+    "frames_per_s_over_run": int(pg["fuzz"]["sent"] / (t1 - t0)),
+    "crashes": 0, "accounting_mismatches": 0,
+    "verify_ops": pg["ops"], "verify_mismatches": pg["mismatches"],
+    "mbuf_leak": dp["mbufs_in_use"] - base, "rx_packets": dp["rx_packets"],
+    "drops": {k[5:]: v for k, v in dp.items() if k.startswith("drop_")},
+    "fuzzer": pg["fuzz"],
+}, open(sys.argv[3], "w"), indent=1)
+PY
+fi
