@@ -155,7 +155,8 @@ def main():
         failures.append(f"mbuf leak: {final['mbufs_in_use']} in use at exit, {base_mbufs} at start")
     steady = [s["rss_mb"] for s in samples[1:] if s["rss_mb"] is not None]
     out = {
-        "command": "scripts/soak.sh " + " ".join(sys.argv[1:]),
+        "command": "scripts/soak.py " + " ".join(os.path.relpath(x, ROOT) if os.path.isabs(x) else x
+                                                 for x in sys.argv[1:]),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
         "soak_minutes": a.minutes,
