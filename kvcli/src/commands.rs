@@ -426,17 +426,14 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             init,
             elem: ea,
         } => {
-            let k = v::parse_key(key)?;
-            let (w, signed) = elem(ea)?;
-            let f = v::parse_func(func)?;
-            let init = v::parse_int(init, w)?;
-            let op = Op::Reduce {
-                key: k,
-                atomic: atomic(f, w, signed),
+            let (f, xs, w, signed) = elem_scalar_op(
+                kv,
+                key,
+                ea,
+                || v::parse_func(func),
                 init,
-            };
-            let r = kv.exec(op)?.ok()?;
-            let xs = v::decode_elems(&r, w)?;
+                |key, atomic, init| Op::Reduce { key, atomic, init },
+            )?;
             let sum = v::elem_value(xs.first().copied().unwrap_or(0), w, signed);
             j.insert("func".into(), v::func_name(f).into());
             j.insert("value".into(), json_num(sum));
@@ -448,22 +445,38 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             param,
             elem: ea,
         } => {
-            let k = v::parse_key(key)?;
-            let (w, signed) = elem(ea)?;
-            let p = v::parse_pred(pred)?;
-            let param = v::parse_int(param, w)?;
-            let op = Op::Filter {
-                key: k,
-                atomic: atomic(p, w, signed),
+            let (_, xs, w, signed) = elem_scalar_op(
+                kv,
+                key,
+                ea,
+                || v::parse_pred(pred),
                 param,
-            };
-            let r = kv.exec(op)?.ok()?;
-            let xs = v::decode_elems(&r, w)?;
+                |key, atomic, param| Op::Filter { key, atomic, param },
+            )?;
             j.insert("elements".into(), v::json_elems(&xs, w, signed));
             ok(v::show_elems(&xs, w, signed))
         }
         Cmd::Stats { count } => crate::stats::run(kv, j, count),
     }
+}
+
+/// REDUCE and FILTER: parses the key, the element width, the function or
+/// predicate (`code`) and the scalar argument in that order, executes the op built
+/// by `make`, and returns the code and the result's elements.
+fn elem_scalar_op(
+    kv: &mut Kv,
+    key: &str,
+    ea: &ElemArgs,
+    code: impl FnOnce() -> Result<u8, String>,
+    arg: &str,
+    make: impl FnOnce(Vec<u8>, Atomic, u64) -> Op,
+) -> Result<(u8, Vec<u64>, Width, bool), Fail> {
+    let k = v::parse_key(key)?;
+    let (w, signed) = elem(ea)?;
+    let c = code()?;
+    let x = v::parse_int(arg, w)?;
+    let r = kv.exec(make(k, atomic(c, w, signed), x))?.ok()?;
+    Ok((c, v::decode_elems(&r, w)?, w, signed))
 }
 
 fn s2v(

@@ -153,8 +153,7 @@ impl KernelIo {
                 _ => KernelError::Io(e),
             });
         }
-        // SAFETY: `raw` is a fresh, valid descriptor owned by nothing else; the
-        // OwnedFd closes it exactly once.
+        // SAFETY: `raw` is a fresh, valid descriptor owned by nothing else; the OwnedFd closes it exactly once.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
         // Best effort: a larger receive buffer absorbs a burst of responses, and the
         // kernel need not hand us our own frames back.
@@ -167,8 +166,7 @@ impl KernelIo {
         sll.sll_protocol = proto_be;
         sll.sll_ifindex = ifindex;
         let len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: `sll` is a valid sockaddr_ll that lives across the call, and
-        // `len` is its exact size.
+        // SAFETY: `sll` is a valid sockaddr_ll that lives across the call, and `len` is its exact size.
         let rc = unsafe {
             libc::bind(
                 fd.as_raw_fd(),
@@ -213,9 +211,7 @@ impl KernelIo {
         // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
         let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
         let mut from_len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;
-        // SAFETY: the buffer pointer and length describe `self.buf`, which is
-        // exclusively borrowed for the call; `from`/`from_len` are valid and sized
-        // for a sockaddr_ll (the kernel writes at most `from_len` bytes).
+        // SAFETY: the buffer pointer and length describe `self.buf`, which is exclusively borrowed for the call; `from`/`from_len` are valid and sized for a sockaddr_ll (the kernel writes at most `from_len` bytes).
         let n = unsafe {
             libc::recvfrom(
                 self.fd.as_raw_fd(),
@@ -260,9 +256,7 @@ impl KernelIo {
             tv_sec: 0,
             tv_nsec: RECV_WAIT_NS as libc::c_long,
         };
-        // SAFETY: `pfd` and `ts` are valid for the call and the count is 1; a null
-        // signal mask leaves the mask unchanged. The result needs no check: the
-        // caller just tries to receive again.
+        // SAFETY: `pfd` and `ts` are valid for the call and the count is 1; a null signal mask leaves the mask unchanged. The result needs no check: the caller just tries to receive again.
         unsafe {
             libc::ppoll(&mut pfd, 1, &ts, std::ptr::null());
         }
@@ -282,8 +276,7 @@ enum Recv {
 
 impl PacketIo for KernelIo {
     fn send(&mut self, frame: &[u8]) -> bool {
-        // SAFETY: the pointer and length describe `frame`, which outlives the call;
-        // the kernel only reads from it.
+        // SAFETY: the pointer and length describe `frame`, which outlives the call; the kernel only reads from it.
         let n = unsafe {
             libc::send(
                 self.fd.as_raw_fd(),
@@ -356,8 +349,7 @@ fn ifindex(name: &str) -> Result<libc::c_int, KernelError> {
     let Ok(c) = std::ffi::CString::new(name) else {
         return Err(no_such_interface(name));
     };
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call, which
-    // only reads it.
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call, which only reads it.
     let idx = unsafe { libc::if_nametoindex(c.as_ptr()) };
     match libc::c_int::try_from(idx) {
         Ok(i) if i > 0 => Ok(i),
