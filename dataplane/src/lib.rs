@@ -23,6 +23,7 @@
 mod chunk;
 mod clients;
 pub mod control;
+pub mod gate;
 pub mod latency;
 pub mod packet;
 mod replay;

@@ -39,6 +39,8 @@ pub(crate) struct Ctx<'a> {
     pub id: &'a Identity,
     pub pkts: &'a [PktCtx],
     pub stats: &'a WorkerStats,
+    /// The value of a `NOT_MASTER` result (the master hint; empty when unknown).
+    pub hint: &'a [u8],
 }
 
 /// Streams results into response frames (see the module doc).
@@ -279,7 +281,12 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
                 Source::Engine => return,
                 Source::Immediate(status) => {
                     ctx.stats.op_errors.inc();
-                    self.result(ctx, t.pkt, status, &[]);
+                    let value = if status == Status::NotMaster {
+                        ctx.hint
+                    } else {
+                        &[]
+                    };
+                    self.result(ctx, t.pkt, status, value);
                 }
                 Source::Empty => self.empty(ctx, t.pkt),
             }

@@ -34,6 +34,7 @@ pub use conn::{first_psns, Transport, RNR_TIMER};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
+use crate::gate::WriteGate;
 use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
 use crate::replay::{Arena, Entry};
 use crate::respond::{Ctx, EngineSink, Responder, MAX_PAYLOAD};
@@ -47,7 +48,9 @@ use kvwire::partition::{partition_of_hash, peek_dest_qp, peek_psn};
 use kvwire::transport::{parse_client_frame, ClientFrame};
 use kvwire::{
     response_frame_len, response_payload_capacity, BatchReader, DropReason, KvOp, Status,
+    MASTER_HINT_LEN,
 };
+use std::sync::Arc;
 
 /// Below this many admitted clients their state stays in cache and the per-burst
 /// prefetch pass (`handle_burst`) is skipped.
@@ -89,6 +92,13 @@ pub struct Server {
     station_kv: bool,
     /// Dependencies within the chunk being built.
     deps: Box<ChunkDeps>,
+    /// Whether writes are taken (`None`: always; a replicated node's gate).
+    gate: Option<Arc<WriteGate>>,
+    /// The gate's status for writes, read once per burst (`Ok`: writes go through).
+    write_status: Status,
+    /// The `NOT_MASTER` value of this burst (`hint[..hint_len]`).
+    hint: [u8; MASTER_HINT_LEN],
+    hint_len: usize,
 }
 
 impl Server {
@@ -156,6 +166,10 @@ impl Server {
             partitions: 1,
             station_kv: false,
             deps: Box::new(ChunkDeps::new()),
+            gate: None,
+            write_status: Status::Ok,
+            hint: [0; MASTER_HINT_LEN],
+            hint_len: 0,
         })
     }
 
@@ -173,6 +187,13 @@ impl Server {
     pub fn set_partition(&mut self, me: u32, n: u32) {
         self.partitions = n.max(1);
         self.partition = me.min(self.partitions - 1);
+    }
+
+    /// Makes writes depend on `gate` (replication: a replica or a fenced master
+    /// answers them `NOT_MASTER`, a master short of replicas `NOT_ENOUGH_REPLICAS`);
+    /// the gate is read once per burst.
+    pub fn set_write_gate(&mut self, gate: Arc<WriteGate>) {
+        self.gate = Some(gate);
     }
 
     /// The reservation station (for its counters and configuration).
@@ -224,6 +245,14 @@ impl Server {
     /// every frame is answered through `tx` or counted under a [`DropReason`].
     pub fn handle_burst<T: TxSink>(&mut self, frames: &[&[u8]], stats: &WorkerStats, tx: &mut T) {
         let frames = &frames[..frames.len().min(MAX_BURST)];
+        if let Some(g) = &self.gate {
+            self.write_status = g.write_status();
+            self.hint_len = if self.write_status == Status::NotMaster {
+                g.master_hint(&mut self.hint)
+            } else {
+                0
+            };
+        }
         // At most one entry per frame, so never more than MAX_BURST.
         let mut pkts = ArrayVec::<PktCtx, MAX_BURST>::new();
         let mut chunk = Chunk::new();
@@ -353,6 +382,7 @@ impl Server {
             id: &self.id,
             pkts,
             stats,
+            hint: &self.hint[..self.hint_len],
         };
         out.close(&mut ctx, false);
         // Requests whose last frame could not be built (a too small MTU) are complete
@@ -369,6 +399,9 @@ impl Server {
     /// comes from: the engine/station, or `WRONG_PARTITION` for another partition's key.
     #[inline(always)]
     fn stage<'f>(&mut self, chunk: &mut Chunk<'f>, op: KvOp<'f>) -> Source {
+        if self.write_status != Status::Ok && op.is_write() {
+            return Source::Immediate(self.write_status);
+        }
         let (bop, rich) = match op {
             KvOp::Get { key } => (BatchOp::get(key), None),
             KvOp::Put { key, value } => (BatchOp::put(key, value), None),
@@ -428,6 +461,8 @@ impl Server {
             id,
             clients,
             engine,
+            hint,
+            hint_len,
             ..
         } = self;
         let before = engine.op_counters();
@@ -438,6 +473,7 @@ impl Server {
                 id,
                 pkts,
                 stats,
+                hint: &hint[..*hint_len],
             },
             tags: &chunk.tags,
             next_tag: 0,
@@ -477,6 +513,8 @@ impl Server {
             engine,
             station,
             results,
+            hint,
+            hint_len,
             ..
         } = self;
         let StationResults { slots, arena } = results;
@@ -510,6 +548,7 @@ impl Server {
             id,
             pkts,
             stats,
+            hint: &hint[..*hint_len],
         };
         let mut next_tag = 0usize;
         for (op, &(status, off, len)) in ops.iter().zip(slots.iter()) {

@@ -48,8 +48,8 @@ pub use frame::{
 pub use icrc::ICRC_LEN;
 pub use payload::{
     copy_small, func, op, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvResult,
-    PayloadError, ResponseReader, ResponseWriter, Status, Width, MAX_KEY_LEN, MAX_OPS_PER_BATCH,
-    MAX_VALUE_LEN,
+    MasterHint, PayloadError, ResponseReader, ResponseWriter, Status, Width, MASTER_HINT_LEN,
+    MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN,
 };
 pub use psn::{PsnClass, PsnTracker};
 pub use transport::{

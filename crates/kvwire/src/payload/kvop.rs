@@ -265,6 +265,14 @@ impl<'a> KvOp<'a> {
             | KvOp::Filter { key, .. } => key,
         }
     }
+    /// Whether the op may change the store (PUT, DELETE, the three updates): the ops
+    /// a replica or a fenced master refuses (`NOT_MASTER`).
+    pub const fn is_write(&self) -> bool {
+        !matches!(
+            self,
+            KvOp::Get { .. } | KvOp::Reduce { .. } | KvOp::Filter { .. }
+        )
+    }
     /// The value bytes of PUT, the Δ vector of UPDATE_V2V, `None` otherwise.
     pub const fn value(&self) -> Option<&'a [u8]> {
         match self {

@@ -39,6 +39,7 @@ mod batch_reader;
 mod batch_writer;
 mod cursor;
 mod kvop;
+mod master_hint;
 mod response;
 mod status;
 
@@ -48,6 +49,7 @@ pub use kvop::{
     func, op, opcode_has_atomic, opcode_has_value, param_count, pred, Atomic, KvOp, Width,
     ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE, FLAG_RESERVED, OPCODE_MASK,
 };
+pub use master_hint::{MasterHint, MASTER_HINT_LEN};
 pub use response::{copy_small, put_result, KvResult, ResponseReader, ResponseWriter};
 pub use status::{PayloadError, Status};
 

@@ -35,13 +35,20 @@ pub enum Status {
     /// The key belongs to another partition than the request's client QP (see
     /// [`crate::partition`]); nothing was done.
     WrongPartition = 12,
+    /// This node does not take writes: it is a replica, or a master that lost its
+    /// lease. The value names the master when known ([`crate::MasterHint`]); nothing
+    /// was changed.
+    NotMaster = 13,
+    /// Fewer than `min_replicas` replicas acknowledged within `max_lag_ms`: writes are
+    /// refused (reads go on); nothing was changed.
+    NotEnoughReplicas = 14,
     /// Internal server error.
     Internal = 255,
 }
 
 impl Status {
     /// All status codes.
-    pub const ALL: [Status; 14] = [
+    pub const ALL: [Status; 16] = [
         Status::Ok,
         Status::NotFound,
         Status::OutOfMemory,
@@ -55,6 +62,8 @@ impl Status {
         Status::TryAgain,
         Status::ResponseTooLarge,
         Status::WrongPartition,
+        Status::NotMaster,
+        Status::NotEnoughReplicas,
         Status::Internal,
     ];
     /// Decodes a status byte.
@@ -73,6 +82,8 @@ impl Status {
             10 => Status::TryAgain,
             11 => Status::ResponseTooLarge,
             12 => Status::WrongPartition,
+            13 => Status::NotMaster,
+            14 => Status::NotEnoughReplicas,
             255 => Status::Internal,
             _ => return None,
         })
@@ -93,6 +104,8 @@ impl Status {
             Status::TryAgain => "try_again",
             Status::ResponseTooLarge => "response_too_large",
             Status::WrongPartition => "wrong_partition",
+            Status::NotMaster => "not_master",
+            Status::NotEnoughReplicas => "not_enough_replicas",
             Status::Internal => "internal",
         }
     }

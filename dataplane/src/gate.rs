@@ -1,0 +1,128 @@
+//! The write gate: whether this node takes writes now, shared by the control side
+//! (the replication lcore, the etcd control thread) and read by every worker once
+//! per burst.
+//!
+//! A standalone dataplane is always writable. A replica refuses every write with
+//! `NOT_MASTER`, naming the master when it knows it; a master refuses writes with
+//! `NOT_MASTER` once it may no longer acknowledge them (its etcd lease may lapse), and
+//! with `NOT_ENOUGH_REPLICAS` while fewer than `min_replicas` replicas are in sync.
+//! Reads are never refused. Only atomics: the workers never wait on the writers.
+
+use kvwire::{MasterHint, Status, MASTER_HINT_LEN};
+use std::net::Ipv4Addr;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+const WRITABLE: u32 = 0;
+const NOT_MASTER: u32 = 1;
+const NOT_ENOUGH_REPLICAS: u32 = 2;
+
+/// Shared write permission and the master hint of `NOT_MASTER` results.
+#[derive(Debug, Default)]
+pub struct WriteGate {
+    state: AtomicU32,
+    /// Hint fields; `hint_epoch` 0 = master unknown. Written with the epoch last and
+    /// read epoch-first-and-last, so a reader never combines two hints.
+    hint_epoch: AtomicU64,
+    hint_ip: AtomicU32,
+    /// MAC (6 B) and QPN (2 B), little-endian packed.
+    hint_mac_qpn: AtomicU64,
+}
+
+impl WriteGate {
+    /// A writable gate (a standalone node or a master in good standing).
+    pub fn writable() -> WriteGate {
+        WriteGate::default()
+    }
+
+    /// Lets writes through.
+    pub fn open(&self) {
+        self.state.store(WRITABLE, Ordering::Release);
+    }
+
+    /// Refuses writes with `NOT_MASTER` (a replica or a fenced master).
+    pub fn refuse_not_master(&self) {
+        self.state.store(NOT_MASTER, Ordering::Release);
+    }
+
+    /// Refuses writes with `NOT_ENOUGH_REPLICAS`.
+    pub fn refuse_not_enough_replicas(&self) {
+        self.state.store(NOT_ENOUGH_REPLICAS, Ordering::Release);
+    }
+
+    /// The status every write gets now: `Ok` means writes go through.
+    #[inline]
+    pub fn write_status(&self) -> Status {
+        match self.state.load(Ordering::Acquire) {
+            WRITABLE => Status::Ok,
+            NOT_ENOUGH_REPLICAS => Status::NotEnoughReplicas,
+            _ => Status::NotMaster,
+        }
+    }
+
+    /// Records where the master is (`None`: unknown).
+    pub fn set_master_hint(&self, hint: Option<MasterHint>) {
+        self.hint_epoch.store(0, Ordering::Release);
+        let Some(h) = hint else { return };
+        let mut mq = [0u8; 8];
+        mq[..6].copy_from_slice(&h.mac);
+        mq[6..].copy_from_slice(&h.qpn.to_le_bytes());
+        self.hint_ip.store(u32::from(h.ip), Ordering::Release);
+        self.hint_mac_qpn
+            .store(u64::from_le_bytes(mq), Ordering::Release);
+        self.hint_epoch.store(h.epoch.max(1), Ordering::Release);
+    }
+
+    /// The master hint as a `NOT_MASTER` value into `out`: its length, 0 when the
+    /// master is unknown (or the hint changed while it was read).
+    pub fn master_hint(&self, out: &mut [u8; MASTER_HINT_LEN]) -> usize {
+        let epoch = self.hint_epoch.load(Ordering::Acquire);
+        if epoch == 0 {
+            return 0;
+        }
+        let ip = self.hint_ip.load(Ordering::Acquire);
+        let mq = self.hint_mac_qpn.load(Ordering::Acquire).to_le_bytes();
+        if self.hint_epoch.load(Ordering::Acquire) != epoch {
+            return 0;
+        }
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&mq[..6]);
+        *out = MasterHint {
+            epoch,
+            ip: Ipv4Addr::from(ip),
+            mac,
+            qpn: u16::from_le_bytes([mq[6], mq[7]]),
+        }
+        .encode();
+        MASTER_HINT_LEN
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_and_hint() {
+        let g = WriteGate::writable();
+        assert_eq!(g.write_status(), Status::Ok);
+        g.refuse_not_enough_replicas();
+        assert_eq!(g.write_status(), Status::NotEnoughReplicas);
+        g.refuse_not_master();
+        assert_eq!(g.write_status(), Status::NotMaster);
+        let mut b = [0u8; MASTER_HINT_LEN];
+        assert_eq!(g.master_hint(&mut b), 0);
+        let h = MasterHint {
+            epoch: 3,
+            ip: Ipv4Addr::new(10, 1, 2, 3),
+            mac: [2, 0, 0, 0, 0, 9],
+            qpn: 1,
+        };
+        g.set_master_hint(Some(h));
+        assert_eq!(g.master_hint(&mut b), MASTER_HINT_LEN);
+        assert_eq!(MasterHint::decode(&b), Some(h));
+        g.set_master_hint(None);
+        assert_eq!(g.master_hint(&mut b), 0);
+        g.open();
+        assert_eq!(g.write_status(), Status::Ok);
+    }
+}
