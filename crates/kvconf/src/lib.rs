@@ -15,6 +15,9 @@ use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::Path;
 
+pub mod replication;
+pub use replication::{FsyncPolicy, ReplMode, ReplRole, ReplicationSection};
+
 /// Where the DPDK plugin PMDs of Debian's DPDK 22.11 packages live.
 pub const DEFAULT_PMD_DIR: &str = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0";
 
@@ -35,6 +38,9 @@ pub struct Config {
     pub engine: EngineSection,
     /// Client QPs admitted at start-up.
     pub clients: Vec<ClientConfig>,
+    /// Replication and failover (absent: a standalone node).
+    #[serde(default)]
+    pub replication: ReplicationSection,
 }
 
 /// Whether to back DPDK memory with hugepages.
@@ -350,6 +356,7 @@ impl Config {
         if e.mem_mb == 0 {
             return Err(ConfigError("engine.mem_mb must be > 0".into()));
         }
+        self.replication.validate(self.replication.role)?;
         Ok(())
     }
 }
