@@ -25,6 +25,7 @@ mod clients;
 pub mod control;
 pub mod gate;
 pub mod latency;
+pub mod repl;
 pub mod packet;
 mod replay;
 mod respond;
