@@ -270,6 +270,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         stores.push(worker::Store {
             server,
             _mem: dpdk_mem,
+            apply: None,
         });
     }
     // Hand-off rings: one multi-producer inbox per worker.

@@ -9,6 +9,7 @@
 use dataplane::control::{self, WorkerControl};
 use dataplane::latency::Sampler;
 use dataplane::packet::MAX_BURST;
+use dataplane::repl::apply::Applier;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use dataplane::tx::{TxFrame, TxSink};
@@ -32,6 +33,9 @@ const TX_STALL_MS: u64 = 50;
 /// Above this many queued tx frames the transmit side reports itself backlogged
 /// (3/4 of `TX_QUEUE`).
 pub const TX_BACKLOG: usize = TX_QUEUE / 4 * 3;
+/// Replicated records a replica worker applies per loop iteration at most (bounds the
+/// delay they add to the requests waiting behind them).
+const APPLY_PER_LOOP: usize = 256;
 /// Delayed frames an injecting worker holds at most (a further delay is sent at once).
 const INJECT_HOLD: usize = 16;
 
@@ -42,6 +46,8 @@ pub struct Store {
     pub server: Server,
     /// DPDK hugepage memory backing the engine (None: the engine owns heap memory).
     pub _mem: Option<DpdkRegion>,
+    /// On a replica: the master's records for this partition, applied between bursts.
+    pub apply: Option<Applier>,
 }
 
 /// Loop settings.
@@ -375,6 +381,11 @@ pub fn run(
             stats.handed_in.add(handed as u64);
             serve(&mut store, &mut rx, &mut tx);
         }
+        // A replica applies its master's records between bursts.
+        let applied = match store.apply.as_mut() {
+            Some(a) => a.apply(store.server.engine_mut(), APPLY_PER_LOOP),
+            None => 0,
+        };
         let n = n + handed;
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx
@@ -396,7 +407,7 @@ pub fn run(
                 tx.last_progress = now;
             }
         }
-        idle.poll(n == 0 && tx.burst.is_empty());
+        idle.poll(n == 0 && applied == 0 && tx.burst.is_empty());
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {

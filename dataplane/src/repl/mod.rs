@@ -2,5 +2,7 @@
 //! and the replication lcore run, over the pure logic of the `kvrepl` crate.
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
+//! * [`link`]: the replication logic's frames in and out, independent of DPDK.
 
 pub mod apply;
+pub mod link;

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Writes the config files of a one-host replicated cluster (scripts/cluster.sh).
+
+Node 0 starts as master, nodes 1..N as replicas. Every node has:
+  * a client port: a memif server its own pktgen (or a test) attaches to;
+  * one replication link per other node: a memif pair, full mesh, so that whichever
+    node becomes master reaches every other one (the lower-numbered node of a pair
+    is the memif server);
+  * two lcores: the worker (main lcore) and the replication lcore.
+Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
+       [--etcd URL] [--base configs/memif.json]
+"""
+import argparse
+import copy
+import json
+import os
+
+
+def node_config(base, d, k, n, args):
+    c = copy.deepcopy(base)
+    c["name"] = f"cluster-node{k}"
+    sock = os.path.join(d, f"client{k}.sock")
+    dp, pg = c["dataplane"], c["pktgen"]
+    dp["file_prefix"] = f"kvd-node{k}"
+    pg["file_prefix"] = f"kvd-node{k}-pktgen"
+    dp["lcores"] = "0,1"
+    # Small enough that several nodes and a pktgen fit the host's hugepages.
+    dp["memory_mb"] = 96
+    dp["mbufs"] = 8191
+    pg["memory_mb"] = 96
+    pg["mbufs"] = 8191
+    memif = "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=11"
+    dp["vdevs"] = [memif.format("server", sock)]
+    pg["vdevs"] = [memif.format("client", sock)]
+    c["engine"]["mem_mb"] = 128
+    vdevs = []
+    for peer in range(n):
+        if peer == k:
+            continue
+        lo, hi = min(k, peer), max(k, peer)
+        role = "server" if k == lo else "client"
+        s = os.path.join(d, f"link{lo}-{hi}.sock")
+        vdevs.append(
+            f"net_memif{10 + peer},role={role},id=0,socket={s},socket-abstract=no,rsize=11"
+        )
+    repl = {
+        "role": "master" if k == 0 else "replica",
+        "node_id": f"node{k}",
+        "mode": args.mode,
+        "min_replicas": args.min_replicas,
+        "vdevs": vdevs,
+        "link": {"mac": f"02:00:00:00:10:{k:02x}", "ip": f"10.77.0.{k + 1}"},
+        "probe_interval_ms": args.probe_ms,
+        "waiting_time_ms": args.waiting_ms,
+    }
+    if k != 0:
+        repl["master"] = {"mac": "02:00:00:00:10:00", "ip": "10.77.0.1"}
+    if args.etcd:
+        repl["etcd"] = {"endpoints": [args.etcd], "cluster": args.cluster}
+    c["replication"] = repl
+    return c
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dir")
+    ap.add_argument("replicas", type=int)
+    ap.add_argument("--mode", default="async", choices=["async", "sync"])
+    ap.add_argument("--min-replicas", type=int, default=0)
+    ap.add_argument("--probe-ms", type=int, default=100)
+    ap.add_argument("--waiting-ms", type=int, default=500)
+    ap.add_argument("--etcd", default="")
+    ap.add_argument("--cluster", default="kvd")
+    ap.add_argument("--base", default="configs/memif.json")
+    args = ap.parse_args()
+    with open(args.base) as f:
+        base = json.load(f)
+    os.makedirs(args.dir, exist_ok=True)
+    n = args.replicas + 1
+    for k in range(n):
+        path = os.path.join(args.dir, f"node{k}.json")
+        with open(path, "w") as f:
+            json.dump(node_config(base, args.dir, k, n, args), f, indent=2)
+        print(path)
+
+
+if __name__ == "__main__":
+    main()
