@@ -12,6 +12,7 @@ mod check;
 mod clients;
 mod latency;
 mod metrics;
+mod replication;
 mod slab;
 mod stats;
 mod target;
@@ -92,6 +93,11 @@ enum Cmd {
     Slab {
         #[command(subcommand)]
         cmd: slab::SlabCmd,
+    },
+    /// Replication: status of a node, planned switchover.
+    Replication {
+        #[command(subcommand)]
+        cmd: replication::ReplicationCmd,
     },
 }
 
@@ -185,5 +191,6 @@ fn main() {
         Cmd::Metrics(a) => exit_on_err(metrics::run(a)),
         Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
         Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
+        Cmd::Replication { cmd } => exit_on_err(replication::run(cmd)),
     }
 }

@@ -393,7 +393,7 @@ fn slab_merge(ctl: &ControlState, slab: &SlabDaemon, d: &mut TelDict<'_>) {
 /// Renders a JSON object as telemetry dicts: objects nest, numbers that are u64
 /// stay numbers, other scalars become strings, arrays of scalars become string
 /// arrays and arrays holding objects become dicts keyed by index.
-fn json_into(d: &mut TelDict<'_>, v: &serde_json::Value) {
+pub(crate) fn json_into(d: &mut TelDict<'_>, v: &serde_json::Value) {
     use serde_json::Value;
     let Value::Object(m) = v else {
         return error(d, "configuration is not an object");

@@ -3,6 +3,8 @@
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
+//! * [`status`]: what the replication lcore publishes for operators.
 
 pub mod apply;
 pub mod link;
+pub mod status;

@@ -1,0 +1,164 @@
+//! What the replication lcore publishes for operators: role, epoch, offsets and each
+//! peer's state, as atomics the lcore stores and the telemetry thread reads
+//! (`/kvd/replication`, `ctlplane replication status`).
+
+use serde_json::{json, Value};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Peers (replication links) a node reports at most.
+pub const MAX_PEERS: usize = 8;
+
+/// A node's role as published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum RoleCode {
+    /// No replication.
+    Standalone = 0,
+    /// Takes writes, ships the stream.
+    Master = 1,
+    /// Follows a master.
+    Replica = 2,
+    /// Was master, may no longer acknowledge writes (lease not renewed).
+    Fenced = 3,
+}
+
+impl RoleCode {
+    fn name(v: u64) -> &'static str {
+        match v {
+            1 => "master",
+            2 => "replica",
+            3 => "fenced",
+            _ => "standalone",
+        }
+    }
+}
+
+/// A peer's replication state as published.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u64)]
+pub enum PeerState {
+    /// No peer on this link (yet), or not a replica.
+    Absent = 0,
+    /// Handshake under way.
+    Connecting = 1,
+    /// Receiving a full copy (snapshot scan) before the live stream.
+    FullSync = 2,
+    /// Catching up from the backlog.
+    PartialSync = 3,
+    /// In sync: acknowledging the live stream.
+    Online = 4,
+    /// No answer to probes within `waiting_time_ms`: not counted for min-replicas.
+    Invalid = 5,
+}
+
+impl PeerState {
+    /// Stable lower-case name.
+    pub fn name(v: u64) -> &'static str {
+        match v {
+            1 => "connecting",
+            2 => "full_sync",
+            3 => "partial_sync",
+            4 => "online",
+            5 => "invalid",
+            _ => "absent",
+        }
+    }
+}
+
+/// One peer's published figures.
+#[derive(Debug, Default)]
+pub struct PeerStatus {
+    /// [`PeerState`] as u64.
+    pub state: AtomicU64,
+    /// Master: the stream offset this replica acknowledged. Replica: the offset it
+    /// acknowledged to its master.
+    pub acked: AtomicU64,
+    /// Master: the stream offset sent to this replica so far.
+    pub sent: AtomicU64,
+    /// Nanoseconds (lcore clock) of the last acknowledgement or probe answer.
+    pub last_heard_ns: AtomicU64,
+    /// Full syncs started for this peer.
+    pub full_syncs: AtomicU64,
+    /// Partial syncs started for this peer.
+    pub partial_syncs: AtomicU64,
+    /// Times this peer was declared invalid.
+    pub invalidations: AtomicU64,
+    /// Segments resent (timeouts, NAKs).
+    pub resent: AtomicU64,
+}
+
+/// A node's published replication state.
+#[derive(Debug, Default)]
+pub struct ReplStatus {
+    /// [`RoleCode`] as u64.
+    pub role: AtomicU64,
+    /// Epoch this node serves at.
+    pub epoch: AtomicU64,
+    /// Replication id of the stream (master's, or the one a replica follows).
+    pub repl_id: AtomicU64,
+    /// Master: end offset of the stream. Replica: offset applied by every worker.
+    pub offset: AtomicU64,
+    /// Master: oldest offset still in the backlog.
+    pub backlog_start: AtomicU64,
+    /// Lcore clock (ns) at the last publication.
+    pub now_ns: AtomicU64,
+    /// Replicas counted for min-replicas at the last check.
+    pub good_replicas: AtomicU64,
+    /// Whether writes are refused for want of replicas (1) or not (0).
+    pub short_of_replicas: AtomicU64,
+    /// Records moved from the workers' logs into the stream (master) or routed to
+    /// the workers (replica).
+    pub records: AtomicU64,
+    /// Per link.
+    pub peers: [PeerStatus; MAX_PEERS],
+    /// Number of links in use.
+    pub links: AtomicU64,
+    /// Link names (set once at start-up).
+    pub link_names: std::sync::OnceLock<Vec<String>>,
+}
+
+impl ReplStatus {
+    /// Sets the role.
+    pub fn set_role(&self, r: RoleCode) {
+        self.role.store(r as u64, Relaxed);
+    }
+
+    /// The status as JSON (for telemetry).
+    pub fn to_json(&self) -> Value {
+        let now = self.now_ns.load(Relaxed);
+        let offset = self.offset.load(Relaxed);
+        let names = self.link_names.get().cloned().unwrap_or_default();
+        let n = (self.links.load(Relaxed) as usize).min(MAX_PEERS);
+        let mut peers = serde_json::Map::new();
+        for (i, p) in self.peers.iter().take(n).enumerate() {
+            let acked = p.acked.load(Relaxed);
+            let heard = p.last_heard_ns.load(Relaxed);
+            peers.insert(
+                i.to_string(),
+                json!({
+                    "link": names.get(i).cloned().unwrap_or_default(),
+                    "state": PeerState::name(p.state.load(Relaxed)),
+                    "acked_offset": acked,
+                    "sent_offset": p.sent.load(Relaxed),
+                    "lag_bytes": offset.saturating_sub(acked),
+                    "last_heard_ms_ago": if heard == 0 { u64::MAX } else { now.saturating_sub(heard) / 1_000_000 },
+                    "full_syncs": p.full_syncs.load(Relaxed),
+                    "partial_syncs": p.partial_syncs.load(Relaxed),
+                    "invalidations": p.invalidations.load(Relaxed),
+                    "resent": p.resent.load(Relaxed),
+                }),
+            );
+        }
+        json!({
+            "role": RoleCode::name(self.role.load(Relaxed)),
+            "epoch": self.epoch.load(Relaxed),
+            "repl_id": format!("{:016x}", self.repl_id.load(Relaxed)),
+            "offset": offset,
+            "backlog_start": self.backlog_start.load(Relaxed),
+            "good_replicas": self.good_replicas.load(Relaxed),
+            "short_of_replicas": self.short_of_replicas.load(Relaxed),
+            "records": self.records.load(Relaxed),
+            "peers": Value::Object(peers),
+        })
+    }
+}
