@@ -12,8 +12,10 @@
 #![warn(missing_docs)]
 
 pub mod backlog;
+pub mod control;
 pub mod log;
 pub mod record;
+pub mod segment;
 
 pub use record::{
     Record, RecordError, RecordReader, KIND_DELETE, KIND_PUT, KIND_QP_STATE, MAX_RECORD_KEY_LEN,
