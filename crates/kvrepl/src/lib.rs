@@ -11,9 +11,13 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod applier;
 pub mod backlog;
+pub mod control;
 pub mod log;
 pub mod record;
+pub mod segment;
+pub mod shipper;
 
 pub use record::{
     Record, RecordError, RecordReader, KIND_DELETE, KIND_PUT, KIND_QP_STATE, MAX_RECORD_KEY_LEN,
