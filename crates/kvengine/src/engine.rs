@@ -18,15 +18,19 @@
 //! * `update`: PUT (insert / replace in place / relocate) and DELETE;
 //! * `walk`: whole-index walks ([`Engine::for_each`],
 //!   [`Engine::check_invariants`]);
+//! * `scan`: the resumable, bounded scan ([`Engine::scan`]) a worker runs a
+//!   few buckets at a time while serving;
 //! * `crate::batch`: the prefetching batch pipeline over the same cores.
 
 mod lookup;
 mod record;
+mod scan;
 mod update;
 mod walk;
 
 pub(crate) use lookup::primary_bucket;
 pub use record::{rec_hdr_len, KEY_LEN_LIMIT, REC_HDR};
+pub use scan::{ScanCursor, ScanStep};
 
 use crate::accounting::{Accounting, OpClass};
 use crate::bucket::BUCKET_BYTES;

@@ -50,7 +50,7 @@ mod status;
 pub use accounting::{LineStats, OpClass};
 pub use batch::prefetch_ref;
 pub use config::{ConfigError, EngineConfig};
-pub use engine::Engine;
+pub use engine::{Engine, ScanCursor, ScanStep};
 pub use hash::key_hash;
 pub use region::Region;
 pub use service::SlabService;
