@@ -49,7 +49,12 @@ impl Applier {
         let r = self.ring.drain(max, |item| {
             let bytes = match item {
                 LogItem::Live(b) | LogItem::Scan(b) => b,
-                LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => return true,
+                // A full sync begins: the replica's data is replaced by the master's.
+                LogItem::ScanBegin(_) => {
+                    clear(engine);
+                    return true;
+                }
+                LogItem::ScanEnd(_) => return true,
             };
             let status = match Record::decode(bytes) {
                 Ok((Record::Put { key, value }, _)) => engine.put(key, value),
@@ -78,6 +83,40 @@ impl Applier {
             .consumed
             .store(self.ring.popped(), Ordering::Release);
         (ok + failed) as usize
+    }
+}
+
+/// Deletes every key of `engine`, one bucket chain at a time (a full sync starts
+/// from nothing). Blocks the worker for the walk: a replica that needs a full sync
+/// serves nothing current anyway.
+pub fn clear(engine: &mut Engine) {
+    const KEYS: usize = 64;
+    let mut keys = [[0u8; kvwire::MAX_KEY_LEN]; KEYS];
+    let mut lens = [0usize; KEYS];
+    let mut cursor = kvengine::ScanCursor::START;
+    loop {
+        let mut n = 0usize;
+        let mut more_in_chain = false;
+        let step = engine.scan(cursor, 1, |k, _| {
+            if n < KEYS && k.len() <= kvwire::MAX_KEY_LEN {
+                keys[n][..k.len()].copy_from_slice(k);
+                lens[n] = k.len();
+                n += 1;
+            } else {
+                more_in_chain = true;
+            }
+        });
+        for (k, &l) in keys.iter().zip(&lens).take(n) {
+            engine.delete(&k[..l]);
+        }
+        if more_in_chain {
+            // The chain held more keys than the buffer: visit it again.
+            continue;
+        }
+        match step {
+            kvengine::ScanStep::More(c) => cursor = c,
+            kvengine::ScanStep::Done => break,
+        }
     }
 }
 
@@ -110,5 +149,15 @@ mod tests {
         assert!(e.get(b"b", &mut out).is_err());
         assert_eq!(stats.applied.load(Ordering::Relaxed), 5);
         assert_eq!(stats.consumed.load(Ordering::Relaxed), p.pushed());
+        // A full sync's BEGIN clears everything.
+        for i in 0..300u32 {
+            e.put(format!("k{i}").as_bytes(), b"v");
+        }
+        p.try_push_scan_begin(1).unwrap();
+        p.try_push_scan(&Record::Put { key: b"new", value: b"x" }, u64::MAX).unwrap();
+        p.try_push_scan_end(1).unwrap();
+        a.apply(&mut e, 100);
+        assert_eq!(e.stats().stored_kvs, 1);
+        assert_eq!(e.get(b"new", &mut out), Ok(1));
     }
 }

@@ -3,8 +3,11 @@
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
+//! * [`scan`]: a master worker's scan of its engine for a full sync.
 //! * [`status`]: what the replication lcore publishes for operators.
 
 pub mod apply;
 pub mod link;
+pub mod replica;
+pub mod scan;
 pub mod status;

@@ -1,0 +1,428 @@
+//! A replica's replication lcore: joins the master (HELLO until WELCOME), receives
+//! the stream as RC WRITE WITH IMMEDIATE segments through `kvrepl`'s [`Applier`],
+//! routes each record to the worker that owns its key, and reports what the workers
+//! applied (PROGRESS every `ack_interval`, PROBE_REPLY to probes, RC ACKs for the
+//! transport). The workers apply the records between their bursts (`repl::apply`).
+//!
+//! A segment is taken only when every worker's ring has room for all of it; when one
+//! has not, the segment is refused with an RNR NAK and the master resends it later,
+//! so no record is ever dropped between the link and the engines.
+
+use super::apply::ApplyStats;
+use super::link::{LinkTx, ReplLogic};
+use super::status::{PeerState, ReplStatus, RoleCode};
+use crate::gate::WriteGate;
+use kvrepl::applier::{Applier, Outcome, Reply, Sink, SinkError};
+use kvrepl::control::{Control, Hello, Progress, ProbeReply, ReplicaReport, MAX_CONTROL_LEN};
+use kvrepl::log::LogProducer;
+use kvrepl::Record;
+use kvwire::partition::partition_of_hash;
+use kvwire::repl::{emit_send, parse_repl_frame, LinkHeader, ReplFrame};
+use kvwire::transport::{emit_ack, Syndrome};
+use kvwire::{FrameParams, MacAddr};
+use std::collections::VecDeque;
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// BTH destination QP of every replication-link frame (both directions).
+pub const REPL_QPN: u32 = 0x0000_0100;
+/// UDP source port of replication-link frames.
+pub const REPL_UDP_PORT: u16 = 0xC100;
+/// Ring slots (segments in flight) a replica offers.
+pub const RING_CREDITS: u16 = 64;
+/// RETH VA of the replica's receive ring, slot 0.
+pub const RING_VA: u64 = 0x0002_0000_0000;
+/// RNR timer code sent when the workers' rings are full (0.64 ms, PROTOCOL.md §2.6a).
+const RNR_TIMER: u8 = 12;
+/// Progress checkpoints kept at most (each a segment end and the ring positions).
+const CHECKPOINTS: usize = 1024;
+/// Workers a replica routes to at most.
+pub const MAX_WORKERS: usize = 16;
+
+/// Settings of a replica node.
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This node's id (a hash of its configured name).
+    pub node_id: u64,
+    /// This node's address on the replication links.
+    pub mac: MacAddr,
+    /// Its IPv4 address there.
+    pub ip: Ipv4Addr,
+    /// The master's link address, when known (else HELLO is broadcast).
+    pub master: Option<(MacAddr, Ipv4Addr)>,
+    /// PROGRESS period.
+    pub ack_interval_ns: u64,
+    /// HELLO period while not connected.
+    pub hello_interval_ns: u64,
+    /// Largest segment payload taken (the ring's slot size).
+    pub slot_size: u32,
+    /// The receive ring's R_Key.
+    pub rkey: u32,
+}
+
+/// Routes records to the workers' rings by key partition.
+struct Route<'a> {
+    rings: &'a mut [LogProducer],
+}
+
+impl Sink for Route<'_> {
+    fn clear(&mut self) {
+        // The workers clear their engines when they reach this marker.
+        for r in self.rings.iter_mut() {
+            let _ = r.try_push_scan_begin(0);
+        }
+    }
+
+    fn apply(&mut self, rec: Record<'_>) -> Result<(), SinkError> {
+        let key = match rec {
+            Record::Put { key, .. } | Record::Delete { key } => key,
+            Record::QpState { .. } => return Ok(()),
+        };
+        let n = self.rings.len() as u32;
+        let p = partition_of_hash(kvengine::key_hash(key), n) as usize;
+        match self.rings.get_mut(p) {
+            Some(r) => r.try_push(&rec).map_err(|_| SinkError),
+            None => Err(SinkError),
+        }
+    }
+}
+
+/// Which stream a checkpoint belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum StreamKind {
+    Sync,
+    Live,
+}
+
+/// A replica's replication logic.
+pub struct ReplicaNode {
+    cfg: ReplicaConfig,
+    applier: Applier,
+    rings: Vec<LogProducer>,
+    consumed: Vec<Arc<ApplyStats>>,
+    /// (stream, offset, ring positions): the offset is applied once every worker
+    /// consumed its ring up to those positions.
+    checkpoints: VecDeque<(StreamKind, u64, [u64; MAX_WORKERS])>,
+    applied_live: u64,
+    applied_sync: u64,
+    nonce: u64,
+    last_hello_ns: u64,
+    last_progress_ns: u64,
+    /// The link and frame parameters of the master, once welcomed.
+    master_link: Option<(usize, FrameParams)>,
+    links: usize,
+    epoch_seen: u64,
+    status: Arc<ReplStatus>,
+    gate: Arc<WriteGate>,
+    /// Segments refused for want of ring room.
+    pub rnr_sent: u64,
+}
+
+impl ReplicaNode {
+    /// A replica over `links` replication links, routing records into `rings` (one
+    /// per worker, whose consumption `consumed` reports).
+    pub fn new(
+        cfg: ReplicaConfig,
+        links: usize,
+        rings: Vec<LogProducer>,
+        consumed: Vec<Arc<ApplyStats>>,
+        status: Arc<ReplStatus>,
+        gate: Arc<WriteGate>,
+    ) -> Result<ReplicaNode, String> {
+        if rings.is_empty() || rings.len() > MAX_WORKERS || rings.len() != consumed.len() {
+            return Err(format!(
+                "a replica routes to 1..={MAX_WORKERS} workers, one ring each (got {} rings)",
+                rings.len()
+            ));
+        }
+        status.set_role(RoleCode::Replica);
+        status.links.store(links as u64, Ordering::Relaxed);
+        gate.refuse_not_master();
+        Ok(ReplicaNode {
+            applier: Applier::new(8),
+            rings,
+            consumed,
+            checkpoints: VecDeque::with_capacity(CHECKPOINTS),
+            applied_live: 0,
+            applied_sync: 0,
+            nonce: 0,
+            last_hello_ns: 0,
+            last_progress_ns: 0,
+            master_link: None,
+            links,
+            epoch_seen: 0,
+            status,
+            gate,
+            rnr_sent: 0,
+            cfg,
+        })
+    }
+
+    fn params_to(&self, mac: MacAddr, ip: Ipv4Addr) -> FrameParams {
+        FrameParams::new(self.cfg.mac, mac, self.cfg.ip, ip, REPL_UDP_PORT)
+    }
+
+    fn send_control(tx: &mut dyn LinkTx, link: usize, params: &FrameParams, msg: &Control) {
+        let mut body = [0u8; MAX_CONTROL_LEN];
+        let Ok(n) = msg.encode_into(&mut body) else {
+            return;
+        };
+        tx.send(link, &mut |buf| {
+            emit_send(buf, params, REPL_QPN, 0, &body[..n]).unwrap_or(0)
+        });
+    }
+
+    fn progress(&self) -> Progress {
+        let (repl_id, epoch) = self.applier.master();
+        Progress {
+            nonce: self.nonce,
+            repl_id,
+            epoch,
+            applied: self.applied_live,
+            sync_applied: self.applied_sync,
+            state: self.applier.report(),
+        }
+    }
+
+    fn hello(&mut self, now_ns: u64, tx: &mut dyn LinkTx) {
+        // Larger than any earlier attempt's, also across restarts (wall clock).
+        self.nonce = (wall_ns()).max(self.nonce + 1);
+        let (repl_id, offset) = self.applier.position();
+        let h = Control::Hello(Hello {
+            node_id: self.cfg.node_id,
+            repl_id,
+            offset,
+            epoch: self.epoch_seen,
+            nonce: self.nonce,
+            region_va: RING_VA,
+            rkey: self.cfg.rkey,
+            slot_size: self.cfg.slot_size,
+            credits: RING_CREDITS,
+            first_psn: (self.nonce as u32) & kvwire::ib::MASK_24,
+        });
+        let (mac, ip) = self.cfg.master.unwrap_or(([0xff; 6], Ipv4Addr::BROADCAST));
+        let params = self.params_to(mac, ip);
+        for l in 0..self.links {
+            Self::send_control(tx, l, &params, &h);
+        }
+        self.last_hello_ns = now_ns;
+        self.status.peers[0]
+            .state
+            .store(PeerState::Connecting as u64, Ordering::Relaxed);
+    }
+
+    /// Ring positions now (what the workers must consume for the data routed so far).
+    fn positions(&self) -> [u64; MAX_WORKERS] {
+        let mut p = [0u64; MAX_WORKERS];
+        for (x, r) in p.iter_mut().zip(&self.rings) {
+            *x = r.pushed();
+        }
+        p
+    }
+
+    /// Moves the applied offsets forward over the checkpoints every worker passed.
+    fn advance(&mut self) {
+        while let Some((kind, off, pos)) = self.checkpoints.front() {
+            let done = pos
+                .iter()
+                .zip(&self.consumed)
+                .all(|(&p, c)| c.consumed.load(Ordering::Acquire) >= p);
+            if !done {
+                break;
+            }
+            match kind {
+                StreamKind::Live => self.applied_live = *off,
+                StreamKind::Sync => self.applied_sync = *off,
+            }
+            self.checkpoints.pop_front();
+        }
+    }
+
+    fn note(&mut self, kind: StreamKind, off: u64) {
+        if self.checkpoints.len() == CHECKPOINTS {
+            // Keep memory bounded: the newest checkpoint replaces the last one
+            // (the offset is only reported a little later).
+            self.checkpoints.pop_back();
+        }
+        let pos = self.positions();
+        self.checkpoints.push_back((kind, off, pos));
+    }
+
+    fn on_segment(
+        &mut self,
+        link: usize,
+        hdr: &LinkHeader,
+        imm: u32,
+        payload: &[u8],
+        tx: &mut dyn LinkTx,
+    ) {
+        let params = hdr.reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
+        // Room for every record of the segment in whichever ring it goes to.
+        let need = payload.len() + 64;
+        if self.rings.iter().any(|r| r.free_bytes() < need) {
+            self.rnr_sent += 1;
+            let psn = hdr.psn;
+            tx.send(link, &mut |buf| {
+                emit_ack(buf, &params, REPL_QPN, psn, Syndrome::RnrNak { timer: RNR_TIMER }, 0)
+                    .unwrap_or(0)
+            });
+            return;
+        }
+        let (outcome, reply) = {
+            let mut sink = Route {
+                rings: &mut self.rings,
+            };
+            self.applier
+                .on_segment(hdr.psn, hdr.ack_req, imm, payload, &mut sink)
+        };
+        match outcome {
+            Outcome::Applied => {
+                if let Some(off) = self.applier.applied_live() {
+                    self.note(StreamKind::Live, off);
+                } else if let Some(off) = self.applier.applied_sync() {
+                    self.note(StreamKind::Sync, off);
+                }
+            }
+            Outcome::SyncComplete => {
+                self.checkpoints.clear();
+                let off = self.applier.applied_live().unwrap_or(0);
+                self.note(StreamKind::Live, off);
+            }
+            Outcome::Broken => {
+                // Connect again from nothing: the next HELLO asks for a full sync.
+                self.master_link = None;
+            }
+            _ => {}
+        }
+        let (psn, syndrome) = match reply {
+            Reply::None => return,
+            Reply::Ack(p) => (p, Syndrome::Ack { credits: 31 }),
+            Reply::Nak(p) => (
+                p,
+                Syndrome::Nak(kvwire::transport::NakCode::PsnSequenceError),
+            ),
+        };
+        tx.send(link, &mut |buf| {
+            emit_ack(buf, &params, REPL_QPN, psn, syndrome, 0).unwrap_or(0)
+        });
+    }
+
+    fn publish(&self, now_ns: u64) {
+        let s = &self.status;
+        let (repl_id, epoch) = self.applier.master();
+        s.repl_id.store(repl_id, Ordering::Relaxed);
+        s.epoch.store(epoch.max(self.epoch_seen), Ordering::Relaxed);
+        s.offset.store(self.applied_live, Ordering::Relaxed);
+        s.now_ns.store(now_ns, Ordering::Relaxed);
+        let p = &s.peers[0];
+        p.acked.store(self.applied_live, Ordering::Relaxed);
+        p.state.store(
+            match self.applier.report() {
+                ReplicaReport::Connecting => PeerState::Connecting,
+                ReplicaReport::FullSync => PeerState::FullSync,
+                ReplicaReport::Streaming => PeerState::Online,
+            } as u64,
+            Ordering::Relaxed,
+        );
+    }
+}
+
+impl ReplLogic for ReplicaNode {
+    fn on_frames(&mut self, link: usize, frames: &[&[u8]], now_ns: u64, tx: &mut dyn LinkTx) {
+        for f in frames {
+            let Ok(frame) = parse_repl_frame(f) else {
+                continue;
+            };
+            match frame {
+                ReplFrame::WriteImm(w) => {
+                    if w.link.dst_mac != self.cfg.mac {
+                        continue;
+                    }
+                    self.status.peers[0]
+                        .last_heard_ns
+                        .store(now_ns, Ordering::Relaxed);
+                    self.on_segment(link, &w.link, w.imm, w.payload, tx);
+                }
+                ReplFrame::Send(s) => {
+                    let Ok(msg) = Control::decode(s.payload) else {
+                        continue;
+                    };
+                    let params = s.link.reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
+                    match msg {
+                        Control::Welcome(w) if w.nonce == self.nonce => {
+                            self.epoch_seen = self.epoch_seen.max(w.epoch);
+                            let mut sink = Route {
+                                rings: &mut self.rings,
+                            };
+                            self.applier.on_welcome(&w, &mut sink);
+                            self.checkpoints.clear();
+                            if w.mode == kvrepl::control::WelcomeMode::Partial {
+                                self.applied_live = w.offset;
+                            } else {
+                                self.applied_sync = 0;
+                                self.status.peers[0]
+                                    .full_syncs
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            if w.mode == kvrepl::control::WelcomeMode::Partial {
+                                self.status.peers[0]
+                                    .partial_syncs
+                                    .fetch_add(1, Ordering::Relaxed);
+                            }
+                            self.master_link = Some((link, params));
+                        }
+                        Control::Probe(p) => {
+                            self.epoch_seen = self.epoch_seen.max(p.epoch);
+                            self.status.peers[0]
+                                .last_heard_ns
+                                .store(now_ns, Ordering::Relaxed);
+                            let r = Control::ProbeReply(ProbeReply {
+                                seq: p.seq,
+                                sent_ns: p.sent_ns,
+                                progress: self.progress(),
+                            });
+                            Self::send_control(tx, link, &params, &r);
+                        }
+                        _ => {}
+                    }
+                }
+                ReplFrame::Ack(_) => {}
+            }
+        }
+    }
+
+    fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
+        self.advance();
+        let mut busy = false;
+        if self.applier.needs_hello() {
+            self.master_link = None;
+            if now_ns.saturating_sub(self.last_hello_ns) >= self.cfg.hello_interval_ns
+                || self.last_hello_ns == 0
+            {
+                self.hello(now_ns, tx);
+                busy = true;
+            }
+        } else if let Some((link, params)) = self.master_link {
+            if let Some(psn) = self.applier.pending_ack() {
+                tx.send(link, &mut |buf| {
+                    emit_ack(buf, &params, REPL_QPN, psn, Syndrome::Ack { credits: 31 }, 0)
+                        .unwrap_or(0)
+                });
+            }
+            if now_ns.saturating_sub(self.last_progress_ns) >= self.cfg.ack_interval_ns {
+                self.last_progress_ns = now_ns;
+                Self::send_control(tx, link, &params, &Control::Progress(self.progress()));
+            }
+        }
+        self.publish(now_ns);
+        busy
+    }
+}
+
+/// Wall-clock nanoseconds (HELLO nonces grow across restarts of the process).
+fn wall_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64)
+}
