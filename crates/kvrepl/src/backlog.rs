@@ -183,7 +183,7 @@ impl Backlog {
     }
 
     /// True when `offset` is held and is a record boundary (or the end).
-    /// Walks at most [`MARK_INTERVAL`] bytes plus one record.
+    /// Walks at most 64 KiB (the distance between its marks) plus one record.
     pub fn is_boundary(&self, offset: u64) -> bool {
         if offset < self.start || offset > self.end {
             return false;
