@@ -154,7 +154,14 @@ mod tests {
             e.put(format!("k{i}").as_bytes(), b"v");
         }
         p.try_push_scan_begin(1).unwrap();
-        p.try_push_scan(&Record::Put { key: b"new", value: b"x" }, u64::MAX).unwrap();
+        p.try_push_scan(
+            &Record::Put {
+                key: b"new",
+                value: b"x",
+            },
+            u64::MAX,
+        )
+        .unwrap();
         p.try_push_scan_end(1).unwrap();
         a.apply(&mut e, 100);
         assert_eq!(e.stats().stored_kvs, 1);

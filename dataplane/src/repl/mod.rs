@@ -8,6 +8,7 @@
 
 pub mod apply;
 pub mod link;
+pub mod master;
 pub mod replica;
 pub mod scan;
 pub mod status;

@@ -13,7 +13,7 @@ use super::link::{LinkTx, ReplLogic};
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
 use kvrepl::applier::{Applier, Outcome, Reply, Sink, SinkError};
-use kvrepl::control::{Control, Hello, Progress, ProbeReply, ReplicaReport, MAX_CONTROL_LEN};
+use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport, MAX_CONTROL_LEN};
 use kvrepl::log::LogProducer;
 use kvrepl::Record;
 use kvwire::partition::partition_of_hash;
@@ -113,6 +113,9 @@ pub struct ReplicaNode {
     master_link: Option<(usize, FrameParams)>,
     links: usize,
     epoch_seen: u64,
+    /// The master refused our connection (it declared us invalid): join again from
+    /// where our data stands.
+    rejoin: bool,
     status: Arc<ReplStatus>,
     gate: Arc<WriteGate>,
     /// Segments refused for want of ring room.
@@ -152,6 +155,7 @@ impl ReplicaNode {
             master_link: None,
             links,
             epoch_seen: 0,
+            rejoin: false,
             status,
             gate,
             rnr_sent: 0,
@@ -264,8 +268,15 @@ impl ReplicaNode {
             self.rnr_sent += 1;
             let psn = hdr.psn;
             tx.send(link, &mut |buf| {
-                emit_ack(buf, &params, REPL_QPN, psn, Syndrome::RnrNak { timer: RNR_TIMER }, 0)
-                    .unwrap_or(0)
+                emit_ack(
+                    buf,
+                    &params,
+                    REPL_QPN,
+                    psn,
+                    Syndrome::RnrNak { timer: RNR_TIMER },
+                    0,
+                )
+                .unwrap_or(0)
             });
             return;
         }
@@ -348,8 +359,18 @@ impl ReplLogic for ReplicaNode {
                     let Ok(msg) = Control::decode(s.payload) else {
                         continue;
                     };
-                    let params = s.link.reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
+                    let params = s
+                        .link
+                        .reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
                     match msg {
+                        Control::Welcome(w)
+                            if w.nonce == self.nonce
+                                && w.mode == kvrepl::control::WelcomeMode::Refused
+                                && self.applier.applied_live().is_some() =>
+                        {
+                            // Our data is consistent: ask to resume from it.
+                            self.rejoin = true;
+                        }
                         Control::Welcome(w) if w.nonce == self.nonce => {
                             self.epoch_seen = self.epoch_seen.max(w.epoch);
                             let mut sink = Route {
@@ -395,19 +416,28 @@ impl ReplLogic for ReplicaNode {
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.advance();
         let mut busy = false;
-        if self.applier.needs_hello() {
+        if self.rejoin || self.applier.needs_hello() {
             self.master_link = None;
-            if now_ns.saturating_sub(self.last_hello_ns) >= self.cfg.hello_interval_ns
+            if self.rejoin
+                || now_ns.saturating_sub(self.last_hello_ns) >= self.cfg.hello_interval_ns
                 || self.last_hello_ns == 0
             {
+                self.rejoin = false;
                 self.hello(now_ns, tx);
                 busy = true;
             }
         } else if let Some((link, params)) = self.master_link {
             if let Some(psn) = self.applier.pending_ack() {
                 tx.send(link, &mut |buf| {
-                    emit_ack(buf, &params, REPL_QPN, psn, Syndrome::Ack { credits: 31 }, 0)
-                        .unwrap_or(0)
+                    emit_ack(
+                        buf,
+                        &params,
+                        REPL_QPN,
+                        psn,
+                        Syndrome::Ack { credits: 31 },
+                        0,
+                    )
+                    .unwrap_or(0)
                 });
             }
             if now_ns.saturating_sub(self.last_progress_ns) >= self.cfg.ack_interval_ns {

@@ -81,7 +81,11 @@ impl ScanDriver {
         }
         let mut failed = false;
         let step = engine.scan(cursor, STEP_BUCKETS, |key, value| {
-            if !failed && log.try_push_scan(&Record::Put { key, value }, grant).is_err() {
+            if !failed
+                && log
+                    .try_push_scan(&Record::Put { key, value }, grant)
+                    .is_err()
+            {
                 failed = true;
             }
         });

@@ -1,0 +1,543 @@
+//! The master's replication lcore (SKV's Nic-KV): drains the workers' log rings into
+//! one ordered stream (the backlog), answers replicas' HELLOs with a partial or full
+//! resync, ships the stream to each replica as RC WRITE WITH IMMEDIATE segments
+//! (`kvrepl::shipper`), probes them, and opens or closes the write gate the workers
+//! read (min-replicas within max-lag). The workers only ever push into their rings.
+//!
+//! One replica per replication link; the link index is the peer index.
+
+use super::link::{LinkTx, ReplLogic};
+use super::replica::{REPL_QPN, REPL_UDP_PORT};
+use super::scan::ScanShared;
+use super::status::{PeerState, ReplStatus, RoleCode, MAX_PEERS};
+use crate::gate::WriteGate;
+use kvrepl::backlog::Backlog;
+use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode, MAX_CONTROL_LEN};
+use kvrepl::log::{LogConsumer, LogItem};
+use kvrepl::progress::{GateConfig, Liveness, LivenessAction, ProbeConfig, ReplicaView};
+use kvrepl::replica_state::{ReplicaEvent, ReplicaState};
+use kvrepl::resync::{decide, Decision, FullSync, ReplIds};
+use kvrepl::shipper::{ShipError, Shipper, ShipperConfig};
+use kvwire::repl::{
+    emit_send, emit_write_imm_headers, parse_repl_frame, ReplFrame, WriteImmFields,
+    WRITE_IMM_HEADER_LEN,
+};
+use kvwire::transport::{rnr_timer_micros, Syndrome};
+use kvwire::{finalize, FrameParams, MacAddr};
+use std::net::Ipv4Addr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Log items drained per worker per poll at most.
+const DRAIN_PER_POLL: usize = 4096;
+/// Segments sent per replica per poll at most.
+const SEGMENTS_PER_POLL: usize = 32;
+
+/// Settings of a master node.
+#[derive(Clone, Debug)]
+pub struct MasterConfig {
+    /// This node's id.
+    pub node_id: u64,
+    /// Its address on the replication links.
+    pub mac: MacAddr,
+    /// Its IPv4 address there.
+    pub ip: Ipv4Addr,
+    /// The epoch it is master at.
+    pub epoch: u64,
+    /// Its replication ids.
+    pub ids: ReplIds,
+    /// Bytes of live stream kept for partial resyncs.
+    pub backlog_bytes: usize,
+    /// Bytes of a full sync's scan buffer.
+    pub sync_bytes: usize,
+    /// Write-gate rules.
+    pub gate: GateConfig,
+    /// Probe period and waiting time.
+    pub probe: ProbeConfig,
+    /// Segment size, window and retransmission.
+    pub shipper: ShipperConfig,
+}
+
+/// One replica (one link).
+struct Peer {
+    state: ReplicaState,
+    shipper: Shipper,
+    liveness: Liveness,
+    /// The HELLO of its current connection.
+    hello: Option<Hello>,
+    /// Frame parameters toward it.
+    params: Option<FrameParams>,
+    /// Live offset its workers applied (PROGRESS), and when it said so.
+    applied: u64,
+    last_ack_ns: u64,
+}
+
+/// A master's replication logic.
+pub struct MasterNode {
+    cfg: MasterConfig,
+    logs: Vec<LogConsumer>,
+    scans: Vec<Arc<ScanShared>>,
+    live: Backlog,
+    sync: FullSync,
+    session: u32,
+    peers: Vec<Peer>,
+    gate_rules: kvrepl::progress::WriteGate,
+    gate: Arc<WriteGate>,
+    status: Arc<ReplStatus>,
+    /// Records that could not enter the stream (a bug: never expected).
+    pub stream_errors: u64,
+}
+
+impl MasterNode {
+    /// A master over `links` links, draining `logs` (one per worker, whose scans
+    /// `scans` drive).
+    pub fn new(
+        cfg: MasterConfig,
+        links: usize,
+        logs: Vec<LogConsumer>,
+        scans: Vec<Arc<ScanShared>>,
+        status: Arc<ReplStatus>,
+        gate: Arc<WriteGate>,
+        now_ns: u64,
+    ) -> Result<MasterNode, String> {
+        if links > MAX_PEERS {
+            return Err(format!("at most {MAX_PEERS} replication links"));
+        }
+        if logs.len() != scans.len() || logs.is_empty() {
+            return Err("one log ring and one scan state per worker".into());
+        }
+        status.set_role(RoleCode::Master);
+        status.epoch.store(cfg.epoch, Ordering::Relaxed);
+        status.repl_id.store(cfg.ids.current, Ordering::Relaxed);
+        status.links.store(links as u64, Ordering::Relaxed);
+        let peers = (0..links)
+            .map(|_| Peer {
+                state: ReplicaState::Connecting,
+                shipper: Shipper::new(cfg.shipper),
+                liveness: Liveness::new(now_ns),
+                hello: None,
+                params: None,
+                applied: 0,
+                last_ack_ns: 0,
+            })
+            .collect();
+        let nw = logs.len();
+        let gate_rules = kvrepl::progress::WriteGate::new(cfg.gate, links.max(1));
+        let mut m = MasterNode {
+            live: Backlog::new(cfg.backlog_bytes, 0),
+            sync: FullSync::new(cfg.sync_bytes, nw),
+            session: 0,
+            logs,
+            scans,
+            peers,
+            gate_rules,
+            gate,
+            status,
+            stream_errors: 0,
+            cfg,
+        };
+        m.update_gate(now_ns);
+        Ok(m)
+    }
+
+    fn send_control(tx: &mut dyn LinkTx, link: usize, params: &FrameParams, msg: &Control) {
+        let mut body = [0u8; MAX_CONTROL_LEN];
+        let Ok(n) = msg.encode_into(&mut body) else {
+            return;
+        };
+        tx.send(link, &mut |buf| {
+            emit_send(buf, params, REPL_QPN, 0, &body[..n]).unwrap_or(0)
+        });
+    }
+
+    fn welcome(&self, tx: &mut dyn LinkTx, link: usize, mode: WelcomeMode, offset: u64) {
+        let p = &self.peers[link];
+        let (Some(h), Some(params)) = (p.hello, p.params) else {
+            return;
+        };
+        let w = Control::Welcome(Welcome {
+            nonce: h.nonce,
+            mode,
+            repl_id: self.cfg.ids.current,
+            epoch: self.cfg.epoch,
+            offset,
+            first_psn: h.first_psn,
+            node_id: self.cfg.node_id,
+        });
+        Self::send_control(tx, link, &params, &w);
+    }
+
+    /// Moves the workers' records into the live stream and the scan buffer.
+    fn drain_logs(&mut self) -> bool {
+        let mut any = false;
+        let mut broken = false;
+        for (w, log) in self.logs.iter_mut().enumerate() {
+            let (live, sync, errors) = (&mut self.live, &mut self.sync, &mut self.stream_errors);
+            let r = log.drain(DRAIN_PER_POLL, |item| {
+                let r = match item {
+                    LogItem::Live(b) => {
+                        if live.append(b).is_err() {
+                            *errors += 1;
+                        }
+                        Ok(())
+                    }
+                    LogItem::Scan(b) => sync.on_scan(w, b),
+                    LogItem::ScanBegin(s) => sync.on_scan_begin(w, s),
+                    LogItem::ScanEnd(s) => sync.on_scan_end(w, s),
+                };
+                broken |= r.is_err();
+                true
+            });
+            match r {
+                Ok(n) => any |= n > 0,
+                Err(_) => self.stream_errors += 1,
+            }
+            let failed = self.scans[w].failed.load(Ordering::Acquire);
+            broken |= self.sync.is_active() && failed == self.session && failed != 0;
+        }
+        if broken {
+            self.abandon_sync();
+        }
+        any
+    }
+
+    /// The scan session failed: its members wait for the next one.
+    fn abandon_sync(&mut self) {
+        self.sync.end();
+        for p in &mut self.peers {
+            if p.state == ReplicaState::FullSync {
+                p.shipper.stop();
+                p.state = p
+                    .state
+                    .on(ReplicaEvent::NeedFullSync)
+                    .unwrap_or(ReplicaState::WaitFullSync);
+            }
+        }
+    }
+
+    /// Starts a scan session for the replicas waiting for one; ends a session no
+    /// replica takes part in any more; refreshes the workers' scan grants.
+    fn manage_sync(&mut self, tx: &mut dyn LinkTx) {
+        let members = self
+            .peers
+            .iter()
+            .filter(|p| p.state == ReplicaState::FullSync)
+            .count();
+        if self.sync.is_active() && members == 0 {
+            self.sync.end();
+        }
+        let waiting = self
+            .peers
+            .iter()
+            .any(|p| p.state == ReplicaState::WaitFullSync && p.hello.is_some());
+        if !self.sync.is_active() && waiting {
+            self.session = self.session.wrapping_add(1).max(1);
+            let live_from = self.live.end();
+            self.sync.begin(self.session, live_from);
+            for w in &self.scans {
+                w.request.store(self.session, Ordering::Release);
+            }
+            for link in 0..self.peers.len() {
+                let p = &mut self.peers[link];
+                if p.state != ReplicaState::WaitFullSync {
+                    continue;
+                }
+                let Some(h) = p.hello else { continue };
+                p.state = p
+                    .state
+                    .on(ReplicaEvent::FullSyncStarted)
+                    .unwrap_or(ReplicaState::FullSync);
+                p.shipper
+                    .start_full(self.cfg.ids.current, self.cfg.epoch, h.first_psn, live_from);
+                self.status.peers[link]
+                    .full_syncs
+                    .fetch_add(1, Ordering::Relaxed);
+                self.welcome(tx, link, WelcomeMode::Full, live_from);
+            }
+        }
+        if self.sync.is_active() {
+            let pin = self
+                .peers
+                .iter()
+                .filter(|p| p.state == ReplicaState::FullSync)
+                .map(|p| p.shipper.acked_sync())
+                .min()
+                .unwrap_or(0);
+            self.sync.refresh_grants(pin);
+            for (w, s) in self.scans.iter().enumerate() {
+                s.grant.store(self.sync.grant(w), Ordering::Release);
+            }
+        }
+    }
+
+    /// Sends what each connected replica's shipper has ready.
+    fn ship(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
+        let mut any = false;
+        let complete = self.sync.complete();
+        for link in 0..self.peers.len() {
+            let p = &mut self.peers[link];
+            let (Some(h), Some(params)) = (p.hello, p.params) else {
+                continue;
+            };
+            if !p.state.connected() {
+                continue;
+            }
+            let sync = self.sync.is_active().then(|| self.sync.stream());
+            for _ in 0..SEGMENTS_PER_POLL {
+                let mut result = Ok(None);
+                let shipper = &mut p.shipper;
+                let live = &self.live;
+                tx.send(link, &mut |buf| {
+                    let Some(out) = buf.get_mut(WRITE_IMM_HEADER_LEN..) else {
+                        return 0;
+                    };
+                    result = shipper.poll(now_ns, live, sync, complete, out);
+                    let Ok(Some(o)) = result else { return 0 };
+                    let slot = u64::from(o.psn % u32::from(h.credits.max(1)));
+                    let f = WriteImmFields {
+                        dest_qp: REPL_QPN,
+                        psn: o.psn,
+                        ack_req: o.ack_req,
+                        va: h.region_va + slot * u64::from(h.slot_size),
+                        rkey: h.rkey,
+                        imm: o.imm,
+                    };
+                    if emit_write_imm_headers(buf, &params, &f, o.len).is_err() {
+                        return 0;
+                    }
+                    finalize(buf).unwrap_or(0)
+                });
+                match result {
+                    Ok(Some(o)) => {
+                        any = true;
+                        if o.resend {
+                            self.status.peers[link]
+                                .resent
+                                .fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        let ev = match e {
+                            ShipError::Unreachable => ReplicaEvent::Timeout,
+                            _ => ReplicaEvent::NeedFullSync,
+                        };
+                        p.shipper.stop();
+                        p.state = p.state.on(ev).unwrap_or(ReplicaState::Invalid);
+                        break;
+                    }
+                }
+            }
+            if p.state == ReplicaState::FullSync && p.shipper.sync_done() {
+                let end = self.live.end();
+                p.state = p
+                    .state
+                    .on(ReplicaEvent::SnapshotAcked { stream_end: end })
+                    .unwrap_or(p.state);
+            }
+            self.status.peers[link]
+                .sent
+                .store(p.shipper.next_live().unwrap_or(0), Ordering::Relaxed);
+        }
+        any
+    }
+
+    /// Probes; declares replicas that stopped answering invalid.
+    fn probe(&mut self, now_ns: u64, tx: &mut dyn LinkTx) {
+        for link in 0..self.peers.len() {
+            let p = &mut self.peers[link];
+            let Some(params) = p.params else { continue };
+            match p.liveness.poll(now_ns, &self.cfg.probe) {
+                LivenessAction::Idle => {}
+                LivenessAction::Probe { seq } => {
+                    let m = Control::Probe(Probe {
+                        seq,
+                        sent_ns: now_ns,
+                        epoch: self.cfg.epoch,
+                    });
+                    Self::send_control(tx, link, &params, &m);
+                }
+                LivenessAction::Invalid => {
+                    p.shipper.stop();
+                    p.state = p
+                        .state
+                        .on(ReplicaEvent::Timeout)
+                        .unwrap_or(ReplicaState::Invalid);
+                    if p.state == ReplicaState::Invalid {
+                        self.status.peers[link]
+                            .invalidations
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    fn update_gate(&mut self, now_ns: u64) -> usize {
+        let views = self.peers.iter().map(|p| ReplicaView {
+            online: p.state.counted(),
+            acked: p.applied,
+            last_ack_ns: p.last_ack_ns,
+        });
+        let g = self.gate_rules.evaluate(now_ns, views);
+        if g.writes_allowed {
+            self.gate.open();
+        } else {
+            self.gate.refuse_not_enough_replicas();
+        }
+        self.status
+            .short_of_replicas
+            .store(u64::from(!g.writes_allowed), Ordering::Relaxed);
+        g.good_replicas
+    }
+
+    fn on_hello(
+        &mut self,
+        link: usize,
+        h: Hello,
+        params: FrameParams,
+        now_ns: u64,
+        tx: &mut dyn LinkTx,
+    ) {
+        let d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
+        let end = self.live.end();
+        let p = &mut self.peers[link];
+        p.hello = Some(h);
+        p.params = Some(params);
+        p.liveness.on_heard(now_ns);
+        p.shipper.stop();
+        p.state = p
+            .state
+            .on(ReplicaEvent::Hello {
+                decision: d,
+                stream_end: end,
+            })
+            .unwrap_or(ReplicaState::Connecting);
+        match d {
+            Decision::Partial { from } => {
+                p.shipper
+                    .start_partial(self.cfg.ids.current, self.cfg.epoch, h.first_psn, from);
+                p.applied = from;
+                p.last_ack_ns = now_ns;
+                self.status.peers[link]
+                    .partial_syncs
+                    .fetch_add(1, Ordering::Relaxed);
+                self.welcome(tx, link, WelcomeMode::Partial, from);
+            }
+            // The WELCOME goes out when the scan session starts (manage_sync).
+            Decision::Full => {}
+            Decision::Refuse => self.welcome(tx, link, WelcomeMode::Refused, 0),
+        }
+    }
+
+    fn on_progress(
+        &mut self,
+        link: usize,
+        nonce: u64,
+        applied: u64,
+        now_ns: u64,
+        tx: &mut dyn LinkTx,
+    ) {
+        let p = &mut self.peers[link];
+        let Some(h) = p.hello else { return };
+        if nonce != h.nonce {
+            return;
+        }
+        p.liveness.on_heard(now_ns);
+        if !p.state.connected() {
+            // Back after being declared invalid: it must join again (HELLO), which
+            // resumes from its offset when the backlog still has it.
+            self.welcome(tx, link, WelcomeMode::Refused, 0);
+            return;
+        }
+        if p.state == ReplicaState::FullSync {
+            return;
+        }
+        p.applied = applied;
+        p.last_ack_ns = now_ns;
+        p.state = p
+            .state
+            .on(ReplicaEvent::Acked { offset: applied })
+            .unwrap_or(p.state);
+    }
+
+    fn publish(&self, now_ns: u64, good: usize) {
+        let s = &self.status;
+        s.offset.store(self.live.end(), Ordering::Relaxed);
+        s.backlog_start.store(self.live.start(), Ordering::Relaxed);
+        s.now_ns.store(now_ns, Ordering::Relaxed);
+        s.good_replicas.store(good as u64, Ordering::Relaxed);
+        for (p, ps) in self.peers.iter().zip(&s.peers) {
+            let st = match p.state {
+                ReplicaState::Connecting if p.hello.is_none() => PeerState::Absent,
+                ReplicaState::Connecting => PeerState::Connecting,
+                ReplicaState::WaitFullSync | ReplicaState::FullSync => PeerState::FullSync,
+                ReplicaState::PartialSync { .. } => PeerState::PartialSync,
+                ReplicaState::Online => PeerState::Online,
+                ReplicaState::Invalid => PeerState::Invalid,
+            };
+            ps.state.store(st as u64, Ordering::Relaxed);
+            ps.acked.store(p.applied, Ordering::Relaxed);
+            ps.last_heard_ns
+                .store(p.liveness.last_heard_ns(), Ordering::Relaxed);
+        }
+    }
+}
+
+impl ReplLogic for MasterNode {
+    fn on_frames(&mut self, link: usize, frames: &[&[u8]], now_ns: u64, tx: &mut dyn LinkTx) {
+        if link >= self.peers.len() {
+            return;
+        }
+        for f in frames {
+            let Ok(frame) = parse_repl_frame(f) else {
+                continue;
+            };
+            match frame {
+                ReplFrame::Ack(a) => {
+                    let p = &mut self.peers[link];
+                    p.liveness.on_heard(now_ns);
+                    match a.syndrome {
+                        Syndrome::Ack { .. } => p.shipper.on_ack(a.psn, now_ns),
+                        Syndrome::Nak(_) => p.shipper.on_nak(a.psn, now_ns),
+                        Syndrome::RnrNak { timer } => p.shipper.on_rnr(
+                            a.psn,
+                            u64::from(rnr_timer_micros(timer)) * 1000,
+                            now_ns,
+                        ),
+                    }
+                }
+                ReplFrame::Send(s) => {
+                    if s.link.dst_mac != self.cfg.mac && s.link.dst_mac != [0xff; 6] {
+                        continue;
+                    }
+                    let params = s
+                        .link
+                        .reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
+                    match Control::decode(s.payload) {
+                        Ok(Control::Hello(h)) => self.on_hello(link, h, params, now_ns, tx),
+                        Ok(Control::Progress(p)) => {
+                            self.on_progress(link, p.nonce, p.applied, now_ns, tx)
+                        }
+                        Ok(Control::ProbeReply(r)) => {
+                            self.on_progress(link, r.progress.nonce, r.progress.applied, now_ns, tx)
+                        }
+                        _ => {}
+                    }
+                }
+                // A master receives no segments.
+                ReplFrame::WriteImm(_) => {}
+            }
+        }
+    }
+
+    fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
+        let drained = self.drain_logs();
+        self.manage_sync(tx);
+        let shipped = self.ship(now_ns, tx);
+        self.probe(now_ns, tx);
+        let good = self.update_gate(now_ns);
+        self.publish(now_ns, good);
+        drained || shipped
+    }
+}
