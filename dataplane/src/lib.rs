@@ -16,6 +16,7 @@
 //! clients  admitted QPs and their connection state (PSNs, replay entries)
 //! replay   the per-worker response cache (a byte ring of whole frames)
 //! tx       TxFrame / TxSink: where response frames go
+//! mutation the mutation tap: post-images of applied writes (snapshots, replication)
 //! ```
 
 #![deny(unsafe_code)]
@@ -24,6 +25,7 @@ mod chunk;
 mod clients;
 pub mod control;
 pub mod latency;
+pub mod mutation;
 pub mod packet;
 mod replay;
 mod respond;
