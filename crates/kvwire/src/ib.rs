@@ -25,6 +25,9 @@ use crate::view::{be16, be24, be32, be64, put_be24, view, Error};
 pub mod opcode {
     /// RC RDMA WRITE Only: a request (followed by RETH).
     pub const RC_RDMA_WRITE_ONLY: u8 = 0x0a;
+    /// RC RDMA WRITE Only with Immediate: a replication stream segment
+    /// (followed by RETH and ImmDt, `crate::repl`).
+    pub const RC_RDMA_WRITE_ONLY_IMM: u8 = 0x0b;
     /// UD SEND Only: a response or a connection accept (followed by DETH).
     pub const UD_SEND_ONLY: u8 = 0x64;
     /// RC SEND Only: a connection request (protocol v2, `crate::transport`).

@@ -9,6 +9,8 @@
 //!   and the [`DropReason`] enum for every drop counter.
 //! * [`psn`]: 24-bit PSN arithmetic and a per-QP tracker.
 //! * [`transport`]: protocol v2's connection set-up and RC Acknowledge packets.
+//! * [`repl`]: frames of the replication link (RDMA WRITE Only with Immediate,
+//!   SEND Only, RC Acknowledge).
 //!
 //! # Panic contract
 //!
@@ -32,6 +34,7 @@ pub mod ipv4;
 pub mod partition;
 pub mod payload;
 pub mod psn;
+pub mod repl;
 #[cfg(test)]
 mod test_util;
 pub mod transport;

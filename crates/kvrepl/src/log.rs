@@ -1,0 +1,554 @@
+//! The per-worker SPSC log ring: worker lcore → replication lcore.
+//!
+//! Each worker owns a [`LogProducer`] and appends one post-image record per
+//! applied mutation; the replication lcore owns the matching [`LogConsumer`]
+//! and drains every worker's ring into the ordered stream
+//! ([`crate::backlog::Backlog`]). The ring is a byte ring of the well-kept
+//! [`rtrb`] crate (wait-free SPSC, cache-padded indices): records are written
+//! in place in their [`crate::record`] encoding, split across the ring's wrap
+//! when needed, and made visible to the consumer only once whole.
+//!
+//! # Full-ring policy
+//!
+//! [`LogProducer::try_push`] never blocks and never drops: when the record
+//! does not fit it returns [`PushError::Full`] and writes nothing. The worker
+//! must count it and **refuse the write** (status `TryAgain`) — applying a
+//! mutation whose record cannot be logged would silently lose it on every
+//! replica. A worker therefore pushes the record *before* it acknowledges the
+//! write, and sizes its check so that a full ring refuses the write cleanly
+//! (e.g. by checking [`LogProducer::free_bytes`] against the record's
+//! [`crate::Record::encoded_len`] before applying the mutation).
+//!
+//! # Ring-only markers
+//!
+//! Inside the ring the top bit of the kind byte marks a record of a full-sync
+//! scan ([`LogItem::Scan`]), and kind `0xFE`/`0xFF` with a 4-byte session id
+//! as key mark a scan's begin and end. These never leave the ring: the
+//! consumer hands out the plain record encoding.
+
+use crate::record::{Record, RecordError, MAX_RECORD_LEN, RECORD_HEADER_LEN};
+use rtrb::{Consumer, Producer, RingBuffer};
+
+/// Kind-byte bit marking a scan record inside the ring.
+const SCAN_BIT: u8 = 0x80;
+/// Ring-only kind: a scan session begins (key = session id, u32 LE).
+const KIND_SCAN_BEGIN: u8 = 0xFE;
+/// Ring-only kind: a scan session ended (key = session id, u32 LE).
+const KIND_SCAN_END: u8 = 0xFF;
+/// Smallest ring: the largest record must always fit.
+pub const MIN_LOG_CAPACITY: usize = MAX_RECORD_LEN;
+
+/// Why a record was not pushed. Nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PushError {
+    /// The ring has no room for the record: refuse the write (TryAgain).
+    Full,
+    /// A scan record beyond the replication lcore's grant (see
+    /// [`crate::resync::FullSync`]).
+    NoCredit,
+    /// The record is not encodable.
+    Invalid(RecordError),
+}
+
+impl core::fmt::Display for PushError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Full => f.write_str("log ring full"),
+            Self::NoCredit => f.write_str("scan record beyond the granted credit"),
+            Self::Invalid(e) => write!(f, "record not encodable: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PushError {}
+
+/// Creates a worker's log ring of `capacity` bytes (raised to
+/// [`MIN_LOG_CAPACITY`]). Allocates once, here.
+pub fn log_ring(capacity: usize) -> (LogProducer, LogConsumer) {
+    let (p, c) = RingBuffer::<u8>::new(capacity.max(MIN_LOG_CAPACITY));
+    (
+        LogProducer {
+            ring: p,
+            pushed: 0,
+            scan_pushed: 0,
+        },
+        LogConsumer {
+            ring: c,
+            popped: 0,
+            scratch: vec![0u8; MAX_RECORD_LEN].into_boxed_slice(),
+        },
+    )
+}
+
+/// The worker's end of a log ring.
+#[derive(Debug)]
+pub struct LogProducer {
+    ring: Producer<u8>,
+    /// Bytes pushed since creation (records and markers).
+    pushed: u64,
+    /// Bytes of scan records pushed since creation.
+    scan_pushed: u64,
+}
+
+impl LogProducer {
+    /// Appends a live post-image record; `Err(Full)` writes nothing.
+    pub fn try_push(&mut self, rec: &Record<'_>) -> Result<(), PushError> {
+        self.push_with(rec, 0)
+    }
+
+    /// Appends a record of a full-sync scan. `granted` is the replication
+    /// lcore's cumulative grant for this worker: the push is refused with
+    /// [`PushError::NoCredit`] when [`LogProducer::scan_pushed`] plus this
+    /// record would exceed it.
+    pub fn try_push_scan(&mut self, rec: &Record<'_>, granted: u64) -> Result<(), PushError> {
+        let len = rec.encoded_len() as u64;
+        if self.scan_pushed + len > granted {
+            return Err(PushError::NoCredit);
+        }
+        self.push_with(rec, SCAN_BIT)?;
+        self.scan_pushed += len;
+        Ok(())
+    }
+
+    /// Marks the start of scan session `session` (before its first record).
+    pub fn try_push_scan_begin(&mut self, session: u32) -> Result<(), PushError> {
+        self.push_marker(KIND_SCAN_BEGIN, session)
+    }
+
+    /// Marks the end of scan session `session` (after its last record).
+    pub fn try_push_scan_end(&mut self, session: u32) -> Result<(), PushError> {
+        self.push_marker(KIND_SCAN_END, session)
+    }
+
+    /// Free bytes in the ring now (the consumer may free more meanwhile).
+    pub fn free_bytes(&self) -> usize {
+        self.ring.slots()
+    }
+
+    /// Bytes pushed since creation: a worker-local position in its log. A
+    /// worker in sync mode notes it after pushing a write's record and answers
+    /// the write once [`crate::progress::DurableCursor`] publishes a position
+    /// at or beyond it.
+    pub fn pushed(&self) -> u64 {
+        self.pushed
+    }
+
+    /// Bytes of scan records pushed since creation (compare with the grant).
+    pub fn scan_pushed(&self) -> u64 {
+        self.scan_pushed
+    }
+
+    /// True when the consumer was dropped.
+    pub fn is_abandoned(&self) -> bool {
+        self.ring.is_abandoned()
+    }
+
+    fn push_marker(&mut self, kind: u8, session: u32) -> Result<(), PushError> {
+        let s = session.to_le_bytes();
+        self.write_parts([kind, 4, 0, 0], [&s, &[]])
+    }
+
+    fn push_with(&mut self, rec: &Record<'_>, bit: u8) -> Result<(), PushError> {
+        rec.validate().map_err(PushError::Invalid)?;
+        let mut qpn = [0u8; 4];
+        let (mut hdr, body) = rec.parts(&mut qpn);
+        hdr[0] |= bit;
+        self.write_parts(hdr, body)
+    }
+
+    /// Writes header + two body pieces as one chunk (all or nothing).
+    fn write_parts(
+        &mut self,
+        hdr: [u8; RECORD_HEADER_LEN],
+        body: [&[u8]; 2],
+    ) -> Result<(), PushError> {
+        let n = RECORD_HEADER_LEN + body[0].len() + body[1].len();
+        let mut chunk = self.ring.write_chunk(n).map_err(|_| PushError::Full)?;
+        let (a, b) = chunk.as_mut_slices();
+        let mut w = SplitWriter { a, b, at: 0 };
+        w.put(&hdr);
+        w.put(body[0]);
+        w.put(body[1]);
+        chunk.commit_all();
+        self.pushed += n as u64;
+        Ok(())
+    }
+}
+
+/// Copies consecutive pieces into the two halves of a ring chunk.
+struct SplitWriter<'a> {
+    a: &'a mut [u8],
+    b: &'a mut [u8],
+    at: usize,
+}
+
+impl SplitWriter<'_> {
+    fn put(&mut self, src: &[u8]) {
+        let mut src = src;
+        if self.at < self.a.len() {
+            let n = src.len().min(self.a.len() - self.at);
+            self.a[self.at..self.at + n].copy_from_slice(&src[..n]);
+            self.at += n;
+            src = &src[n..];
+        }
+        if !src.is_empty() {
+            let off = self.at - self.a.len();
+            self.b[off..off + src.len()].copy_from_slice(src);
+            self.at += src.len();
+        }
+    }
+}
+
+/// One item drained from a log ring.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogItem<'a> {
+    /// A live mutation's record, in its plain encoding.
+    Live(&'a [u8]),
+    /// A full-sync scan record, in its plain encoding.
+    Scan(&'a [u8]),
+    /// The worker started scan session `0`.
+    ScanBegin(u32),
+    /// The worker finished scan session `0`.
+    ScanEnd(u32),
+}
+
+/// Why draining stopped with an error: the ring holds bytes that are not a
+/// record. Only a bug (or memory corruption) in the producer can cause it; the
+/// ring is left as it is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CorruptLog(pub RecordError);
+
+impl core::fmt::Display for CorruptLog {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "corrupt log ring: {}", self.0)
+    }
+}
+
+impl std::error::Error for CorruptLog {}
+
+/// The replication lcore's end of a log ring.
+#[derive(Debug)]
+pub struct LogConsumer {
+    ring: Consumer<u8>,
+    /// Bytes popped since creation (comparable with [`LogProducer::pushed`]).
+    popped: u64,
+    /// Reassembly of a record that straddles the ring's wrap.
+    scratch: Box<[u8]>,
+}
+
+impl LogConsumer {
+    /// Bytes waiting in the ring.
+    pub fn pending_bytes(&self) -> usize {
+        self.ring.slots()
+    }
+
+    /// Bytes popped since creation: the worker-local log position up to which
+    /// everything has been handed out (see [`LogProducer::pushed`]).
+    pub fn popped(&self) -> u64 {
+        self.popped
+    }
+
+    /// True when the producer was dropped.
+    pub fn is_abandoned(&self) -> bool {
+        self.ring.is_abandoned()
+    }
+
+    /// Hands out up to `max_items` items, in order, to `f`; stops early (the
+    /// item stays in the ring) when `f` returns `false`. Returns the number of
+    /// items consumed. A record that straddles the wrap is reassembled in a
+    /// buffer allocated at construction: nothing allocates here.
+    pub fn drain<F>(&mut self, max_items: usize, mut f: F) -> Result<usize, CorruptLog>
+    where
+        F: FnMut(LogItem<'_>) -> bool,
+    {
+        let avail = self.ring.slots();
+        let Ok(mut chunk) = self.ring.read_chunk(avail) else {
+            return Ok(0);
+        };
+        let (a, b) = chunk.as_mut_slices();
+        let mut at = 0usize;
+        let mut items = 0usize;
+        let mut err = None;
+        while items < max_items && at < avail {
+            let mut hdr = [0u8; RECORD_HEADER_LEN];
+            if copy_out(a, b, at, &mut hdr).is_err() {
+                err = Some(CorruptLog(RecordError::Truncated {
+                    need: RECORD_HEADER_LEN,
+                    have: avail - at,
+                }));
+                break;
+            }
+            let len = RECORD_HEADER_LEN
+                + usize::from(hdr[1])
+                + usize::from(u16::from_le_bytes([hdr[2], hdr[3]]));
+            // A scan record: clear its ring-only bit in place, so that what is
+            // handed out is the plain encoding.
+            let scan = hdr[0] & SCAN_BIT != 0 && !is_marker(hdr[0]);
+            if scan {
+                hdr[0] &= !SCAN_BIT;
+                match at.checked_sub(a.len()) {
+                    None => a[at] = hdr[0],
+                    Some(off) => b[off] = hdr[0],
+                }
+            }
+            let bytes: &[u8] = if at + len <= a.len() {
+                &a[at..at + len]
+            } else {
+                let s = &mut self.scratch[..len.min(MAX_RECORD_LEN)];
+                if s.len() != len || copy_out(a, b, at, s).is_err() {
+                    err = Some(CorruptLog(RecordError::Truncated {
+                        need: len,
+                        have: avail - at,
+                    }));
+                    break;
+                }
+                s
+            };
+            let item = match classify(bytes, scan) {
+                Ok(item) => item,
+                Err(e) => {
+                    err = Some(CorruptLog(e));
+                    break;
+                }
+            };
+            if !f(item) {
+                if scan {
+                    // Leave the entry as the producer wrote it.
+                    match at.checked_sub(a.len()) {
+                        None => a[at] |= SCAN_BIT,
+                        Some(off) => b[off] |= SCAN_BIT,
+                    }
+                }
+                break;
+            }
+            at += len;
+            items += 1;
+        }
+        chunk.commit(at);
+        self.popped += at as u64;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(items),
+        }
+    }
+}
+
+/// True for the ring-only marker kinds.
+fn is_marker(kind: u8) -> bool {
+    matches!(kind, KIND_SCAN_BEGIN | KIND_SCAN_END)
+}
+
+/// Copies `out.len()` bytes starting at logical position `at` of the two
+/// halves `a` then `b`.
+fn copy_out(a: &[u8], b: &[u8], at: usize, out: &mut [u8]) -> Result<(), ()> {
+    let n = out.len();
+    if at + n > a.len() + b.len() {
+        return Err(());
+    }
+    if at >= a.len() {
+        let off = at - a.len();
+        out.copy_from_slice(&b[off..off + n]);
+    } else {
+        let first = n.min(a.len() - at);
+        out[..first].copy_from_slice(&a[at..at + first]);
+        out[first..].copy_from_slice(&b[..n - first]);
+    }
+    Ok(())
+}
+
+/// Turns a whole ring entry (scan bit already cleared) into a [`LogItem`].
+fn classify(bytes: &[u8], scan: bool) -> Result<LogItem<'_>, RecordError> {
+    let kind = bytes[0];
+    if is_marker(kind) {
+        let k: [u8; 4] = bytes
+            .get(RECORD_HEADER_LEN..)
+            .and_then(|s| s.try_into().ok())
+            .ok_or(RecordError::BadLayout)?;
+        let id = u32::from_le_bytes(k);
+        return Ok(if kind == KIND_SCAN_BEGIN {
+            LogItem::ScanBegin(id)
+        } else {
+            LogItem::ScanEnd(id)
+        });
+    }
+    Record::decode(bytes)?;
+    Ok(if scan {
+        LogItem::Scan(bytes)
+    } else {
+        LogItem::Live(bytes)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{Rng, SeedableRng};
+
+    /// A random record as owned (kind, key, value).
+    fn random_record(rng: &mut SmallRng) -> (u8, Vec<u8>, Vec<u8>) {
+        let kind = rng.gen_range(1..=3u8);
+        let klen = if kind == 3 { 0 } else { rng.gen_range(0..=255) };
+        let vlen = if kind == 2 {
+            0
+        } else if rng.gen_bool(0.01) {
+            rng.gen_range(0..=8000)
+        } else {
+            rng.gen_range(0..=300)
+        };
+        let key = (0..klen).map(|_| rng.gen()).collect();
+        let value = (0..vlen).map(|_| rng.gen()).collect();
+        (kind, key, value)
+    }
+
+    fn as_record<'a>(r: &'a (u8, Vec<u8>, Vec<u8>), qpn: u32) -> Record<'a> {
+        match r.0 {
+            1 => Record::Put {
+                key: &r.1,
+                value: &r.2,
+            },
+            2 => Record::Delete { key: &r.1 },
+            _ => Record::QpState { qpn, bytes: &r.2 },
+        }
+    }
+
+    /// Two threads: the producer pushes N random records (spinning on Full),
+    /// the consumer checks every one, in order, byte for byte.
+    #[test]
+    fn two_threads_exact_order() {
+        const N: usize = 20_000;
+        let (mut p, mut c) = log_ring(MIN_LOG_CAPACITY + 777);
+        let producer = std::thread::spawn(move || {
+            let mut rng = SmallRng::seed_from_u64(7);
+            let mut full = 0u64;
+            for i in 0..N {
+                let r = random_record(&mut rng);
+                let rec = as_record(&r, i as u32 & 0xff_ffff);
+                loop {
+                    match p.try_push(&rec) {
+                        Ok(()) => break,
+                        Err(PushError::Full) => {
+                            full += 1;
+                            std::thread::yield_now();
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            (full, p.pushed())
+        });
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut seen = 0usize;
+        let mut enc = vec![0u8; MAX_RECORD_LEN];
+        while seen < N {
+            let n = c
+                .drain(64, |item| {
+                    let LogItem::Live(bytes) = item else {
+                        panic!("unexpected {item:?}");
+                    };
+                    let r = random_record(&mut rng);
+                    let want = as_record(&r, seen as u32 & 0xff_ffff);
+                    let len = want.encode_into(&mut enc).unwrap();
+                    assert_eq!(bytes, &enc[..len], "record {seen}");
+                    seen += 1;
+                    true
+                })
+                .unwrap();
+            if n == 0 {
+                std::thread::yield_now();
+            }
+        }
+        let (_full, pushed) = producer.join().unwrap();
+        assert_eq!(c.popped(), pushed);
+        assert_eq!(c.pending_bytes(), 0);
+        assert!(c.is_abandoned());
+    }
+
+    #[test]
+    fn full_ring_writes_nothing_and_recovers() {
+        let (mut p, mut c) = log_ring(0);
+        let value = vec![5u8; 30_000];
+        let rec = Record::Put {
+            key: b"k",
+            value: &value,
+        };
+        let mut pushed = 0;
+        while p.try_push(&rec).is_ok() {
+            pushed += 1;
+        }
+        assert_eq!(pushed, MIN_LOG_CAPACITY / rec.encoded_len());
+        let free = p.free_bytes();
+        assert_eq!(p.try_push(&rec), Err(PushError::Full));
+        assert_eq!(p.free_bytes(), free, "a refused push writes nothing");
+        // Drain one, then the next push wraps around the ring's end.
+        let mut got = 0;
+        c.drain(1, |_| {
+            got += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(got, 1);
+        p.try_push(&rec).unwrap();
+        let mut n = 0;
+        c.drain(usize::MAX, |item| {
+            assert_eq!(
+                Record::decode(match item {
+                    LogItem::Live(b) => b,
+                    other => panic!("{other:?}"),
+                }),
+                Ok((rec, rec.encoded_len()))
+            );
+            n += 1;
+            true
+        })
+        .unwrap();
+        assert_eq!(n, pushed);
+    }
+
+    #[test]
+    fn scan_items_and_markers() {
+        let (mut p, mut c) = log_ring(0);
+        let scan = Record::Put {
+            key: b"a",
+            value: b"1",
+        };
+        let live = Record::Delete { key: b"b" };
+        p.try_push_scan_begin(9).unwrap();
+        assert_eq!(p.try_push_scan(&scan, 5), Err(PushError::NoCredit));
+        p.try_push_scan(&scan, 6).unwrap();
+        p.try_push(&live).unwrap();
+        assert_eq!(p.try_push_scan(&scan, 6), Err(PushError::NoCredit));
+        p.try_push_scan_end(9).unwrap();
+        assert_eq!(p.scan_pushed(), 6);
+        let mut items = Vec::new();
+        // Refusing an item leaves it in place, scan bit included.
+        c.drain(10, |item| {
+            items.push(format!("{item:?}"));
+            items.len() < 2
+        })
+        .unwrap();
+        assert_eq!(items.len(), 2);
+        items.pop();
+        c.drain(10, |item| {
+            items.push(format!("{item:?}"));
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            items,
+            [
+                "ScanBegin(9)",
+                "Scan([1, 1, 1, 0, 97, 49])",
+                "Live([2, 1, 0, 0, 98])",
+                "ScanEnd(9)"
+            ]
+        );
+        assert_eq!(
+            p.try_push(&Record::QpState {
+                qpn: 1 << 24,
+                bytes: b""
+            }),
+            Err(PushError::Invalid(RecordError::BadQpn(1 << 24)))
+        );
+    }
+}
