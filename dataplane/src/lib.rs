@@ -16,6 +16,7 @@
 //! clients  admitted QPs and their connection state (PSNs, replay entries)
 //! replay   the per-worker response cache (a byte ring of whole frames)
 //! tx       TxFrame / TxSink: where response frames go
+//! mutation the mutation tap: post-images of applied writes (snapshots, replication)
 //! ```
 
 #![deny(unsafe_code)]
@@ -25,6 +26,7 @@ mod clients;
 pub mod control;
 pub mod gate;
 pub mod latency;
+pub mod mutation;
 pub mod packet;
 pub mod repl;
 mod replay;

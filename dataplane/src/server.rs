@@ -35,6 +35,7 @@ pub use conn::{first_psns, Transport, RNR_TIMER};
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
 use crate::gate::WriteGate;
+use crate::mutation::{MutationSink, TapResults, TapStage};
 use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
 use crate::replay::{Arena, Entry};
 use crate::respond::{Ctx, EngineSink, Responder, MAX_PAYLOAD};
@@ -99,6 +100,11 @@ pub struct Server {
     /// The `NOT_MASTER` value of this burst (`hint[..hint_len]`).
     hint: [u8; MASTER_HINT_LEN],
     hint_len: usize,
+    /// Where applied mutations go as post-images (`crate::mutation`); `None`: nowhere.
+    tap: Option<Box<dyn MutationSink>>,
+    /// Post-image bytes the tap can still take in this burst: its room at the burst's
+    /// start less what the packets served since then may produce.
+    tap_budget: usize,
 }
 
 impl Server {
@@ -170,6 +176,8 @@ impl Server {
             write_status: Status::Ok,
             hint: [0; MASTER_HINT_LEN],
             hint_len: 0,
+            tap: None,
+            tap_budget: 0,
         })
     }
 
@@ -194,6 +202,22 @@ impl Server {
     /// the gate is read once per burst.
     pub fn set_write_gate(&mut self, gate: Arc<WriteGate>) {
         self.gate = Some(gate);
+    }
+
+    /// Installs (`Some`) or removes (`None`) the mutation tap, between bursts; returns
+    /// the one it replaces. From the next burst on, every applied mutation goes to it
+    /// as a post-image and a request is served only if its worst case fits the tap's
+    /// room (`crate::mutation`).
+    pub fn set_mutation_sink(
+        &mut self,
+        sink: Option<Box<dyn MutationSink>>,
+    ) -> Option<Box<dyn MutationSink>> {
+        std::mem::replace(&mut self.tap, sink)
+    }
+
+    /// The installed mutation tap.
+    pub fn mutation_sink_mut(&mut self) -> Option<&mut (dyn MutationSink + 'static)> {
+        self.tap.as_deref_mut()
     }
 
     /// The reservation station (for its counters and configuration).
@@ -260,6 +284,9 @@ impl Server {
         // borrowed by each step; taking it out (and back) moves no bytes.
         let mut arena = std::mem::take(&mut self.arena);
         let mut out = Responder::new(&mut arena, self.payload_cap, tx);
+        if let Some(t) = &self.tap {
+            self.tap_budget = t.room();
+        }
         // With thousands of client QPs each frame's connection state (its client
         // entry and the replay entry of its PSN) is a cache miss: start them all
         // before the first frame is judged, so a burst's misses overlap.
@@ -463,6 +490,7 @@ impl Server {
             engine,
             hint,
             hint_len,
+            tap,
             ..
         } = self;
         let before = engine.op_counters();
@@ -480,7 +508,17 @@ impl Server {
             run_left: 0,
             run_pkt: 0,
         };
-        engine.execute_batch(&chunk.bops, &mut sink);
+        match tap {
+            None => engine.execute_batch(&chunk.bops, &mut sink),
+            Some(tap) => {
+                let mut tapped = TapResults {
+                    inner: &mut sink,
+                    bops: &chunk.bops,
+                    tap: &mut **tap,
+                };
+                engine.execute_batch(&chunk.bops, &mut tapped);
+            }
+        }
         sink.finish();
         let after = engine.op_counters();
         stats.gets.add(after.gets - before.gets);
@@ -515,6 +553,7 @@ impl Server {
             results,
             hint,
             hint_len,
+            tap,
             ..
         } = self;
         let StationResults { slots, arena } = results;
@@ -536,7 +575,13 @@ impl Server {
                 *e = r;
             }
         };
-        station.process_batch(&ops, &mut EngineStage(engine), &mut sink);
+        match tap {
+            None => station.process_batch(&ops, &mut EngineStage(engine), &mut sink),
+            Some(tap) => {
+                let mut stage = TapStage::new(engine, &mut **tap);
+                station.process_batch(&ops, &mut stage, &mut sink);
+            }
+        }
         let st = station.stats();
         stats.forwarded.set(st.forwarded);
         stats.merged.set(st.merged);

@@ -104,6 +104,9 @@ pub struct WorkerStats {
     pub write_backs: Counter,
     /// Station: pipeline stalls on a key conflict (stall mode, `ooo = false`).
     pub stalls: Counter,
+    /// Requests refused with an RNR NAK because the mutation tap lacked room for their
+    /// worst-case post-images (`crate::mutation`; also counted as drop `overloaded`).
+    pub tap_full: Counter,
     /// Frames bounced in echo mode.
     pub echoed: Counter,
     /// Requests received on this worker's queue and handed to their partition's worker.
@@ -236,6 +239,7 @@ impl WorkerStats {
             ("merged", &self.merged),
             ("write_backs", &self.write_backs),
             ("stalls", &self.stalls),
+            ("tap_full", &self.tap_full),
             ("echoed", &self.echoed),
             ("handed_off", &self.handed_off),
             ("handed_in", &self.handed_in),

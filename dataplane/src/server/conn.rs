@@ -72,6 +72,20 @@ impl Transport {
     }
 }
 
+/// Takes the worst case of `payload`'s post-images from `budget`; `false` (budget
+/// unchanged) if it does not fit.
+#[inline]
+fn reserve(budget: &mut usize, payload: &[u8], max_value_len: usize) -> bool {
+    let need = crate::mutation::worst_case(payload, max_value_len);
+    match budget.checked_sub(need) {
+        Some(left) => {
+            *budget = left;
+            true
+        }
+        None => false,
+    }
+}
+
 /// splitmix64's output function.
 const fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -231,7 +245,19 @@ impl Server {
         let e = c.expected_psn;
         let d = psn::distance(e, req.psn);
         if d == 0 {
-            if out.tx().backlogged() {
+            // A tap without room for this packet's post-images refuses it like a tx
+            // backlog (crate::mutation): nothing is executed that it could not log.
+            let tap_full = self.tap.is_some()
+                && !out.tx().backlogged()
+                && !reserve(
+                    &mut self.tap_budget,
+                    req.payload,
+                    self.engine.max_value_len(),
+                );
+            if tap_full {
+                stats.tap_full.inc();
+            }
+            if tap_full || out.tx().backlogged() {
                 if !c.nak_sent {
                     let rnr = Syndrome::RnrNak { timer: RNR_TIMER };
                     if send_ack(out.tx(), &params(), c.qpn, e, rnr, stats) {

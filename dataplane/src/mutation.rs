@@ -1,0 +1,316 @@
+//! The mutation tap: every change a worker applies to its engine, as a *post-image*.
+//!
+//! A [`MutationSink`] installed on a [`Server`](crate::server::Server)
+//! (`set_mutation_sink`) is called after every applied mutation with what the key is
+//! now, never with the operation that made it:
+//!
+//! * a PUT that stored its value → `put(key, value)`;
+//! * a DELETE that removed a key → `delete(key)` (one that found nothing: nothing);
+//! * a read-modify-write op (atomic UPDATE_S2S, vector UPDATE_S2V / UPDATE_V2V, user
+//!   functions) → `put(key, stored value after the update)`: the reservation station's
+//!   write-back of a chain, so several updates of one key merged into one write give
+//!   one post-image (the value they produced together);
+//! * a failed op (out of memory, too large, wrong partition, NotFound, ...) changed
+//!   nothing and gives nothing.
+//!
+//! Both execution paths are tapped: a chunk that runs straight through the engine's
+//! pipelined batch (PUT/DELETE results, [`TapResults`]) and a chunk that goes through
+//! the reservation station (its memory stage, [`TapStage`], sees every write-through,
+//! delete and write-back). Post-images arrive in the order the engine applied them, so
+//! replaying them in order onto a copy that matched the engine before gives the
+//! engine's contents after; replaying one twice changes nothing (a fetch-add
+//! replicates as the value it produced).
+//!
+//! **No applied mutation is ever missing.** Before a request packet is served (its
+//! PSN consumed), the server reserves the worst case of that packet's post-images
+//! ([`worst_case`]) from the sink's [`MutationSink::room`] as read at the start of the
+//! burst; a packet that does not fit is refused like a packet under tx backlog: an
+//! RNR NAK, nothing executed, counted as drop `overloaded` and as `tap_full`. The
+//! client retries after the RNR timer, by which time the sink's consumer has drained.
+//! A sink must therefore hold at least the worst case of the largest packet (see
+//! [`worst_case`]; a few hundred KiB covers any MTU-1500 packet) or such a packet is
+//! refused forever.
+//!
+//! Costs: with no sink, one branch per burst, per packet and per chunk. With a sink,
+//! one decode pass over the packet's ops for the reservation and one call per
+//! post-image; nothing allocates.
+//!
+//! Users: the snapshot writer (one SPSC ring per worker, `crate::snapshot`) and the
+//! replication log (the replication lcore's per-worker ring); [`Tee`] feeds two.
+
+use crate::stage::EngineStage;
+use kvengine::{BatchOp, Engine, OpKind};
+use kvops::MemoryStage;
+use kvwire::{BatchReader, KvOp, Status};
+
+/// Bytes a sink is charged per post-image on top of its key and value: the record
+/// header of `kvrepl::record` (kind, key length, value length).
+pub const RECORD_OVERHEAD: usize = 4;
+
+/// What one post-image of `klen` key bytes and `vlen` value bytes costs against
+/// [`MutationSink::room`].
+#[inline]
+pub const fn record_cost(klen: usize, vlen: usize) -> usize {
+    RECORD_OVERHEAD + klen + vlen
+}
+
+/// Where a worker's post-images go. Implementations must not block or allocate (they
+/// run on the worker's lcore) and must accept every post-image as long as the total
+/// [`record_cost`] since `room()` was read does not exceed what it returned.
+pub trait MutationSink: Send {
+    /// The total [`record_cost`] of post-images this sink is guaranteed to accept from
+    /// now on without its consumer draining anything (a lower bound is fine; wrap-around
+    /// slack and framing are the implementation's to subtract).
+    fn room(&self) -> usize;
+
+    /// `key` now holds `value`.
+    fn put(&mut self, key: &[u8], value: &[u8]);
+
+    /// `key` was deleted.
+    fn delete(&mut self, key: &[u8]);
+}
+
+/// Two sinks fed with the same post-images (e.g. a snapshot ring and the replication
+/// log); room is the smaller of the two.
+pub struct Tee<A, B>(pub A, pub B);
+
+impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
+    fn room(&self) -> usize {
+        self.0.room().min(self.1.room())
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.0.put(key, value);
+        self.1.put(key, value);
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.0.delete(key);
+        self.1.delete(key);
+    }
+}
+
+impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
+    fn room(&self) -> usize {
+        (**self).room()
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        (**self).put(key, value)
+    }
+    fn delete(&mut self, key: &[u8]) {
+        (**self).delete(key)
+    }
+}
+
+/// The most a request payload's post-images can cost ([`record_cost`] summed): zero
+/// for an undecodable payload (nothing of it executes), else over the ops up to the
+/// first malformed one (which ends execution):
+///
+/// * PUT: its key and value; DELETE: its key;
+/// * UPDATE_S2S: its key and `width` bytes (an S2S applies only to a value of exactly
+///   one element, else `BAD_LENGTH`);
+/// * UPDATE_V2V: its key and the Δ's length (it applies only to a value of that length);
+/// * UPDATE_S2V: its key and `max_value_len` (the stored vector's length, any);
+/// * GET, REDUCE, FILTER: nothing.
+///
+/// Each op gives at most one post-image (a station chain's write-back follows at least
+/// one update and takes the value length of the last one), so this bounds the packet.
+/// An MTU-1500 request (1.4 KB of payload) costs at most a few hundred KiB, the most
+/// for a packet full of UPDATE_S2V on 1-byte keys.
+pub fn worst_case(payload: &[u8], max_value_len: usize) -> usize {
+    let Ok(reader) = BatchReader::new(payload) else {
+        return 0;
+    };
+    let mut total = 0usize;
+    for op in reader {
+        let Ok(op) = op else { break };
+        let cost = match op {
+            KvOp::Put { key, value } => record_cost(key.len(), value.len()),
+            KvOp::Delete { key } => record_cost(key.len(), 0),
+            KvOp::UpdateS2S { key, atomic, .. } => record_cost(key.len(), atomic.width.bytes()),
+            KvOp::UpdateV2V { key, delta, .. } => record_cost(key.len(), delta.len()),
+            KvOp::UpdateS2V { key, .. } => record_cost(key.len(), max_value_len),
+            KvOp::Get { .. } | KvOp::Reduce { .. } | KvOp::Filter { .. } => 0,
+        };
+        total = total.saturating_add(cost);
+    }
+    total
+}
+
+/// The engine batch's result sink with the tap in front: a successful PUT or DELETE
+/// of op `i` (looked up in `bops`) goes to the tap, then the result to `inner`.
+pub(crate) struct TapResults<'a, 'o, S, T: ?Sized> {
+    pub inner: &'a mut S,
+    pub bops: &'a [BatchOp<'o>],
+    pub tap: &'a mut T,
+}
+
+impl<S: kvengine::ResultSink, T: MutationSink + ?Sized> kvengine::ResultSink
+    for TapResults<'_, '_, S, T>
+{
+    #[inline(always)]
+    fn result(&mut self, index: usize, status: kvengine::Status, value: &[u8]) {
+        if status == kvengine::Status::Ok {
+            if let Some(op) = self.bops.get(index) {
+                match op.kind {
+                    OpKind::Put => self.tap.put(op.key, op.value),
+                    OpKind::Delete => self.tap.delete(op.key),
+                    OpKind::Get => {}
+                }
+            }
+        }
+        self.inner.result(index, status, value);
+    }
+}
+
+/// The station's memory stage (the engine) with the tap behind every successful
+/// write, delete and write-back.
+pub(crate) struct TapStage<'a, T: ?Sized> {
+    pub engine: EngineStage<'a>,
+    pub tap: &'a mut T,
+}
+
+impl<'a, T: MutationSink + ?Sized> TapStage<'a, T> {
+    pub fn new(engine: &'a mut Engine, tap: &'a mut T) -> Self {
+        TapStage {
+            engine: EngineStage(engine),
+            tap,
+        }
+    }
+}
+
+impl<T: MutationSink + ?Sized> MemoryStage for TapStage<'_, T> {
+    #[inline]
+    fn prefetch(&mut self, key: &[u8]) {
+        self.engine.prefetch(key);
+    }
+
+    #[inline]
+    fn read(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status> {
+        self.engine.read(key, out)
+    }
+
+    #[inline]
+    fn write(&mut self, key: &[u8], value: &[u8]) -> Status {
+        let s = self.engine.write(key, value);
+        if s == Status::Ok {
+            self.tap.put(key, value);
+        }
+        s
+    }
+
+    #[inline]
+    fn delete(&mut self, key: &[u8]) -> Status {
+        let s = self.engine.delete(key);
+        if s == Status::Ok {
+            self.tap.delete(key);
+        }
+        s
+    }
+
+    #[inline]
+    fn write_back(&mut self, key: &[u8], value: &[u8]) -> Status {
+        let s = self.engine.write_back(key, value);
+        if s == Status::Ok {
+            self.tap.put(key, value);
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kvwire::{func, Atomic, BatchWriter, Width};
+
+    fn payload(ops: &[KvOp<'_>]) -> Vec<u8> {
+        let mut buf = vec![0u8; 1440];
+        let mut w = BatchWriter::new(&mut buf, 7).unwrap();
+        for op in ops {
+            w.push(op).unwrap();
+        }
+        let n = w.finish();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn worst_case_charges_each_mutating_op() {
+        let at = |width| Atomic {
+            func: func::FETCH_ADD,
+            width,
+            signed: false,
+        };
+        let p = payload(&[
+            KvOp::Get { key: b"g" },
+            KvOp::Put {
+                key: b"pk",
+                value: b"value",
+            },
+            KvOp::Delete { key: b"ddd" },
+            KvOp::UpdateS2S {
+                key: b"a",
+                atomic: at(Width::W4),
+                param: 1,
+                param2: 0,
+            },
+            KvOp::UpdateV2V {
+                key: b"v",
+                atomic: at(Width::W2),
+                delta: &[0u8; 6],
+            },
+            KvOp::UpdateS2V {
+                key: b"s",
+                atomic: at(Width::W8),
+                param: 1,
+                param2: 0,
+            },
+            KvOp::Reduce {
+                key: b"r",
+                atomic: at(Width::W8),
+                init: 0,
+            },
+        ]);
+        let want = record_cost(2, 5) + record_cost(3, 0) + record_cost(1, 4) + record_cost(1, 6);
+        assert_eq!(worst_case(&p, 100), want + record_cost(1, 100));
+        assert_eq!(worst_case(&p, 10), want + record_cost(1, 10));
+        assert_eq!(worst_case(b"junk", 100), 0);
+        assert_eq!(worst_case(&payload(&[]), 100), 0);
+        // A malformed op ends the sum (it and what follows never execute).
+        let mut bad = payload(&[
+            KvOp::Put {
+                key: b"k",
+                value: b"v",
+            },
+            KvOp::Put {
+                key: b"k2",
+                value: b"v2",
+            },
+        ]);
+        let n = bad.len();
+        bad.truncate(n - 1);
+        assert!(worst_case(&bad, 100) <= record_cost(1, 1));
+    }
+
+    #[derive(Default)]
+    struct Rec(Vec<(Vec<u8>, Option<Vec<u8>>)>, usize);
+    impl MutationSink for Rec {
+        fn room(&self) -> usize {
+            self.1
+        }
+        fn put(&mut self, k: &[u8], v: &[u8]) {
+            self.0.push((k.to_vec(), Some(v.to_vec())));
+        }
+        fn delete(&mut self, k: &[u8]) {
+            self.0.push((k.to_vec(), None));
+        }
+    }
+
+    #[test]
+    fn tee_feeds_both_and_has_the_smaller_room() {
+        let mut t = Tee(Rec(Vec::new(), 5), Box::new(Rec(Vec::new(), 3)));
+        assert_eq!(t.room(), 3);
+        t.put(b"k", b"v");
+        t.delete(b"k");
+        assert_eq!(t.0 .0, t.1 .0);
+        assert_eq!(t.0 .0.len(), 2);
+    }
+}
