@@ -203,6 +203,13 @@ impl Applier {
         matches!(self.state, State::Idle | State::Broken)
     }
 
+    /// The first PSN for the replica's next HELLO: half the PSN space away
+    /// from where this connection stands, so that no stray segment of it can
+    /// fall in the new connection's window.
+    pub fn next_first_psn(&self) -> u32 {
+        psn::add(self.expected_psn, 1 << 23)
+    }
+
     /// The epoch and replication id it follows.
     pub fn master(&self) -> (u64, u64) {
         (self.repl_id, self.epoch)

@@ -37,10 +37,15 @@ impl Replica {
         if self.applier.applied_live().is_some() {
             self.saved = self.applier.position();
         }
+        let next_psn = self.applier.next_first_psn();
         self.applier = Applier::new(8);
         self.welcomed = false;
         self.nonce += 1;
-        self.first_psn = rng.gen_range(0..1 << 24);
+        self.first_psn = if self.nonce == 1 {
+            rng.gen_range(0..1 << 24)
+        } else {
+            next_psn
+        };
         self.hello_next = now;
     }
 
