@@ -4,6 +4,8 @@
 //! hugepage memory when available) → engine → worker loop on the main lcore until
 //! Ctrl-C/SIGTERM or `--duration`, then final stats.
 
+mod replication;
+mod replicator;
 mod telemetry;
 mod worker;
 
@@ -104,6 +106,10 @@ struct Args {
     /// server.latency_sample_every; 0 = off). See telemetry `/kvd/stats` `latency`.
     #[arg(long)]
     latency_sample_every: Option<u32>,
+    /// Replication role (overrides replication.role): standalone, master or replica.
+    /// A master or replica runs one more lcore than workers: the replication lcore.
+    #[arg(long)]
+    role: Option<kvconf::ReplRole>,
 }
 
 /// A `--inject-*` probability: a number in [0, 1].
@@ -158,6 +164,14 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if let Some(every) = args.latency_sample_every {
         cfg.server.latency_sample_every = every;
     }
+    let role = args.role.unwrap_or(cfg.replication.role);
+    cfg.replication.role = role;
+    cfg.replication.validate(role)?;
+    if role != kvconf::ReplRole::Standalone {
+        // The replication links are ports of this process too.
+        let links = cfg.replication.vdevs.clone();
+        cfg.dataplane.vdevs.extend(links);
+    }
     let engine_mb = cfg.engine.mem_mb as u32;
     let huge = !args.no_huge
         && kvconf::resolve_hugepages(cfg.dataplane.hugepages, cfg.dataplane.memory_mb + engine_mb)?;
@@ -177,8 +191,14 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
 
     // One worker per EAL lcore (the main lcore is worker 0), each owning a key partition:
     // its own engine shard, station, and rx/tx queue pair (kvwire::partition).
+    // A replicated node keeps its last lcore for the replication lcore.
+    let repl_lcore = replication::lcore(role)?;
     let worker_lcores: Vec<Option<dpdk::LcoreId>> = std::iter::once(None)
-        .chain(dpdk::lcore::workers().map(Some))
+        .chain(
+            dpdk::lcore::workers()
+                .filter(|l| Some(*l) != repl_lcore)
+                .map(Some),
+        )
         .collect();
     let nw = worker_lcores.len();
     let pool = Arc::new(Mempool::create_pktmbuf(
@@ -340,6 +360,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    let repl = replication::setup(&cfg, role, repl_lcore, &mut stores, &pool)?;
+    if let Some(r) = &repl {
+        println!(
+            "dataplane: replication {:?} on lcore {}, {} link(s)",
+            role,
+            r.lcore.0,
+            r.links.len()
+        );
+    }
     let stats: Vec<Arc<WorkerStats>> = (0..nw).map(|_| Arc::new(WorkerStats::default())).collect();
     // The slab daemon services every partition's pool off the worker lcores.
     let slab = SlabDaemon::new(
@@ -394,6 +423,18 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         work.push((store, rxq, txq, handoff, ctl.worker(w)));
     }
+    let idle_polls = wcfg.idle_yield_polls;
+    let (repl_handle, repl_view) = match repl {
+        Some(r) => {
+            let pool = pool.clone();
+            let (links, mut logic) = (r.links, r.logic);
+            let h = dpdk::lcore::launch_on(r.lcore, move || {
+                replicator::run(links, &mut *logic, &pool, &QUIT, deadline, idle_polls)
+            })?;
+            (Some(h), Some((r.status, r.lost, r.apply)))
+        }
+        None => (None, None),
+    };
     let mut handles = Vec::new();
     let mut main_work = None;
     for (w, (store, rxq, txq, handoff, mut wctl)) in work.into_iter().enumerate() {
@@ -421,6 +462,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     for h in handles {
         stores.push(h.wait().map_err(|e| format!("worker lcore: {e}"))?);
     }
+    let repl_lost_frames = match repl_handle {
+        Some(h) => h.wait().map_err(|e| format!("replication lcore: {e}"))?,
+        None => 0,
+    };
     let _ = slab_thread.join();
 
     // Final stats: totals over the workers, then per worker.
@@ -435,12 +480,27 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (mut kvs, mut util) = (0u64, 0.0f64);
+    let mut digest = 0u64;
     for s in &stores {
         let es = s.server.engine().stats();
         kvs += es.stored_kvs;
         util += es.memory_utilization / nw as f64;
+        digest = digest.wrapping_add(dataplane::repl::contents_digest(s.server.engine()));
     }
     all.push(("engine_kvs".into(), kvs));
+    if let Some((_, lost, apply)) = &repl_view {
+        use std::sync::atomic::Ordering::Relaxed;
+        all.push(("repl_log_lost".into(), lost.load(Relaxed)));
+        all.push(("repl_link_frames_lost".into(), repl_lost_frames));
+        all.push((
+            "repl_applied".into(),
+            apply.iter().map(|a| a.applied.load(Relaxed)).sum(),
+        ));
+        all.push((
+            "repl_apply_failed".into(),
+            apply.iter().map(|a| a.failed.load(Relaxed)).sum(),
+        ));
+    }
     all.push(("slab_merges".into(), slab.merges()));
     all.push(("engine_utilization_ppm".into(), (util * 1e6) as u64));
     for (k, v) in &all {
@@ -486,11 +546,17 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             m.insert(k.clone(), (*v).into());
         }
         m.insert("mbufs_in_use".into(), pool.in_use_count().into());
+        // Order-independent digest of every stored KV: equal on two nodes with the
+        // same contents (replication tests compare master and replicas with it).
+        m.insert("engine_digest".into(), format!("{digest:016x}").into());
         m.insert("workers".into(), nw.into());
         m.insert("worker_ops".into(), worker_ops.clone().into());
         m.insert("latency_sampled".into(), sampled.into());
         m.insert("latency_p50_le_ns".into(), p50.into());
         m.insert("latency_p99_le_ns".into(), p99.into());
+        if let Some((status, _, _)) = &repl_view {
+            m.insert("replication".into(), status.to_json());
+        }
         std::fs::write(path, serde_json::to_string_pretty(&m)?)?;
     }
     drop(stores);

@@ -68,6 +68,13 @@ pub trait MutationSink: Send {
 
     /// `key` was deleted.
     fn delete(&mut self, key: &[u8]);
+
+    /// Called by the worker between bursts with read access to its engine: a sink
+    /// that walks the engine (a full sync's scan) does a bounded step here. Returns
+    /// whether it did work. The default does nothing.
+    fn tick(&mut self, _engine: &Engine) -> bool {
+        false
+    }
 }
 
 /// Two sinks fed with the same post-images (e.g. a snapshot ring and the replication
@@ -86,6 +93,10 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         self.0.delete(key);
         self.1.delete(key);
     }
+    fn tick(&mut self, engine: &Engine) -> bool {
+        let a = self.0.tick(engine);
+        self.1.tick(engine) || a
+    }
 }
 
 impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
@@ -97,6 +108,9 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn delete(&mut self, key: &[u8]) {
         (**self).delete(key)
+    }
+    fn tick(&mut self, engine: &Engine) -> bool {
+        (**self).tick(engine)
     }
 }
 

@@ -215,6 +215,15 @@ impl Server {
         std::mem::replace(&mut self.tap, sink)
     }
 
+    /// Lets the mutation tap do its between-bursts work (`MutationSink::tick`);
+    /// returns whether it did any.
+    pub fn tick_mutation_sink(&mut self) -> bool {
+        match self.tap.as_deref_mut() {
+            Some(t) => t.tick(&self.engine),
+            None => false,
+        }
+    }
+
     /// The installed mutation tap.
     pub fn mutation_sink_mut(&mut self) -> Option<&mut (dyn MutationSink + 'static)> {
         self.tap.as_deref_mut()

@@ -385,7 +385,7 @@ pub fn run(
         let applied = match store.apply.as_mut() {
             Some(a) => a.apply(store.server.engine_mut(), APPLY_PER_LOOP),
             None => 0,
-        };
+        } + usize::from(store.server.tick_mutation_sink());
         let n = n + handed;
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx

@@ -5,6 +5,8 @@
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
 //! * [`scan`]: a master worker's scan of its engine for a full sync.
 //! * [`status`]: what the replication lcore publishes for operators.
+//! * [`master`], [`replica`]: the replication lcore's logic on each role.
+//! * [`worker_log`]: a master worker's tap into its replication log ring.
 
 pub mod apply;
 pub mod link;
@@ -12,3 +14,20 @@ pub mod master;
 pub mod replica;
 pub mod scan;
 pub mod status;
+pub mod worker_log;
+
+/// An order-independent digest of an engine's contents: the wrapping sum over its
+/// KVs of a 64-bit FNV-1a hash of key, a separator and value. Two nodes with the same
+/// KVs (whatever their partitioning) have the same digest; used by the replication
+/// tests to compare a replica with its master key by key.
+pub fn contents_digest(engine: &kvengine::Engine) -> u64 {
+    let mut sum = 0u64;
+    engine.for_each(|k, v| {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        for &b in k.iter().chain([0xffu8, k.len() as u8].iter()).chain(v) {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        sum = sum.wrapping_add(h);
+    });
+    sum
+}

@@ -1,0 +1,60 @@
+//! A master worker's replication log: its mutation tap writes every post-image into
+//! the ring the replication lcore drains, and between bursts it runs its part of a
+//! full sync (the scan, `repl::scan`) into the same ring.
+
+use super::scan::{ScanDriver, ScanShared};
+use crate::mutation::MutationSink;
+use kvengine::Engine;
+use kvrepl::log::LogProducer;
+use kvrepl::Record;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Ring bytes kept free for scan markers (a post-image never takes them).
+const MARKER_SLACK: usize = 64;
+
+/// A master worker's end of its replication log ring.
+pub struct ReplLog {
+    log: LogProducer,
+    scan: ScanDriver,
+    shared: Arc<ScanShared>,
+    /// Post-images the ring refused (never expected: the server reserves room
+    /// before serving a request; counted so a bug cannot hide).
+    lost: Arc<AtomicU64>,
+}
+
+impl ReplLog {
+    /// A log over `log`, scanning on `shared`'s requests, counting losses in `lost`.
+    pub fn new(log: LogProducer, shared: Arc<ScanShared>, lost: Arc<AtomicU64>) -> ReplLog {
+        ReplLog {
+            log,
+            scan: ScanDriver::default(),
+            shared,
+            lost,
+        }
+    }
+
+    fn push(&mut self, rec: &Record<'_>) {
+        if self.log.try_push(rec).is_err() {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl MutationSink for ReplLog {
+    fn room(&self) -> usize {
+        self.log.free_bytes().saturating_sub(MARKER_SLACK)
+    }
+
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.push(&Record::Put { key, value });
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        self.push(&Record::Delete { key });
+    }
+
+    fn tick(&mut self, engine: &Engine) -> bool {
+        self.scan.step(&self.shared, engine, &mut self.log)
+    }
+}

@@ -1,0 +1,218 @@
+//! Start-up of replication (config `replication`, `--role`): the replication lcore,
+//! its links' ports, the rings between it and the workers, the write gate, and the
+//! telemetry commands under `/kvd/replication`.
+
+use crate::replicator::Link;
+use crate::worker::Store;
+use dataplane::gate::WriteGate;
+use dataplane::repl::apply::{ApplyStats, Applier};
+use dataplane::repl::link::ReplLogic;
+use dataplane::repl::master::{MasterConfig, MasterNode};
+use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
+use dataplane::repl::scan::ScanShared;
+use dataplane::repl::status::ReplStatus;
+use dataplane::repl::worker_log::ReplLog;
+use dpdk::{LcoreId, Mempool, Port, PortConfig};
+use kvconf::{Config, ReplMode, ReplRole};
+use kvrepl::log::log_ring;
+use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
+use kvrepl::resync::ReplIds;
+use kvrepl::shipper::ShipperConfig;
+use std::sync::atomic::AtomicU64;
+use std::sync::Arc;
+
+/// Bytes of each worker's ring to or from the replication lcore.
+const WORKER_RING_BYTES: usize = 4 << 20;
+/// Bytes of a full sync's scan buffer on a master.
+const SYNC_BUFFER_BYTES: usize = 16 << 20;
+/// HELLO period of a replica that is not connected.
+const HELLO_INTERVAL_MS: u64 = 100;
+const MS: u64 = 1_000_000;
+
+/// What the binary launches for replication.
+pub struct Replication {
+    /// The replication lcore.
+    pub lcore: LcoreId,
+    /// Its links' queues.
+    pub links: Vec<Link>,
+    /// Master or replica logic.
+    pub logic: Box<dyn ReplLogic + Send>,
+    /// What it publishes.
+    pub status: Arc<ReplStatus>,
+    /// Post-images a master worker's ring refused (a bug if not 0).
+    pub lost: Arc<AtomicU64>,
+    /// Replica workers' apply counters.
+    pub apply: Vec<Arc<ApplyStats>>,
+}
+
+/// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
+/// first ones), or an error when there is none to spare.
+pub fn lcore(role: ReplRole) -> Result<Option<LcoreId>, String> {
+    if role == ReplRole::Standalone {
+        return Ok(None);
+    }
+    dpdk::lcore::workers().last().map(Some).ok_or_else(|| {
+        "replication needs one more lcore than the workers (e.g. dataplane.lcores \"0,1\")"
+            .to_string()
+    })
+}
+
+/// A stable 64-bit id of a node name (FNV-1a).
+fn node_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Sets up the replication side of a `role` node over `stores` (its workers): ports,
+/// rings, gate. `None` for a standalone node.
+pub fn setup(
+    cfg: &Config,
+    role: ReplRole,
+    lcore: Option<LcoreId>,
+    stores: &mut [Store],
+    pool: &Mempool,
+) -> Result<Option<Replication>, Box<dyn std::error::Error>> {
+    let Some(lcore) = lcore else { return Ok(None) };
+    let r = &cfg.replication;
+    let link_addr = r.link.as_ref().ok_or("replication.link is missing")?;
+    let mac = kvconf::parse_mac(&link_addr.mac)?;
+    let mut links = Vec::new();
+    let mut names = Vec::new();
+    for v in &r.vdevs {
+        let name = v.split(',').next().unwrap_or(v);
+        let port = Port::by_name(name).map_err(|e| format!("replication port {name:?}: {e}"))?;
+        let q = port.configure(
+            &PortConfig {
+                nb_rxq: 1,
+                nb_txq: 1,
+                rxd: 1024,
+                txd: 1024,
+                ..PortConfig::default()
+            },
+            pool,
+        )?;
+        let (Some(rxq), Some(txq)) = (q.rx.into_iter().next(), q.tx.into_iter().next()) else {
+            return Err(format!("replication port {name:?} gave no queue").into());
+        };
+        links.push(Link { rxq, txq });
+        names.push(name.to_string());
+    }
+    let status = Arc::new(ReplStatus::default());
+    let _ = status.link_names.set(names);
+    let gate = Arc::new(WriteGate::writable());
+    for s in stores.iter_mut() {
+        s.server.set_write_gate(gate.clone());
+    }
+    let lost = Arc::new(AtomicU64::new(0));
+    let node_id = node_hash(&r.node_id);
+    let mut apply = Vec::new();
+    let logic: Box<dyn ReplLogic + Send> = match role {
+        ReplRole::Master => {
+            let (mut logs, mut scans) = (Vec::new(), Vec::new());
+            for s in stores.iter_mut() {
+                let (p, c) = log_ring(WORKER_RING_BYTES);
+                let shared = Arc::new(ScanShared::default());
+                s.server.set_mutation_sink(Some(Box::new(ReplLog::new(
+                    p,
+                    shared.clone(),
+                    lost.clone(),
+                ))));
+                logs.push(c);
+                scans.push(shared);
+            }
+            let mc = MasterConfig {
+                node_id,
+                mac,
+                ip: link_addr.ip,
+                epoch: 1,
+                ids: ReplIds {
+                    current: kvrepl::backlog::random_repl_id(),
+                    previous: None,
+                },
+                backlog_bytes: (r.backlog_mb as usize) << 20,
+                sync_bytes: SYNC_BUFFER_BYTES,
+                gate: GateConfig {
+                    mode: match r.mode {
+                        ReplMode::Async => Mode::Async,
+                        ReplMode::Sync => Mode::Sync,
+                    },
+                    min_replicas: r.min_replicas as usize,
+                    max_lag_ns: r.max_lag_ms * MS,
+                },
+                probe: ProbeConfig {
+                    probe_interval_ns: r.probe_interval_ms * MS,
+                    waiting_time_ns: r.waiting_time_ms * MS,
+                },
+                shipper: ShipperConfig::default(),
+            };
+            Box::new(MasterNode::new(
+                mc,
+                links.len(),
+                logs,
+                scans,
+                status.clone(),
+                gate,
+                0,
+            )?)
+        }
+        ReplRole::Replica => {
+            let (mut rings, mut consumed) = (Vec::new(), Vec::new());
+            for s in stores.iter_mut() {
+                let (p, c) = log_ring(WORKER_RING_BYTES);
+                let st = Arc::new(ApplyStats::default());
+                s.apply = Some(Applier::new(c, st.clone()));
+                rings.push(p);
+                consumed.push(st.clone());
+                apply.push(st);
+            }
+            let master = match &r.master {
+                Some(m) => Some((kvconf::parse_mac(&m.mac)?, m.ip)),
+                None => None,
+            };
+            let rc = ReplicaConfig {
+                node_id,
+                mac,
+                ip: link_addr.ip,
+                master,
+                ack_interval_ns: r.ack_interval_ms * MS,
+                hello_interval_ns: HELLO_INTERVAL_MS * MS,
+                slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,
+                rkey: (kvrepl::backlog::random_repl_id() as u32) | 1,
+            };
+            Box::new(ReplicaNode::new(
+                rc,
+                links.len(),
+                rings,
+                consumed,
+                status.clone(),
+                gate,
+            )?)
+        }
+        ReplRole::Standalone => return Ok(None),
+    };
+    let st = status.clone();
+    dpdk::telemetry::register_cmd(
+        "/kvd/replication",
+        "Replication: role, epoch, stream offsets, per link the peer's state, offsets, lag, syncs",
+        move |_, d| crate::telemetry::json_into(d, &st.to_json()),
+    )?;
+    dpdk::telemetry::register_cmd(
+        "/kvd/replication/failover",
+        "Planned switchover to a replica (needs etcd). Param: node id",
+        move |_, d| {
+            let _ = d.add_str(
+                "error",
+                "planned switchover needs leadership in etcd (replication.etcd); not available in this build",
+            );
+        },
+    )?;
+    Ok(Some(Replication {
+        lcore,
+        links,
+        logic,
+        status,
+        lost,
+        apply,
+    }))
+}
