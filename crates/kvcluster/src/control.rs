@@ -256,6 +256,14 @@ impl Node {
             if self.stopping() {
                 if self.sh.revoke_on_stop.load(Ordering::Acquire) {
                     if let Some(l) = self.lease.take() {
+                        // Fence first, and let any lcore check made before the fence age
+                        // past the margin, before the leader key can go.
+                        if self.mastership.take().is_some() {
+                            self.fence_reason = FenceReason::Stopped;
+                            self.sync_view(mono_now_ns());
+                            tokio::time::sleep(Duration::from_millis(self.cfg.fence_margin_ms))
+                                .await;
+                        }
                         let _ = op(t, "lease revoke", client.lease_revoke(l.id)).await;
                     }
                 }
@@ -722,7 +730,10 @@ impl Node {
             .members
             .get(&target)
             .is_some_and(|m| m.offset >= self.sh.view.offset());
-        if !caught_up {
+        // Any lcore check made before the fence must be older than the margin before the
+        // leader key can go (the same bound as for a lapsing lease).
+        let fence_aged = now >= h.started_ns + self.cfg.fence_margin_ms * MS;
+        if !caught_up || !fence_aged {
             return Ok(false);
         }
         // Give the leader key up: revoking the lease deletes it (and our member key) in
