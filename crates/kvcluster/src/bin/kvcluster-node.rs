@@ -34,10 +34,10 @@ struct Args {
     /// Node id (≥ 1).
     #[arg(long)]
     id: u32,
-    /// Advertised MAC (default 02:00:00:00:00:<id>).
+    /// Advertised MAC (default 02:00:00:00:00:ID).
     #[arg(long)]
     mac: Option<String>,
-    /// Advertised IPv4 address (default 10.0.0.<id>).
+    /// Advertised IPv4 address (default 10.0.0.ID).
     #[arg(long)]
     ip: Option<std::net::Ipv4Addr>,
     /// Advertised queue pair number.
