@@ -128,9 +128,10 @@ pub struct ClusterConfig {
     pub node_id: u32,
     /// The address clients and peers reach this node at.
     pub addr: NodeAddr,
-    /// The lease TTL. etcd grants leases in whole seconds, so this must be a multiple of
-    /// 1000 (≥ 1000). The server may raise it (its minimum is 1.5 election timeouts,
-    /// rounded up to seconds); the node then uses the TTL the server granted. Default 2000.
+    /// The lease TTL, 1000..=600000. etcd grants leases in whole seconds: the node asks
+    /// for this rounded up (1500 → 2 s). The server may raise it further (its minimum is
+    /// 1.5 election timeouts, rounded up to seconds); the node then uses the TTL the
+    /// server granted. Default 2000.
     pub lease_ttl_ms: u64,
     /// Safety margin subtracted from the lease's end for the write fence: covers the
     /// drift between this node's clock rate and etcd's over one TTL and the time between
@@ -190,11 +191,9 @@ impl ClusterConfig {
         if self.addr.qpn >= 1 << 24 {
             return bad(format!("qpn {} does not fit in 24 bits", self.addr.qpn));
         }
-        if self.lease_ttl_ms < 1000 || self.lease_ttl_ms % 1000 != 0 || self.lease_ttl_ms > 600_000
-        {
+        if !(1000..=600_000).contains(&self.lease_ttl_ms) {
             return bad(format!(
-                "lease_ttl_ms {} must be a whole number of seconds in 1000..=600000 \
-                 (etcd leases have a granularity of 1 s)",
+                "lease_ttl_ms {} must be in 1000..=600000",
                 self.lease_ttl_ms
             ));
         }
@@ -215,6 +214,11 @@ impl ClusterConfig {
             return bad("publish_interval_ms and op_timeout_ms must be > 0".into());
         }
         Ok(())
+    }
+
+    /// The TTL asked of etcd: `lease_ttl_ms` rounded up to whole seconds.
+    pub fn lease_ttl_s(&self) -> i64 {
+        self.lease_ttl_ms.div_ceil(1000) as i64
     }
 
     /// The etcd keys of this node's cluster.
@@ -329,8 +333,11 @@ mod tests {
         ok.validate().unwrap();
         ok.clone().with_lease_ttl_ms(1000).validate().unwrap();
         let mut c = ok.clone();
-        c.lease_ttl_ms = 1500;
+        c.lease_ttl_ms = 999;
         assert!(c.validate().is_err());
+        let c = ok.clone().with_lease_ttl_ms(1500);
+        c.validate().unwrap();
+        assert_eq!(c.lease_ttl_s(), 2);
         let mut c = ok.clone();
         c.keepalive_interval_ms = 1000;
         assert!(c.validate().is_err());

@@ -351,7 +351,7 @@ impl Node {
                 ))),
             };
         }
-        let ttl_s = (self.cfg.lease_ttl_ms / 1000) as i64;
+        let ttl_s = self.cfg.lease_ttl_s();
         let sent = mono_now_ns();
         let g = op(t, "lease grant", client.lease_grant(ttl_s, None)).await?;
         if g.ttl() <= 0 {
