@@ -1,0 +1,156 @@
+//! The values stored under the cluster's etcd keys (JSON, docs/FAILOVER.md "Keys").
+//! Parsing never panics: a malformed value is an error the caller skips and counts.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{ClusterError, NodeAddr, Role};
+
+/// `/kvd/<cluster>/members/<id>`: one live node (bound to its lease).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberRecord {
+    /// The node id (equal to the key's last component).
+    pub id: u32,
+    /// Where the node serves.
+    pub addr: NodeAddr,
+    /// The role the node had when it wrote the record.
+    pub role: RoleName,
+    /// The node's applied (replica) or acknowledged (master) stream offset.
+    pub offset: u64,
+    /// The highest epoch the node has seen.
+    pub epoch: u64,
+    /// Set while the cluster has no leader: the epoch whose master was lost. A record
+    /// with `ready == Some(e)` carries the node's offset as of after that loss, so
+    /// candidates of the election after epoch `e` compare final offsets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<u64>,
+}
+
+/// A role as written into etcd.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum RoleName {
+    /// Serving writes.
+    Master,
+    /// Following a master.
+    Replica,
+    /// Neither: joining, between masters, or stepped down.
+    Fenced,
+}
+
+impl From<Role> for RoleName {
+    fn from(r: Role) -> Self {
+        match r {
+            Role::Master => RoleName::Master,
+            Role::Replica => RoleName::Replica,
+            Role::Fenced => RoleName::Fenced,
+        }
+    }
+}
+
+/// `/kvd/<cluster>/leader`: the master (bound to the master's lease).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaderRecord {
+    /// The master's node id.
+    pub id: u32,
+    /// The epoch it was elected at.
+    pub epoch: u64,
+    /// Where it serves.
+    pub addr: NodeAddr,
+}
+
+/// `/kvd/<cluster>/handover`: a planned switchover (not leased, so it outlives the
+/// master's lease revocation; valid only while `epoch` is the cluster's epoch).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoverRecord {
+    /// The master handing over.
+    pub from: u32,
+    /// The node that is to campaign alone.
+    pub target: u32,
+    /// The epoch of the master handing over.
+    pub epoch: u64,
+}
+
+/// Encodes a record as the JSON stored in etcd.
+pub fn encode<T: Serialize>(v: &T) -> Vec<u8> {
+    // Serializing these plain structs cannot fail (no maps with non-string keys, no
+    // custom serializers that error).
+    serde_json::to_vec(v).unwrap_or_default()
+}
+
+/// Decodes a record read from etcd.
+pub fn decode<'a, T: Deserialize<'a>>(what: &str, bytes: &'a [u8]) -> Result<T, ClusterError> {
+    serde_json::from_slice(bytes).map_err(|e| ClusterError::Decode(format!("{what}: {e}")))
+}
+
+/// Decodes the epoch key's value: a decimal number.
+pub fn decode_epoch(bytes: &[u8]) -> Result<u64, ClusterError> {
+    std::str::from_utf8(bytes)
+        .ok()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            ClusterError::Decode(format!(
+                "epoch value {:?} is not a decimal number",
+                String::from_utf8_lossy(bytes)
+            ))
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::Ipv4Addr;
+
+    fn addr() -> NodeAddr {
+        NodeAddr {
+            mac: [2, 0, 0, 0, 0, 1],
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            qpn: 7,
+        }
+    }
+
+    #[test]
+    fn member_round_trip() {
+        let m = MemberRecord {
+            id: 3,
+            addr: addr(),
+            role: RoleName::Replica,
+            offset: 1 << 40,
+            epoch: 9,
+            ready: Some(9),
+        };
+        let b = encode(&m);
+        assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), m);
+        let no_ready = MemberRecord { ready: None, ..m };
+        let b = encode(&no_ready);
+        assert!(!String::from_utf8_lossy(&b).contains("ready"));
+        assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), no_ready);
+    }
+
+    #[test]
+    fn epoch_values() {
+        assert_eq!(decode_epoch(b"0").unwrap(), 0);
+        assert_eq!(decode_epoch(b"42").unwrap(), 42);
+        for bad in [
+            &b""[..],
+            b"-1",
+            b"1.5",
+            b" 1",
+            b"99999999999999999999999",
+            b"\xff",
+        ] {
+            assert!(decode_epoch(bad).is_err());
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn decoding_garbage_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = decode::<MemberRecord>("m", &bytes);
+            let _ = decode::<LeaderRecord>("l", &bytes);
+            let _ = decode::<HandoverRecord>("h", &bytes);
+            let _ = decode_epoch(&bytes);
+        }
+    }
+}
