@@ -80,7 +80,7 @@ status() {
   [ "$n" -gt 0 ] || { echo "cluster.sh: no cluster in $dir" >&2; exit 1; }
   for ((k = 0; k < n; k++)); do
     echo "== node$k"
-    "$CTL" --config "$dir/node$k.json" replication status || true
+    "$CTL" replication status --config "$dir/node$k.json" || true
   done
 }
 

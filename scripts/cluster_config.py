@@ -21,8 +21,8 @@ def node_config(base, d, k, n, args):
     c["name"] = f"cluster-node{k}"
     sock = os.path.join(d, f"client{k}.sock")
     dp, pg = c["dataplane"], c["pktgen"]
-    dp["file_prefix"] = f"kvd-node{k}"
-    pg["file_prefix"] = f"kvd-node{k}-pktgen"
+    dp["file_prefix"] = f"{args.prefix}-node{k}"
+    pg["file_prefix"] = f"{args.prefix}-node{k}-pktgen"
     dp["lcores"] = "0,1"
     # Small enough that several nodes and a pktgen fit the host's hugepages.
     dp["memory_mb"] = 96
@@ -72,6 +72,7 @@ def main():
     ap.add_argument("--etcd", default="")
     ap.add_argument("--cluster", default="kvd")
     ap.add_argument("--base", default="configs/memif.json")
+    ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
     args = ap.parse_args()
     with open(args.base) as f:
         base = json.load(f)

@@ -75,6 +75,12 @@ pub fn setup(
 ) -> Result<Option<Replication>, Box<dyn std::error::Error>> {
     let Some(lcore) = lcore else { return Ok(None) };
     let r = &cfg.replication;
+    if r.mode == ReplMode::Sync {
+        // Holding each write's response until min_replicas acknowledged its offset
+        // (kvrepl::progress::DurableCursor) is not wired into the workers yet: refuse
+        // rather than run a "sync" master that answers like an async one.
+        return Err("replication.mode \"sync\" is not supported by this build yet (use \"async\" with min_replicas)".into());
+    }
     let link_addr = r.link.as_ref().ok_or("replication.link is missing")?;
     let mac = kvconf::parse_mac(&link_addr.mac)?;
     let mut links = Vec::new();

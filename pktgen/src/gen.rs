@@ -71,6 +71,10 @@ pub struct Counts {
     pub status_not_ok: u64,
     /// Results with status WRONG_PARTITION (the op's key is not its QP's partition).
     pub wrong_partition: u64,
+    /// Writes answered NOT_MASTER (a replica, or a master that lost its lease).
+    pub not_master: u64,
+    /// Writes answered NOT_ENOUGH_REPLICAS (fewer than min_replicas in sync).
+    pub not_enough_replicas: u64,
     /// PUTs answered OUT_OF_MEMORY.
     pub oom: u64,
 }
@@ -667,8 +671,11 @@ impl Gen {
         let expected_error = e.expect == Expect::BadLength && status == Status::BadLength;
         if !matches!(status, Status::Ok | Status::NotFound) && !expected_error {
             c.status_not_ok += 1;
-            if status == Status::WrongPartition {
-                c.wrong_partition += 1;
+            match status {
+                Status::WrongPartition => c.wrong_partition += 1,
+                Status::NotMaster => c.not_master += 1,
+                Status::NotEnoughReplicas => c.not_enough_replicas += 1,
+                _ => {}
             }
             c.errors += 1;
             if self.tally.verbose_left > 0 {

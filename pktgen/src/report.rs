@@ -88,6 +88,12 @@ impl Outcome<'_> {
                 );
             }
         }
+        if c.not_master + c.not_enough_replicas > 0 {
+            println!(
+                "  writes refused: NOT_MASTER {}, NOT_ENOUGH_REPLICAS {}",
+                c.not_master, c.not_enough_replicas
+            );
+        }
         if c.wrong_partition > 0 {
             println!("  WRONG_PARTITION results: {}", c.wrong_partition);
         }
@@ -157,6 +163,8 @@ impl Outcome<'_> {
         // recursion limit).
         let parts = json!({
             "wrong_partition": c.wrong_partition,
+            "not_master": c.not_master,
+            "not_enough_replicas": c.not_enough_replicas,
             "partitions": spec.qps.partitions,
             "misdirect": spec.qps.misdirect,
             "partition_ops": m.part_ops,
@@ -496,6 +504,8 @@ mod tests {
                 "load",
                 "misdirect",
                 "mismatches",
+                "not_enough_replicas",
+                "not_master",
                 "ops",
                 "packets",
                 "partition_ops",
