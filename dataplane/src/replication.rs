@@ -5,7 +5,7 @@
 use crate::replicator::Link;
 use crate::worker::Store;
 use dataplane::gate::WriteGate;
-use dataplane::repl::apply::{ApplyStats, Applier};
+use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::link::ReplLogic;
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};

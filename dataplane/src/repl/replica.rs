@@ -117,14 +117,14 @@ pub struct ReplicaNode {
     /// where our data stands.
     rejoin: bool,
     status: Arc<ReplStatus>,
-    gate: Arc<WriteGate>,
     /// Segments refused for want of ring room.
     pub rnr_sent: u64,
 }
 
 impl ReplicaNode {
     /// A replica over `links` replication links, routing records into `rings` (one
-    /// per worker, whose consumption `consumed` reports).
+    /// per worker, whose consumption `consumed` reports). Closes `gate` to writes
+    /// (`NOT_MASTER`).
     pub fn new(
         cfg: ReplicaConfig,
         links: usize,
@@ -157,7 +157,6 @@ impl ReplicaNode {
             epoch_seen: 0,
             rejoin: false,
             status,
-            gate,
             rnr_sent: 0,
             cfg,
         })
