@@ -119,6 +119,8 @@ pub struct ReplicaNode {
     status: Arc<ReplStatus>,
     /// Segments refused for want of ring room.
     pub rnr_sent: u64,
+    /// Segments dropped for a wrong destination, R_Key or VA.
+    pub bad_segments: u64,
 }
 
 impl ReplicaNode {
@@ -158,6 +160,7 @@ impl ReplicaNode {
             rejoin: false,
             status,
             rnr_sent: 0,
+            bad_segments: 0,
             cfg,
         })
     }
@@ -346,7 +349,11 @@ impl ReplLogic for ReplicaNode {
             };
             match frame {
                 ReplFrame::WriteImm(w) => {
-                    if w.link.dst_mac != self.cfg.mac {
+                    // Ours, into our ring: the R_Key and the slot of its PSN.
+                    let slot = u64::from(w.link.psn % u32::from(RING_CREDITS));
+                    let va = RING_VA + slot * u64::from(self.cfg.slot_size);
+                    if w.link.dst_mac != self.cfg.mac || w.rkey != self.cfg.rkey || w.va != va {
+                        self.bad_segments += 1;
                         continue;
                     }
                     self.status.peers[0]
