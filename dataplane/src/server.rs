@@ -199,6 +199,12 @@ impl Server {
         self.tap.as_deref_mut()
     }
 
+    /// The engine and the installed mutation tap together (a scan that feeds the tap,
+    /// `crate::snapshot`).
+    pub fn engine_and_tap(&mut self) -> (&Engine, Option<&mut (dyn MutationSink + 'static)>) {
+        (&self.engine, self.tap.as_deref_mut())
+    }
+
     /// The reservation station (for its counters and configuration).
     pub fn station(&self) -> &Station<fn(&[u8]) -> u64> {
         &self.station
