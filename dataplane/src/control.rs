@@ -20,7 +20,10 @@
 //! * **Slab merge**: a request counter; a worker that sees it above the last request
 //!   it served flushes its slab cache ([`merge_now`]) in its slow path and publishes a
 //!   [`MergeSummary`]; the merge itself then runs off the worker (slab daemon).
+//! * **Snapshots**: a job generation the worker loads in its control tick
+//!   ([`SnapshotCtl`], `crate::snapshot`).
 
+use crate::snapshot::SnapshotCtl;
 use crate::stats::WorkerStats;
 use kvengine::{Engine, EngineStats};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -204,6 +207,8 @@ pub struct ControlState {
     merge_requests: AtomicU64,
     /// Service-latency sampling period the workers apply at their next control tick.
     latency_sample_every: AtomicU32,
+    /// Snapshots while serving (`crate::snapshot`).
+    snapshot: SnapshotCtl,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -231,6 +236,7 @@ impl ControlState {
         let mut list = clients.to_vec();
         list.sort_unstable_by_key(|c| c.0);
         list.dedup_by_key(|c| c.0);
+        let workers = stats.len();
         Arc::new(ControlState {
             workers: stats
                 .into_iter()
@@ -246,6 +252,7 @@ impl ControlState {
             generation: AtomicU64::new(0),
             merge_requests: AtomicU64::new(0),
             latency_sample_every: AtomicU32::new(0),
+            snapshot: SnapshotCtl::new(workers),
         })
     }
 
@@ -268,6 +275,11 @@ impl ControlState {
     /// The service-latency sampling period last set.
     pub fn latency_sample_every(&self) -> u32 {
         self.latency_sample_every.load(Ordering::Relaxed)
+    }
+
+    /// The snapshot control (`crate::snapshot`).
+    pub fn snapshot(&self) -> &SnapshotCtl {
+        &self.snapshot
     }
 
     /// Number of workers.
@@ -379,6 +391,11 @@ impl WorkerControl {
     /// This worker's id.
     pub fn id(&self) -> usize {
         self.id
+    }
+
+    /// The snapshot control (`crate::snapshot`).
+    pub fn snapshot(&self) -> &SnapshotCtl {
+        &self.ctl.snapshot
     }
 
     /// This worker's counters.

@@ -17,6 +17,7 @@
 //! replay   the per-worker response cache (a byte ring of whole frames)
 //! tx       TxFrame / TxSink: where response frames go
 //! mutation the mutation tap: post-images of applied writes (snapshots, replication)
+//! snapshot save while serving (worker scan + tap → ring → writer thread), --load
 //! ```
 
 #![deny(unsafe_code)]
@@ -33,6 +34,7 @@ mod replay;
 mod respond;
 pub mod server;
 pub mod slab_daemon;
+pub mod snapshot;
 pub mod stage;
 pub mod stats;
 pub mod tx;

@@ -110,6 +110,11 @@ struct Args {
     /// A master or replica runs one more lcore than workers: the replication lcore.
     #[arg(long)]
     role: Option<kvconf::ReplRole>,
+    /// Load this snapshot (`ctlplane snapshot save`) before serving: the whole file is
+    /// verified first; a bad file is refused (exit 1) and nothing is served. The
+    /// worker count may differ from the saver's.
+    #[arg(long)]
+    load: Option<PathBuf>,
 }
 
 /// A `--inject-*` probability: a number in [0, 1].
@@ -293,6 +298,22 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             apply: None,
         });
     }
+    if let Some(path) = &args.load {
+        let t0 = Instant::now();
+        let mut engines: Vec<&mut Engine> =
+            stores.iter_mut().map(|s| s.server.engine_mut()).collect();
+        let r = dataplane::snapshot::load_into(path, &mut engines)
+            .map_err(|e| format!("--load: {e}"))?;
+        println!(
+            "dataplane: loaded {} records ({} keys, {} B, saved by {} partitions) from {} in {} ms",
+            r.records,
+            r.keys,
+            r.bytes,
+            r.saved_partitions,
+            path.display(),
+            t0.elapsed().as_millis()
+        );
+    }
     // Hand-off rings: one multi-producer inbox per worker.
     let mut inboxes = Vec::new();
     let mut producers: Vec<Vec<Option<dpdk::RingProducer<dpdk::Mbuf>>>> =
@@ -467,6 +488,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None => 0,
     };
     let _ = slab_thread.join();
+    ctl.snapshot().abort("the dataplane stopped");
 
     // Final stats: totals over the workers, then per worker.
     println!("dataplane: final stats");

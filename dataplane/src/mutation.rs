@@ -45,7 +45,7 @@ use kvwire::{BatchReader, KvOp, Status};
 
 /// Bytes a sink is charged per post-image on top of its key and value: the record
 /// header of `kvrepl::record` (kind, key length, value length).
-pub const RECORD_OVERHEAD: usize = 4;
+pub const RECORD_OVERHEAD: usize = kvrepl::RECORD_HEADER_LEN;
 
 /// What one post-image of `klen` key bytes and `vlen` value bytes costs against
 /// [`MutationSink::room`].

@@ -229,6 +229,20 @@ impl Server {
         self.tap.as_deref_mut()
     }
 
+    /// The engine and the installed mutation tap together (a scan that feeds the tap,
+    /// `crate::snapshot`).
+    pub fn engine_and_tap(&mut self) -> (&Engine, Option<&mut (dyn MutationSink + 'static)>) {
+        (&self.engine, self.tap.as_deref_mut())
+    }
+
+    /// The engine, mutable, and the mutation tap: for changes made outside requests
+    /// that the tap must still see (a replica applying its master's records).
+    pub fn engine_mut_and_tap(
+        &mut self,
+    ) -> (&mut Engine, Option<&mut (dyn MutationSink + 'static)>) {
+        (&mut self.engine, self.tap.as_deref_mut())
+    }
+
     /// The reservation station (for its counters and configuration).
     pub fn station(&self) -> &Station<fn(&[u8]) -> u64> {
         &self.station

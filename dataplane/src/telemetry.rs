@@ -9,6 +9,7 @@
 use dataplane::control::{ControlState, EngineSnapshot, MergeSummary};
 use dataplane::latency;
 use dataplane::slab_daemon::SlabDaemon;
+use dataplane::snapshot::Outcome;
 use dataplane::stats::{WorkerStats, TX_SIDE_DROPS};
 use dpdk::telemetry::{register_cmd, TelDict};
 use dpdk::Mempool;
@@ -71,6 +72,18 @@ pub fn register(
         "/kvd/latency/sample_every",
         "Service-latency sampling: one in N request packets (0: off). Param: N to set it (optional)",
         move |p, d| latency_sample_every(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/snapshot/save",
+        "Start a snapshot of every partition while serving. Param: an absolute file path",
+        move |p, d| snapshot_save(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/snapshot/status",
+        "The last snapshot: state, records, bytes, duration, scan progress per worker",
+        move |_, d| snapshot_status(&c, d),
     )?;
     register_cmd(
         "/kvd/config",
@@ -388,6 +401,68 @@ fn slab_merge(ctl: &ControlState, slab: &SlabDaemon, d: &mut TelDict<'_>) {
             ),
         ),
     }
+}
+
+/// A string value within DPDK's limit for one (longer ones are cut, marked `...`).
+fn add_text(d: &mut TelDict<'_>, k: &str, v: &str) {
+    const MAX: usize = 120;
+    if v.len() <= MAX {
+        let _ = d.add_str(k, v);
+    } else {
+        let mut end = MAX - 3;
+        while !v.is_char_boundary(end) {
+            end -= 1;
+        }
+        let _ = d.add_str(k, &format!("{}...", &v[..end]));
+    }
+}
+
+/// Starts a snapshot to the absolute path `p`.
+fn snapshot_save(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let path = std::path::PathBuf::from(p.trim());
+    if !path.is_absolute() {
+        return error(d, "expected an absolute file path (ctlplane resolves one)");
+    }
+    match ctl.snapshot().start(path) {
+        Ok(id) => {
+            let _ = d.add_u64("id", id);
+            add_text(d, "path", p.trim());
+            let _ = d.add_str("state", "running");
+        }
+        Err(e) => add_text(d, "error", &e),
+    }
+}
+
+/// The last snapshot's status.
+fn snapshot_status(ctl: &ControlState, d: &mut TelDict<'_>) {
+    let Some(s) = ctl.snapshot().status() else {
+        let _ = d.add_str("state", "none");
+        return;
+    };
+    let _ = d.add_u64("id", s.id);
+    add_text(d, "path", &s.path);
+    let state = match &s.outcome {
+        Outcome::Running => "running",
+        Outcome::Done => "done",
+        Outcome::Failed(why) => {
+            add_text(d, "failure", why);
+            "failed"
+        }
+    };
+    let _ = d.add_str("state", state);
+    let _ = d.add_u64("records", s.records);
+    let _ = d.add_u64("bytes", s.bytes);
+    let _ = d.add_u64("scanned", s.scanned);
+    let _ = d.add_u64("duration_us", s.duration.as_micros() as u64);
+    let _ = d.add_dict("per_worker", |pw| {
+        for (w, (st, done, total)) in s.workers.iter().enumerate() {
+            let _ = pw.add_dict(&w.to_string(), |x| {
+                let _ = x.add_str("state", st.name());
+                let _ = x.add_u64("buckets_done", *done);
+                let _ = x.add_u64("buckets_total", *total);
+            });
+        }
+    });
 }
 
 /// Renders a JSON object as telemetry dicts: objects nest, numbers that are u64

@@ -11,6 +11,7 @@ use dataplane::latency::Sampler;
 use dataplane::packet::MAX_BURST;
 use dataplane::repl::apply::Applier;
 use dataplane::server::Server;
+use dataplane::snapshot::WorkerSnap;
 use dataplane::stats::WorkerStats;
 use dataplane::tx::{TxFrame, TxSink};
 use dpdk::{
@@ -338,6 +339,8 @@ pub fn run(
     let mut last_check = last_drain;
     let mut last_print = Instant::now();
     control_tick(ctl, &mut store.server);
+    // Snapshots: picked up in the control tick, scanned a little per iteration.
+    let mut snap = WorkerSnap::new(handoff.me as usize);
     let mut idle = IdleBackoff::new(cfg.idle_yield_polls);
     let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
     stats
@@ -382,8 +385,12 @@ pub fn run(
             serve(&mut store, &mut rx, &mut tx);
         }
         // A replica applies its master's records between bursts.
+        // (Through the mutation tap, so a snapshot taken on a replica sees them.)
         let applied = match store.apply.as_mut() {
-            Some(a) => a.apply(store.server.engine_mut(), APPLY_PER_LOOP),
+            Some(a) => {
+                let (engine, tap) = store.server.engine_mut_and_tap();
+                a.apply(engine, tap, APPLY_PER_LOOP)
+            }
             None => 0,
         } + usize::from(store.server.tick_mutation_sink());
         let n = n + handed;
@@ -407,13 +414,15 @@ pub fn run(
                 tx.last_progress = now;
             }
         }
-        idle.poll(n == 0 && applied == 0 && tx.burst.is_empty());
+        let scanned = snap.active() && snap.step(&mut store.server);
+        idle.poll(n == 0 && applied == 0 && tx.burst.is_empty() && !scanned);
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
             control_tick(ctl, &mut store.server);
+            snap.poll(ctl.snapshot(), &mut store.server);
             let every = ctl.latency_sample_every();
             if every != sampler.every() {
                 sampler = Sampler::new(every, hz);
@@ -428,6 +437,7 @@ pub fn run(
             }
         }
     }
+    snap.stop(&mut store.server);
     tx.close(handoff.me);
     store
 }

@@ -229,7 +229,7 @@ impl World {
             .step(&self.m.shared, &self.m.engine, &mut self.m.log);
         self.m.node.poll(self.now, &mut self.to_r);
         self.r.node.poll(self.now, &mut self.to_m);
-        self.r.applier.apply(&mut self.r.engine, 1024);
+        self.r.applier.apply(&mut self.r.engine, None, 1024);
         for (to_r, frames) in [
             (true, std::mem::take(&mut self.to_r.frames)),
             (false, std::mem::take(&mut self.to_m.frames)),

@@ -20,10 +20,16 @@
 //! * [`progress`]: probes and failure detection, the write gate
 //!   (`min_replicas`, `max_lag`, sync quorum), durable worker positions.
 //!
+//! * [`snapshot`]: the checksummed snapshot file (header, blocks of records,
+//!   trailer), its writer and its verify-then-read reader.
+//! * [`aof`]: the replica's append-only log file of the same records, with
+//!   an fsync policy and torn-tail recovery.
+//!
 //! The protocol is specified in `docs/REPLICATION.md`.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod aof;
 pub mod applier;
 pub mod backlog;
 pub mod control;
@@ -34,6 +40,7 @@ pub mod replica_state;
 pub mod resync;
 pub mod segment;
 pub mod shipper;
+pub mod snapshot;
 
 pub use applier::{Applier, Outcome, Reply, Sink, SinkError};
 pub use backlog::{random_repl_id, Backlog, ReadError};

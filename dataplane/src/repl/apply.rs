@@ -7,6 +7,7 @@
 //! bytes it consumed, from which the replication lcore derives the stream offset all
 //! workers have applied (the offset a replica acknowledges).
 
+use crate::mutation::MutationSink;
 use kvengine::Engine;
 use kvrepl::log::{LogConsumer, LogItem};
 use kvrepl::Record;
@@ -39,9 +40,16 @@ impl Applier {
         Applier { ring, stats }
     }
 
-    /// Applies up to `max` records to `engine`; returns how many.
+    /// Applies up to `max` records to `engine`, each also to `tap` (a snapshot being
+    /// taken on this replica) when one is installed; stops early, leaving records in
+    /// the ring, while the tap lacks room. Returns how many it applied.
     #[inline]
-    pub fn apply(&mut self, engine: &mut Engine, max: usize) -> usize {
+    pub fn apply(
+        &mut self,
+        engine: &mut Engine,
+        mut tap: Option<&mut (dyn MutationSink + 'static)>,
+        max: usize,
+    ) -> usize {
         if self.ring.pending_bytes() == 0 {
             return 0;
         }
@@ -56,11 +64,28 @@ impl Applier {
                 }
                 LogItem::ScanEnd(_) => return true,
             };
+            if let Some(t) = tap.as_deref() {
+                if t.room() < bytes.len() {
+                    return false;
+                }
+            }
             let status = match Record::decode(bytes) {
-                Ok((Record::Put { key, value }, _)) => engine.put(key, value),
+                Ok((Record::Put { key, value }, _)) => {
+                    let s = engine.put(key, value);
+                    if let (kvengine::Status::Ok, Some(t)) = (s, tap.as_deref_mut()) {
+                        t.put(key, value);
+                    }
+                    s
+                }
                 Ok((Record::Delete { key }, _)) => match engine.delete(key) {
                     // Deleting an absent key leaves the same state: idempotent replay.
                     kvengine::Status::NotFound => kvengine::Status::Ok,
+                    kvengine::Status::Ok => {
+                        if let Some(t) = tap.as_deref_mut() {
+                            t.delete(key);
+                        }
+                        kvengine::Status::Ok
+                    }
                     s => s,
                 },
                 // Completion records are the transport's business, not the engine's.
@@ -141,8 +166,8 @@ mod tests {
         }
         p.try_push(&Record::Delete { key: b"b" }).unwrap();
         p.try_push(&Record::Delete { key: b"zz" }).unwrap();
-        assert_eq!(a.apply(&mut e, 2), 2);
-        assert_eq!(a.apply(&mut e, 100), 3);
+        assert_eq!(a.apply(&mut e, None, 2), 2);
+        assert_eq!(a.apply(&mut e, None, 100), 3);
         let mut out = [0u8; 16];
         assert_eq!(e.get(b"a", &mut out), Ok(1));
         assert_eq!(out[0], b'3');
@@ -163,7 +188,7 @@ mod tests {
         )
         .unwrap();
         p.try_push_scan_end(1).unwrap();
-        a.apply(&mut e, 100);
+        a.apply(&mut e, None, 100);
         assert_eq!(e.stats().stored_kvs, 1);
         assert_eq!(e.get(b"new", &mut out), Ok(1));
     }

@@ -1,0 +1,229 @@
+//! A worker's side of a snapshot: pick the job up, tap the server into the ring, scan
+//! the engine a few buckets per loop iteration, finish.
+
+use super::{Job, SnapshotCtl, WorkerState, RING_BYTES};
+use crate::mutation::{record_cost, MutationSink};
+use crate::server::Server;
+use kvengine::{ScanCursor, ScanStep};
+use kvrepl::log::LogProducer;
+use kvrepl::Record;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Buckets scanned per loop iteration at most (each chain costs a few cache misses:
+/// a few microseconds per call, so serving goes on in between).
+pub const SCAN_BUCKETS: usize = 32;
+
+/// The snapshot ring as a mutation tap: every post-image as a record.
+struct RingTap {
+    ring: LogProducer,
+    job: Arc<Job>,
+    w: usize,
+}
+
+impl RingTap {
+    #[cold]
+    fn lost(&self) {
+        if let Some(p) = self.job.part(self.w) {
+            p.lost.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl MutationSink for RingTap {
+    #[inline]
+    fn room(&self) -> usize {
+        // A record costs its encoding exactly (`record_cost`), and the ring stores it
+        // across the wrap: the free bytes are the room.
+        self.ring.free_bytes()
+    }
+
+    #[inline]
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        if self.ring.try_push(&Record::Put { key, value }).is_err() {
+            self.lost();
+        }
+    }
+
+    #[inline]
+    fn delete(&mut self, key: &[u8]) {
+        if self.ring.try_push(&Record::Delete { key }).is_err() {
+            self.lost();
+        }
+    }
+}
+
+/// The snapshot in progress on this worker.
+struct Active {
+    job: Arc<Job>,
+    cursor: ScanCursor,
+    scanned: u64,
+}
+
+/// One worker's snapshot state: [`WorkerSnap::poll`] in the control tick picks a new
+/// job up, [`WorkerSnap::step`] every loop iteration scans while one is active.
+#[derive(Default)]
+pub struct WorkerSnap {
+    /// Worker id (the job's part).
+    w: usize,
+    seen_generation: u64,
+    active: Option<Active>,
+}
+
+impl WorkerSnap {
+    /// The state of worker `w`.
+    pub fn new(w: usize) -> WorkerSnap {
+        WorkerSnap {
+            w,
+            ..WorkerSnap::default()
+        }
+    }
+
+    /// Whether a scan is in progress (then call [`WorkerSnap::step`] every loop
+    /// iteration).
+    #[inline]
+    pub fn active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Slow path: picks up a new job — installs the ring as `server`'s mutation tap and
+    /// starts the scan. Costs one atomic load when there is none. Allocates (the tap's
+    /// box) once per job.
+    pub fn poll(&mut self, ctl: &SnapshotCtl, server: &mut Server) {
+        let g = ctl.generation();
+        if g == self.seen_generation || self.active.is_some() {
+            return;
+        }
+        let Some((job, ring)) = ctl.take(self.w) else {
+            // Busy lock (retried next tick) or nothing for this worker.
+            if ctl
+                .status()
+                .is_some_and(|s| s.outcome != super::Outcome::Running)
+            {
+                self.seen_generation = g;
+            }
+            return;
+        };
+        self.seen_generation = g;
+        let Some(part) = job.part(self.w) else { return };
+        let tap = RingTap {
+            ring,
+            job: Arc::clone(&job),
+            w: self.w,
+        };
+        if server.mutation_sink_mut().is_some() {
+            part.state
+                .store(WorkerState::Failed as u8, Ordering::SeqCst);
+            job.fail(format!(
+                "worker {}: a mutation tap is already installed",
+                self.w
+            ));
+            return;
+        }
+        server.set_mutation_sink(Some(Box::new(tap)));
+        part.buckets_total
+            .store(server.engine().scan_buckets(), Ordering::Relaxed);
+        part.state
+            .store(WorkerState::Scanning as u8, Ordering::SeqCst);
+        self.active = Some(Active {
+            job,
+            cursor: ScanCursor::START,
+            scanned: 0,
+        });
+    }
+
+    /// Every loop iteration while [`WorkerSnap::active`]: scans up to
+    /// [`SCAN_BUCKETS`] bucket chains into the ring, each only if the ring has room for
+    /// the whole chain; finishes (removes the tap) when the scan is done or the job was
+    /// aborted. Returns whether it did anything (for the idle back-off).
+    pub fn step(&mut self, server: &mut Server) -> bool {
+        let Some(a) = self.active.as_mut() else {
+            return false;
+        };
+        if a.job.abort.load(Ordering::Relaxed) {
+            self.finish(server, WorkerState::Failed);
+            return true;
+        }
+        let (engine, tap) = server.engine_and_tap();
+        let Some(tap) = tap else {
+            // Someone removed the tap: the snapshot cannot be complete.
+            a.job
+                .fail(format!("worker {}: the mutation tap was removed", self.w));
+            self.finish(server, WorkerState::Failed);
+            return true;
+        };
+        let mut room = tap.room();
+        let mut worked = false;
+        let mut done = false;
+        for _ in 0..SCAN_BUCKETS {
+            let mut cost = 0usize;
+            engine.scan(a.cursor, 1, |k, v| cost += record_cost(k.len(), v.len()));
+            if cost > room {
+                if cost > RING_BYTES {
+                    a.job.fail(format!(
+                        "worker {}: a bucket chain of {cost} B does not fit the ring",
+                        self.w
+                    ));
+                    done = true;
+                }
+                break;
+            }
+            let mut n = 0u64;
+            let next = engine.scan(a.cursor, 1, |k, v| {
+                tap.put(k, v);
+                n += 1;
+            });
+            room -= cost;
+            a.scanned += n;
+            worked = true;
+            match next {
+                ScanStep::More(c) => a.cursor = c,
+                ScanStep::Done => {
+                    a.cursor = ScanCursor::START;
+                    done = true;
+                    break;
+                }
+            }
+        }
+        if let Some(p) = a.job.part(self.w) {
+            let buckets = if done && !a.job.abort.load(Ordering::Relaxed) {
+                engine.scan_buckets()
+            } else {
+                a.cursor.buckets_done()
+            };
+            p.buckets_done.store(buckets, Ordering::Relaxed);
+            p.scanned.store(a.scanned, Ordering::Relaxed);
+        }
+        if done {
+            let ok = !a.job.abort.load(Ordering::Relaxed);
+            self.finish(
+                server,
+                if ok {
+                    WorkerState::Done
+                } else {
+                    WorkerState::Failed
+                },
+            );
+        }
+        worked || done
+    }
+
+    /// Ends this worker's part: the state first, then the tap (and with it the ring's
+    /// producer: the writer sees the ring abandoned only after the state is final).
+    fn finish(&mut self, server: &mut Server, state: WorkerState) {
+        let Some(a) = self.active.take() else { return };
+        if let Some(p) = a.job.part(self.w) {
+            p.state.store(state as u8, Ordering::SeqCst);
+        }
+        drop(server.set_mutation_sink(None));
+    }
+
+    /// At exit: a scan still in progress fails its job.
+    pub fn stop(&mut self, server: &mut Server) {
+        if let Some(a) = self.active.as_ref() {
+            a.job
+                .fail(format!("worker {} stopped during the snapshot", self.w));
+            self.finish(server, WorkerState::Failed);
+        }
+    }
+}
