@@ -2,8 +2,9 @@
 //!
 //! It validates and shows configurations and talks to a running dataplane through
 //! DPDK's telemetry socket ([`telemetry`]): live counters (`stats`, `watch`), engine
-//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`), and
-//! a Prometheus exporter of all that (`metrics`).
+//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`),
+//! snapshots to a file while serving (`snapshot`), and a Prometheus exporter of all
+//! that (`metrics`).
 
 // The only unsafe code is the socket connect in `telemetry` and `restore_sigpipe`.
 #![deny(unsafe_code)]
@@ -13,6 +14,7 @@ mod clients;
 mod latency;
 mod metrics;
 mod slab;
+mod snapshot;
 mod stats;
 mod target;
 mod telemetry;
@@ -92,6 +94,11 @@ enum Cmd {
     Slab {
         #[command(subcommand)]
         cmd: slab::SlabCmd,
+    },
+    /// Snapshots of a running dataplane (save while serving, status).
+    Snapshot {
+        #[command(subcommand)]
+        cmd: snapshot::SnapshotCmd,
     },
 }
 
@@ -185,5 +192,6 @@ fn main() {
         Cmd::Metrics(a) => exit_on_err(metrics::run(a)),
         Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
         Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
+        Cmd::Snapshot { cmd } => exit_on_err(snapshot::run(cmd)),
     }
 }
