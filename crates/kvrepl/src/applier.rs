@@ -108,8 +108,9 @@ pub struct Applier {
     next: u64,
     /// Offset after the last record applied, in the current stream.
     applied: u64,
-    /// Where the live stream starts after a full sync.
-    live_from: u64,
+    /// Where the live stream starts after a full sync (learnt from the first
+    /// scan-stream segment).
+    live_from: Option<u64>,
     carry: Box<[u8]>,
     carry_len: usize,
     ack_every: u32,
@@ -129,7 +130,7 @@ impl Applier {
             nak_sent: false,
             next: 0,
             applied: 0,
-            live_from: 0,
+            live_from: None,
             carry: vec![0u8; MAX_RECORD_LEN].into_boxed_slice(),
             carry_len: 0,
             ack_every: ack_every.max(1),
@@ -138,9 +139,11 @@ impl Applier {
         }
     }
 
-    /// Takes the master's WELCOME for the HELLO whose `first_psn` it echoes.
-    /// `Full` clears the sink; `Partial` continues from the WELCOME's offset
-    /// (the HELLO's). `Refused` leaves the applier idle.
+    /// Takes the master's WELCOME for the HELLO whose `first_psn` it echoes
+    /// (the caller takes only the first WELCOME carrying its HELLO's nonce).
+    /// `Full` clears the sink (the segments tell where the live stream
+    /// continues); `Partial` continues from the WELCOME's offset (the
+    /// HELLO's). `Refused` leaves the applier idle.
     pub fn on_welcome(&mut self, w: &Welcome, sink: &mut dyn Sink) {
         self.carry_len = 0;
         self.nak_sent = false;
@@ -159,7 +162,7 @@ impl Applier {
                 self.state = State::Syncing;
                 self.next = 0;
                 self.applied = 0;
-                self.live_from = w.offset;
+                self.live_from = None;
             }
             WelcomeMode::Refused => self.state = State::Idle,
         }
@@ -198,6 +201,13 @@ impl Applier {
     /// broken).
     pub fn needs_hello(&self) -> bool {
         matches!(self.state, State::Idle | State::Broken)
+    }
+
+    /// The first PSN for the replica's next HELLO: half the PSN space away
+    /// from where this connection stands, so that no stray segment of it can
+    /// fall in the new connection's window.
+    pub fn next_first_psn(&self) -> u32 {
+        psn::add(self.expected_psn, 1 << 23)
     }
 
     /// The epoch and replication id it follows.
@@ -254,7 +264,7 @@ impl Applier {
         let kind_ok = match hdr.kind {
             SegmentKind::Live => !in_sync,
             SegmentKind::SyncData | SegmentKind::SnapshotEnd => {
-                in_sync && hdr.live_offset == self.live_from
+                in_sync && *self.live_from.get_or_insert(hdr.live_offset) == hdr.live_offset
             }
         };
         if !kind_ok || hdr.start != self.next {
@@ -264,9 +274,10 @@ impl Applier {
             if self.carry_len != 0 {
                 return self.broken();
             }
+            let live = hdr.live_offset;
             self.state = State::Streaming;
-            self.next = self.live_from;
-            self.applied = self.live_from;
+            self.next = live;
+            self.applied = live;
             Outcome::SyncComplete
         } else {
             match self.apply_bytes(bytes, sink) {

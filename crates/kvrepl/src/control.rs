@@ -79,7 +79,9 @@ pub struct Welcome {
     /// The master's epoch.
     pub epoch: u64,
     /// Partial: the live offset the stream continues from (the replica's).
-    /// Full: the live offset the stream continues from after the sync.
+    /// Full: the live offset the stream continues from after the sync when
+    /// the scan session already started, else 0 (informational: the
+    /// segments' `live_offset` is authoritative).
     pub offset: u64,
     /// The PSN of the first segment (the HELLO's `first_psn`).
     pub first_psn: u32,

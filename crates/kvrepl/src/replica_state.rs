@@ -103,9 +103,9 @@ impl ReplicaState {
             (S::WaitFullSync, E::FullSyncStarted) => S::FullSync,
             (S::FullSync, E::SnapshotAcked { stream_end }) => S::PartialSync { target: stream_end },
             (S::PartialSync { target }, E::Acked { offset }) if offset >= target => S::Online,
-            (S::PartialSync { .. } | S::Online, E::Acked { .. }) => self,
-            // Late acknowledgements of a replica that is (re)syncing or gone.
-            (S::WaitFullSync | S::FullSync | S::Invalid, E::Acked { .. }) => self,
+            // Otherwise an acknowledgement changes no state (late ones of a
+            // replica that is (re)syncing or gone included).
+            (_, E::Acked { .. }) => self,
             (S::Connecting, E::Timeout) => S::Connecting,
             (_, E::Timeout) => S::Invalid,
             (S::PartialSync { .. } | S::Online | S::FullSync, E::NeedFullSync) => S::WaitFullSync,

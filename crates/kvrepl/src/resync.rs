@@ -187,10 +187,14 @@ impl FullSync {
     /// [`FullSync::grant`] to each worker afterwards.
     pub fn refresh_grants(&mut self, pin: u64) {
         self.buffer.set_pin(Some(pin));
-        let outstanding: u64 = self.workers.iter().map(|w| w.granted - w.received).sum();
+        let outstanding: u64 = self
+            .workers
+            .iter()
+            .map(|w| w.granted.saturating_sub(w.received))
+            .sum();
         let mut budget = (self.buffer.room_above(pin) as u64).saturating_sub(outstanding);
         for w in &mut self.workers {
-            let have = w.granted - w.received;
+            let have = w.granted.saturating_sub(w.received);
             let add = self.per_worker.saturating_sub(have).min(budget);
             w.granted += add;
             budget -= add;
