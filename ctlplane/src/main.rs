@@ -2,8 +2,9 @@
 //!
 //! It validates and shows configurations and talks to a running dataplane through
 //! DPDK's telemetry socket ([`telemetry`]): live counters (`stats`, `watch`), engine
-//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`), and
-//! a Prometheus exporter of all that (`metrics`).
+//! snapshots (`engine`), client QP admission (`clients`), slab merging (`slab`),
+//! snapshots to a file while serving (`snapshot`), and a Prometheus exporter of all
+//! that (`metrics`).
 
 // The only unsafe code is the socket connect in `telemetry` and `restore_sigpipe`.
 #![deny(unsafe_code)]
@@ -14,6 +15,7 @@ mod latency;
 mod metrics;
 mod replication;
 mod slab;
+mod snapshot;
 mod stats;
 mod target;
 mod telemetry;
@@ -98,6 +100,11 @@ enum Cmd {
     Replication {
         #[command(subcommand)]
         cmd: replication::ReplicationCmd,
+    },
+    /// Snapshots of a running dataplane (save while serving, status).
+    Snapshot {
+        #[command(subcommand)]
+        cmd: snapshot::SnapshotCmd,
     },
 }
 
@@ -192,5 +199,6 @@ fn main() {
         Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
         Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
         Cmd::Replication { cmd } => exit_on_err(replication::run(cmd)),
+        Cmd::Snapshot { cmd } => exit_on_err(snapshot::run(cmd)),
     }
 }

@@ -10,9 +10,11 @@ use kvrepl::Record;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// Buckets scanned per loop iteration at most (each chain costs a few cache misses:
-/// a few microseconds per call, so serving goes on in between).
-pub const SCAN_BUCKETS: usize = 32;
+/// Buckets scanned per loop iteration at most: sequential cache lines, an empty one
+/// read once and a full one twice (its cost, then its records), a few microseconds per
+/// iteration, so serving goes on in between. A store of N buckets is scanned in N/64
+/// iterations (1 M buckets, a 128 MiB partition at ratio 0.5: ~0.1 s under load).
+pub const SCAN_BUCKETS: usize = 64;
 
 /// The snapshot ring as a mutation tap: every post-image as a record.
 struct RingTap {
@@ -157,7 +159,7 @@ impl WorkerSnap {
         let mut done = false;
         for _ in 0..SCAN_BUCKETS {
             let mut cost = 0usize;
-            engine.scan(a.cursor, 1, |k, v| cost += record_cost(k.len(), v.len()));
+            let after = engine.scan(a.cursor, 1, |k, v| cost += record_cost(k.len(), v.len()));
             if cost > room {
                 if cost > RING_BYTES {
                     a.job.fail(format!(
@@ -169,10 +171,15 @@ impl WorkerSnap {
                 break;
             }
             let mut n = 0u64;
-            let next = engine.scan(a.cursor, 1, |k, v| {
-                tap.put(k, v);
-                n += 1;
-            });
+            // An empty chain (most buckets of a sparse index) needs no second pass.
+            let next = if cost == 0 {
+                after
+            } else {
+                engine.scan(a.cursor, 1, |k, v| {
+                    tap.put(k, v);
+                    n += 1;
+                })
+            };
             room -= cost;
             a.scanned += n;
             worked = true;
