@@ -10,7 +10,8 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang tshark tcpdump
       iproute2 libfontconfig1-dev libfreetype6-dev fonts-dejavu-core python3-pip
-      prometheus)
+      prometheus
+      redis-server memcached libmemcached-tools)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
