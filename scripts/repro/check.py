@@ -109,6 +109,15 @@ def main():
             passed += 1
     if not readme:
         failed += 1
+    try:
+        with open(os.path.join(out, "paper/run.json")) as f:
+            run = json.load(f, parse_constant=reject_constant)
+        if not run["command"].startswith("scripts/reproduce.sh") or f"`{run['command']}`" not in readme:
+            raise ValueError("its command is not the index's last run")
+        passed += 1
+    except (OSError, ValueError, KeyError) as e:
+        failed += 1
+        print(f"FAIL run.json: {e}")
     print(f"reproduce-check: {passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

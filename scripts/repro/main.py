@@ -8,8 +8,11 @@ OUT/README.md.
   --quick       small sizes, one repetition (a smoke test of the pipeline, <= 5 min)
   --out DIR     where results go (default: results/)
   --only IDS    comma-separated step ids (e.g. fig09,peers): run those, keep the others
+  --index-only  rewrite README.md from the files on disk (OUT/paper/run.json is the
+                last run's command, duration and step times)
 """
 import argparse
+import json
 import os
 import shutil
 import sys
@@ -49,7 +52,11 @@ def main():
     ap.add_argument("--out", default=os.path.join(common.ROOT, "results"))
     ap.add_argument("--only", default="")
     ap.add_argument("--command", default=None, help="the command to record (set by reproduce.sh)")
+    ap.add_argument("--index-only", action="store_true")
     a = ap.parse_args()
+    if a.index_only:
+        readme.write(os.path.abspath(a.out))
+        return
     only = [s for s in a.only.split(",") if s]
     unknown = [s for s in only if s not in {i for i, _, _ in STEPS}]
     if unknown:
@@ -85,7 +92,12 @@ def main():
         timings[sid] = round(time.time() - ts, 1)
         log(f"  done in {timings[sid]:.0f} s")
     log(f"[{total}/{total}] results index")
-    readme.write(ctx, timings, time.time() - t0)
+    run = {"command": ctx.command, "mode": ctx.mode, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t0)),
+           "seconds": round(time.time() - t0), "step_seconds": timings, "failed": failed,
+           "machine_at_start": m, "machine_at_end": machine(), "platform_stalls_at_start": ctx.stalls}
+    with open(os.path.join(ctx.paper_dir, "run.json"), "w") as f:
+        json.dump(run, f, indent=1)
+    readme.write(ctx.out)
     shutil.rmtree(ctx.tmp, ignore_errors=True)
     log(f"reproduce: {len(steps) - len(failed)}/{len(steps)} steps in {time.time() - t0:.0f} s"
         + (f"; FAILED: {', '.join(failed)}" if failed else "") + f" -> {rel(os.path.join(ctx.out, 'README.md'))}")
