@@ -38,4 +38,7 @@ cargo build --release -q -p ctlplane
 bin="$(mktemp -d /tmp/kvd-repro-bin.XXXXXX)"
 trap 'rm -rf "$bin"' EXIT
 cp "$target"/release/{dataplane,pktgen,ctlplane,cpu_stalls,paper_plot,e2e_plot} "$target"/release/examples/server_scale "$bin"/
-PYTHONDONTWRITEBYTECODE=1 KVD_BIN_DIR="$bin" python3 scripts/repro/main.py --command "$cmd" "$@"
+# A pktgen run of these sizes takes seconds: one still running after 3 minutes hung
+# (it is retried; see scripts/repro/live_figs.py).
+PYTHONDONTWRITEBYTECODE=1 KVD_BIN_DIR="$bin" KVD_PKTGEN_TIMEOUT="${KVD_PKTGEN_TIMEOUT:-180}" \
+  python3 scripts/repro/main.py --command "$cmd" "$@"

@@ -18,21 +18,27 @@ import benchlib  # noqa: E402  (scripts/, on the path via common)
 SCRIPTS = os.path.dirname(HERE)
 
 
-def suite(ctx, script, args, out):
+def suite(ctx, script, args, out, attempts=2):
     """Runs one of the existing benchmark suites (scripts/bench_*.py) with `args`,
-    writing its JSON to `out`; returns (JSON, the command as recorded)."""
+    writing its JSON to `out`; returns (JSON, the command as recorded). A failed suite
+    (e.g. a pktgen run that hung: the memif link of DPDK 22.11 can stop delivering,
+    see benchlib) runs again from the start, `attempts` times in all."""
     cmd = [sys.executable, os.path.join(SCRIPTS, script)] + args + ["--out", out]
-    log(f"  {rel(cmd[1])} {' '.join(args)}")
-    p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
-    tail = []
-    for ln in p.stderr:  # the suite's progress, indented under the step's line
-        log("    " + ln.rstrip())
-        tail = (tail + [ln])[-40:]
-    rc = p.wait()
-    if rc != 0 or not os.path.exists(out):
-        raise RuntimeError(f"{script} failed ({rc}):\n{''.join(tail)}")
-    with open(out) as f:
-        return json.load(f), f"python3 scripts/{script} {' '.join(args)}"
+    for attempt in range(attempts):
+        log(f"  {rel(cmd[1])} {' '.join(args)}" + (f" (attempt {attempt + 1})" if attempt else ""))
+        p = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        tail = []
+        for ln in p.stderr:  # the suite's progress, indented under the step's line
+            log("    " + ln.rstrip())
+            tail = (tail + [ln])[-40:]
+        rc = p.wait()
+        if rc == 0 and os.path.exists(out):
+            with open(out) as f:
+                return json.load(f), f"python3 scripts/{script} {' '.join(args)}"
+        if attempt == attempts - 1:
+            raise RuntimeError(f"{script} failed ({rc}):\n{''.join(tail)}")
+        log(f"  {script} failed ({rc}), running it again")
+    raise AssertionError("unreachable")
 
 
 def fig12(ctx):

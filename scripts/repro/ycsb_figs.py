@@ -42,11 +42,11 @@ class Session:
                 if r["mismatches"] or r["errors"]:
                     raise RuntimeError(f"{r['mismatches']} mismatches, {r['errors']} errors")
                 return r
-            except RuntimeError as e:
+            except (RuntimeError, subprocess.TimeoutExpired) as e:
                 self.stop()
                 if attempt == 1:
                     raise
-                log(f"  run failed, restarting the dataplane: {str(e).splitlines()[0]}")
+                log(f"  run failed, restarting the dataplane: {str(e).splitlines()[0][:300]}")
         raise AssertionError("unreachable")
 
     def stop(self):
