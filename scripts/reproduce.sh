@@ -12,7 +12,7 @@
 # when other DPDK runs may share the machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmd="scripts/reproduce.sh $*"
+cmd="scripts/reproduce.sh${*:+ $*}"
 out="results"
 args=("$@")
 for ((i = 0; i < ${#args[@]}; i++)); do

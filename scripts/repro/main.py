@@ -9,7 +9,8 @@ OUT/README.md.
   --out DIR     where results go (default: results/)
   --only IDS    comma-separated step ids (e.g. fig09,peers): run those, keep the others
   --index-only  rewrite README.md from the files on disk (OUT/paper/run.json is the
-                last run's command, duration and step times)
+                last run's command, duration and step times), with the paper's claims
+                of scripts/repro/paper.py (also written into each figure's `paper`)
 """
 import argparse
 import json
@@ -55,6 +56,7 @@ def main():
     ap.add_argument("--index-only", action="store_true")
     a = ap.parse_args()
     if a.index_only:
+        readme.refresh_claims(os.path.abspath(a.out))
         readme.write(os.path.abspath(a.out))
         return
     only = [s for s in a.only.split(",") if s]

@@ -43,7 +43,7 @@ CLAIMS = {
               "The load dispatcher makes a fraction of host memory cacheable in the NIC's DRAM and "
               "balances the load between PCIe and NIC DRAM; under a long tail this lifts throughput "
               "well beyond PCIe alone, under uniform load it adds only the NIC DRAM's own share (§3.3.4)."),
-    "fig15": ("Fig. 15", "project issue #3 and the abstract",
+    "fig15": ("Fig. 15", "paraphrase and the abstract",
               "Client-side batching of many KV operations per packet raises throughput to the memory "
               "bound at little latency cost; the abstract: " + ABSTRACT_TAIL),
     "fig16": ("Fig. 16", "abstract",
