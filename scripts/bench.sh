@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,6 +39,9 @@ case "$suite" in
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p ctlplane
     exec python3 scripts/bench_hardening.py "$@" ;;
+  paper)
+    # The KV-Direct evaluation figure by figure, YCSB and the peers (scripts/reproduce.sh).
+    exec scripts/reproduce.sh "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|paper|all}" >&2; exit 2 ;;
 esac

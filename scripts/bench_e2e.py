@@ -167,7 +167,7 @@ def main():
     log(f"bench e2e: kv {peak:.2f} Mops (b={best_b}), echo {out['echo_mops']:.2f} Mops, "
         f"ratio {out['kv_to_echo_ratio']:.2f}, p99 at half load {hp['p99_us']:.2f} us "
         f"({hp['p99_raw_us']:.2f} us raw) -> {a.out}")
-    plot = os.path.join(ROOT, "target/release/e2e_plot")
+    plot = os.path.join(BIN, "e2e_plot")
     subprocess.run([plot, a.out, a.out.replace(".json", ".png")], check=False)
 
 

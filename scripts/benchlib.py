@@ -16,6 +16,8 @@ BIN = os.environ.get("KVD_BIN_DIR", os.path.join(ROOT, "target/release"))
 DP = os.path.join(BIN, "dataplane")
 PG = os.path.join(BIN, "pktgen")
 CFG = os.path.join(ROOT, "configs/memif.json")
+# KVD_PKTGEN_TIMEOUT: seconds before a pktgen run counts as hung (default 600).
+PKTGEN_TIMEOUT = float(os.environ.get("KVD_PKTGEN_TIMEOUT", "600"))
 
 
 def log(*a):
@@ -52,9 +54,11 @@ class Dataplane:
                 pass
 
 
-def pktgen(dp, tmp, args, timeout=600):
+def pktgen(dp, tmp, args, timeout=None):
     """Runs pktgen against `dp` (same config file); returns its JSON. Raises
-    RuntimeError if it fails and subprocess.TimeoutExpired if it hangs."""
+    RuntimeError if it fails and subprocess.TimeoutExpired if it hangs (runs longer
+    than `timeout`, default KVD_PKTGEN_TIMEOUT)."""
+    timeout = timeout or PKTGEN_TIMEOUT
     out = os.path.join(tmp, "pg.json")
     vdev = f"net_memif0,role=client,id=0,socket={dp.sock},socket-abstract=no,rsize=11"
     cmd = [PG, "--config", dp.cfg, "--vdev", vdev, "--file-prefix", "kvd-bench-pg", "--json", out] + args

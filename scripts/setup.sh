@@ -11,6 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 pkgs=(dpdk dpdk-dev libdpdk-dev pkg-config libclang-dev clang tshark tcpdump
       iproute2 libfontconfig1-dev libfreetype6-dev fonts-dejavu-core python3-pip
       prometheus
+      redis-server memcached libmemcached-tools
       etcd-server etcd-client protobuf-compiler libprotobuf-dev)  # kvcluster: etcd 3.4, etcdctl; protoc + well-known .protos for etcd-client
 missing=()
 for p in "${pkgs[@]}"; do

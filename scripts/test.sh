@@ -30,4 +30,11 @@ cargo test -p kvengine --release --features accounting
 if [ "$quick" -eq 0 ]; then
   echo "== end-to-end"
   scripts/e2e/run.sh
+  # The evaluation pipeline (docs/BENCHMARKS.md), small and into a scratch dir so the
+  # committed results/ stay as they are; the checker reads what it wrote.
+  echo "== scripts/reproduce.sh --quick"
+  repro_out="$(mktemp -d /tmp/kvd-repro-test.XXXXXX)"
+  scripts/reproduce.sh --quick --out "$repro_out"
+  python3 scripts/repro/check.py "$repro_out"
+  rm -rf "$repro_out"
 fi

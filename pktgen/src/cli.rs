@@ -7,8 +7,12 @@ use std::path::PathBuf;
 /// Key popularity flag (`--dist`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Dist {
+    /// Every key equally likely.
     Uniform,
+    /// YCSB's scrambled Zipfian (`--theta`).
     Zipf,
+    /// YCSB's "latest": Zipfian over recency, the last loaded keys hottest.
+    Latest,
 }
 
 /// Workload and measurement flags; addresses and QPs come from the config file.
@@ -60,10 +64,15 @@ pub struct Args {
     /// Share of REDUCEs (sum of the u64 elements).
     #[arg(long, default_value_t = 0.0)]
     pub reduce: f64,
-    /// Key popularity.
-    #[arg(long, value_enum, default_value_t = Dist::Uniform)]
-    pub dist: Dist,
-    /// Zipf skew.
+    /// Key popularity [default: uniform, or the --ycsb preset's].
+    #[arg(long, value_enum)]
+    pub dist: Option<Dist>,
+    /// A YCSB core workload as the op mix and key popularity (docs/BENCHMARKS.md):
+    /// a 50/50 GET/PUT, b 95/5, c read only, d 95/5 read-latest, f 50 % GET 50 %
+    /// fetch-add on the value; e (scans) is refused: the protocol has no scan.
+    #[arg(long, value_enum, conflicts_with_all = ["get", "put", "atomic", "vector", "reduce"])]
+    pub ycsb: Option<crate::ycsb::Ycsb>,
+    /// Zipf skew (of --dist zipf and latest), in (0, 1).
     #[arg(long, default_value_t = 0.99)]
     pub theta: f64,
     /// KV operations per packet (client-side batching).

@@ -34,6 +34,7 @@ mod qp;
 mod report;
 mod spec;
 mod steer;
+mod ycsb;
 
 use clap::Parser;
 use cli::Args;

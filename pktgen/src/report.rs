@@ -162,6 +162,7 @@ impl Outcome<'_> {
         // Top-level keys of their own (one json! call would exceed the macro
         // recursion limit).
         let parts = json!({
+            "ycsb": spec.workload.ycsb.map(|y| format!("{y:?}").to_lowercase()),
             "wrong_partition": c.wrong_partition,
             "not_master": c.not_master,
             "not_enough_replicas": c.not_enough_replicas,
@@ -243,6 +244,7 @@ pub fn label(spec: &RunSpec) -> String {
         match w.dist {
             Dist::Uniform => "uniform".to_string(),
             Dist::Zipf => format!("zipf {}", w.theta),
+            Dist::Latest => format!("latest {}", w.theta),
         },
         w.key_size,
         w.value_size,
@@ -519,7 +521,8 @@ mod tests {
                 "timeouts",
                 "transport",
                 "workload",
-                "wrong_partition"
+                "wrong_partition",
+                "ycsb"
             ]
         );
         let mut wk: Vec<&str> = v["workload"]

@@ -63,6 +63,10 @@ pub enum SpecError {
     ExactlyOnce,
     /// `--rto-us` 0.
     Rto,
+    /// `--theta` outside (0, 1) with a skewed `--dist`.
+    Theta,
+    /// A `--ycsb` preset that cannot run (workload E, or F's value size).
+    Ycsb(String),
 }
 
 impl SpecError {
@@ -74,7 +78,8 @@ impl SpecError {
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SpecError::ValueSize(e) | SpecError::Mix(e) => f.write_str(e),
+            SpecError::ValueSize(e) | SpecError::Mix(e) | SpecError::Ycsb(e) => f.write_str(e),
+            SpecError::Theta => f.write_str("--theta must be in (0, 1)"),
             SpecError::LoadUtil => f.write_str("--load-util must be in [0, 1)"),
             SpecError::KeySize => {
                 write!(f, "--key-size must be 1..={}", kvwire::MAX_KEY_LEN)
@@ -138,6 +143,8 @@ pub struct WorkloadSpec {
     pub mix: Mix,
     /// Key popularity flag.
     pub dist: Dist,
+    /// The `--ycsb` preset the mix and popularity came from, if any.
+    pub ycsb: Option<crate::ycsb::Ycsb>,
     /// Zipf skew.
     pub theta: f64,
     /// Ops per packet of the measurement.
@@ -152,6 +159,7 @@ impl WorkloadSpec {
         match self.dist {
             Dist::Uniform => Distribution::Uniform,
             Dist::Zipf => Distribution::Zipf(self.theta),
+            Dist::Latest => Distribution::Latest(self.theta),
         }
     }
 
@@ -259,8 +267,25 @@ impl RunSpec {
     /// Checks `args` against `cfg` (its clients and engine size) and resolves them.
     pub fn new(args: &Args, cfg: &Config) -> Result<RunSpec, SpecError> {
         let sizes = SizeDist::parse(&args.value_size).map_err(SpecError::ValueSize)?;
-        let mix = Mix::new(args.get, args.put, args.atomic, args.vector, args.reduce)
-            .map_err(SpecError::Mix)?;
+        // A --ycsb preset replaces the op shares (clap refuses both) and gives the
+        // popularity unless --dist is given.
+        let preset = args
+            .ycsb
+            .map(|w| crate::ycsb::preset(w, &sizes))
+            .transpose()
+            .map_err(|e| SpecError::Ycsb(e.to_string()))?;
+        let (get, put, atomic, vector, reduce) = match preset {
+            Some(p) => (p.get, p.put, p.atomic, p.vector, 0.0),
+            None => (args.get, args.put, args.atomic, args.vector, args.reduce),
+        };
+        let dist = args
+            .dist
+            .or(preset.map(|p| p.dist))
+            .unwrap_or(Dist::Uniform);
+        if dist != Dist::Uniform && !(args.theta > 0.0 && args.theta < 1.0) {
+            return Err(SpecError::Theta);
+        }
+        let mix = Mix::new(get, put, atomic, vector, reduce).map_err(SpecError::Mix)?;
         let (mut keys, mut load) = (args.keys, args.load);
         if let Some(u) = args.load_util {
             if !(0.0..1.0).contains(&u) {
@@ -348,13 +373,14 @@ impl RunSpec {
                 key_size: args.key_size,
                 value_size: args.value_size.clone(),
                 sizes,
-                get: args.get,
-                put: args.put,
-                atomic: args.atomic,
-                vector: args.vector,
-                reduce: args.reduce,
+                get,
+                put,
+                atomic,
+                vector,
+                reduce,
                 mix,
-                dist: args.dist,
+                dist,
+                ycsb: args.ycsb,
                 theta: args.theta,
                 ops_per_packet: args.ops_per_packet,
                 seed: args.seed,
@@ -490,6 +516,15 @@ pub(crate) mod tests {
             spec(&["--get", "0.9", "--put", "0.2"]),
             Err(SpecError::Mix(_))
         ));
+        for theta in ["1.0", "0", "-0.5", "NaN", "1.5"] {
+            let flag = format!("--theta={theta}");
+            assert_eq!(
+                spec(&["--dist", "zipf", &flag]).unwrap_err(),
+                SpecError::Theta,
+                "{theta}"
+            );
+        }
+        assert!(spec(&["--theta", "1.5"]).is_ok(), "uniform ignores theta");
         let clients = memif().clients.len();
         let too_many = (clients + 1).to_string();
         assert_eq!(

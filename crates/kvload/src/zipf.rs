@@ -10,6 +10,10 @@ pub enum Distribution {
     /// YCSB's Zipfian with skew `theta` (0.99 in the paper), scrambled so that the
     /// hot keys are spread over the key space as YCSB does.
     Zipf(f64),
+    /// YCSB's "latest" (workload D): Zipfian over recency with skew `theta`, the
+    /// most recently inserted key hottest. Keys are inserted in index order (the
+    /// load phase sweeps `0..keys`), so rank `r` is key `keys - 1 - r`, unscrambled.
+    Latest(f64),
 }
 
 /// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
@@ -74,6 +78,8 @@ impl Zipf {
 pub struct KeyChooser {
     keys: u64,
     zipf: Option<Zipf>,
+    /// Ranks count back from the last key ([`Distribution::Latest`]).
+    latest: bool,
 }
 
 impl KeyChooser {
@@ -81,17 +87,20 @@ impl KeyChooser {
     pub fn new(keys: u64, dist: Distribution) -> KeyChooser {
         let zipf = match dist {
             Distribution::Uniform => None,
-            Distribution::Zipf(theta) => Some(Zipf::new(keys, theta)),
+            Distribution::Zipf(theta) | Distribution::Latest(theta) => Some(Zipf::new(keys, theta)),
         };
-        KeyChooser { keys, zipf }
+        let latest = matches!(dist, Distribution::Latest(_));
+        KeyChooser { keys, zipf, latest }
     }
 
-    /// The next key index: one [`RandomSource::below`] draw (uniform) or one Zipf
-    /// rank scrambled by [`splitmix64`].
+    /// The next key index: one [`RandomSource::below`] draw (uniform), one Zipf
+    /// rank scrambled by [`splitmix64`], or (latest) one Zipf rank counted back from
+    /// the last key.
     #[inline]
     pub fn next<R: RandomSource>(&self, rng: &mut R) -> u64 {
         match &self.zipf {
             None => rng.below(self.keys),
+            Some(z) if self.latest => self.keys - 1 - z.next(rng),
             // Scramble the rank (as YCSB's ScrambledZipfian) so hot keys are not
             // neighbours; the map is a permutation only up to collisions, which YCSB
             // accepts too.
@@ -181,6 +190,26 @@ mod tests {
         let mut r = Xorshift64Star::new(3);
         let got: Vec<u64> = (0..10).map(|_| c.next(&mut r)).collect();
         assert_eq!(got, [876, 282, 702, 455, 184, 352, 675, 476, 166, 503]);
+    }
+
+    #[test]
+    fn latest_makes_the_last_keys_hottest() {
+        let n = 10_000;
+        let c = KeyChooser::new(n, Distribution::Latest(0.99));
+        let z = Zipf::new(n, 0.99);
+        let (mut a, mut b) = (Xorshift64Star::new(9), Xorshift64Star::new(9));
+        let mut hits = vec![0u32; n as usize];
+        for _ in 0..100_000 {
+            let k = c.next(&mut a);
+            // The same draw as the plain Zipf rank, counted back from the last key.
+            assert_eq!(k, n - 1 - z.next(&mut b));
+            hits[k as usize] += 1;
+        }
+        let hottest = (0..n as usize).max_by_key(|&i| hits[i]).unwrap();
+        assert_eq!(hottest as u64, n - 1);
+        assert!(hits[n as usize - 1] > 30 * hits[n as usize - 101].max(1));
+        let one = KeyChooser::new(1, Distribution::Latest(0.5));
+        assert!((0..100).all(|_| one.next(&mut a) == 0));
     }
 
     #[test]
