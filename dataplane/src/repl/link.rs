@@ -3,6 +3,23 @@
 //! replication lcore (`replicator.rs` in the binary) moves mbufs; tests connect two
 //! logics with in-memory links.
 
+/// Sends control message `msg` (RC SEND Only, PSN 0, to the replication QPN) on
+/// `link` with `params`; nothing when it does not encode.
+pub fn send_control(
+    tx: &mut dyn LinkTx,
+    link: usize,
+    params: &kvwire::FrameParams,
+    msg: &kvrepl::control::Control,
+) {
+    let mut body = [0u8; kvrepl::control::MAX_CONTROL_LEN];
+    let Ok(n) = msg.encode_into(&mut body) else {
+        return;
+    };
+    tx.send(link, &mut |buf| {
+        kvwire::repl::emit_send(buf, params, super::replica::REPL_QPN, 0, &body[..n]).unwrap_or(0)
+    });
+}
+
 /// Where the replication logic sends frames.
 pub trait LinkTx {
     /// Builds one frame for link `link`: `build` writes it into the buffer it is given

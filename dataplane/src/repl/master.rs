@@ -6,21 +6,20 @@
 //!
 //! One replica per replication link; the link index is the peer index.
 
-use super::link::{LinkTx, ReplLogic};
+use super::link::{send_control, LinkTx, ReplLogic};
 use super::replica::{REPL_QPN, REPL_UDP_PORT};
 use super::scan::ScanShared;
 use super::status::{PeerState, ReplStatus, RoleCode, MAX_PEERS};
 use crate::gate::WriteGate;
 use kvrepl::backlog::Backlog;
-use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode, MAX_CONTROL_LEN};
+use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode};
 use kvrepl::log::{LogConsumer, LogItem};
 use kvrepl::progress::{GateConfig, Liveness, LivenessAction, ProbeConfig, ReplicaView};
 use kvrepl::replica_state::{ReplicaEvent, ReplicaState};
 use kvrepl::resync::{decide, Decision, FullSync, ReplIds};
 use kvrepl::shipper::{ShipError, Shipper, ShipperConfig};
 use kvwire::repl::{
-    emit_send, emit_write_imm_headers, parse_repl_frame, ReplFrame, WriteImmFields,
-    WRITE_IMM_HEADER_LEN,
+    emit_write_imm_headers, parse_repl_frame, ReplFrame, WriteImmFields, WRITE_IMM_HEADER_LEN,
 };
 use kvwire::transport::{rnr_timer_micros, Syndrome};
 use kvwire::{finalize, FrameParams, MacAddr};
@@ -140,16 +139,6 @@ impl MasterNode {
         Ok(m)
     }
 
-    fn send_control(tx: &mut dyn LinkTx, link: usize, params: &FrameParams, msg: &Control) {
-        let mut body = [0u8; MAX_CONTROL_LEN];
-        let Ok(n) = msg.encode_into(&mut body) else {
-            return;
-        };
-        tx.send(link, &mut |buf| {
-            emit_send(buf, params, REPL_QPN, 0, &body[..n]).unwrap_or(0)
-        });
-    }
-
     fn welcome(&self, tx: &mut dyn LinkTx, link: usize, mode: WelcomeMode, offset: u64) {
         let p = &self.peers[link];
         let (Some(h), Some(params)) = (p.hello, p.params) else {
@@ -164,7 +153,7 @@ impl MasterNode {
             first_psn: h.first_psn,
             node_id: self.cfg.node_id,
         });
-        Self::send_control(tx, link, &params, &w);
+        send_control(tx, link, &params, &w);
     }
 
     /// Moves the workers' records into the live stream and the scan buffer.
@@ -355,7 +344,7 @@ impl MasterNode {
                         sent_ns: now_ns,
                         epoch: self.cfg.epoch,
                     });
-                    Self::send_control(tx, link, &params, &m);
+                    send_control(tx, link, &params, &m);
                 }
                 LivenessAction::Invalid => {
                     p.shipper.stop();

@@ -9,15 +9,15 @@
 //! so no record is ever dropped between the link and the engines.
 
 use super::apply::ApplyStats;
-use super::link::{LinkTx, ReplLogic};
+use super::link::{send_control, LinkTx, ReplLogic};
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
 use kvrepl::applier::{Applier, Outcome, Reply, Sink, SinkError};
-use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport, MAX_CONTROL_LEN};
+use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport};
 use kvrepl::log::LogProducer;
 use kvrepl::Record;
 use kvwire::partition::partition_of_hash;
-use kvwire::repl::{emit_send, parse_repl_frame, LinkHeader, ReplFrame};
+use kvwire::repl::{parse_repl_frame, LinkHeader, ReplFrame};
 use kvwire::transport::{emit_ack, Syndrome};
 use kvwire::{FrameParams, MacAddr};
 use std::collections::VecDeque;
@@ -169,16 +169,6 @@ impl ReplicaNode {
         FrameParams::new(self.cfg.mac, mac, self.cfg.ip, ip, REPL_UDP_PORT)
     }
 
-    fn send_control(tx: &mut dyn LinkTx, link: usize, params: &FrameParams, msg: &Control) {
-        let mut body = [0u8; MAX_CONTROL_LEN];
-        let Ok(n) = msg.encode_into(&mut body) else {
-            return;
-        };
-        tx.send(link, &mut |buf| {
-            emit_send(buf, params, REPL_QPN, 0, &body[..n]).unwrap_or(0)
-        });
-    }
-
     fn progress(&self) -> Progress {
         let (repl_id, epoch) = self.applier.master();
         Progress {
@@ -210,7 +200,7 @@ impl ReplicaNode {
         let (mac, ip) = self.cfg.master.unwrap_or(([0xff; 6], Ipv4Addr::BROADCAST));
         let params = self.params_to(mac, ip);
         for l in 0..self.links {
-            Self::send_control(tx, l, &params, &h);
+            send_control(tx, l, &params, &h);
         }
         self.last_hello_ns = now_ns;
         self.status.peers[0]
@@ -409,7 +399,7 @@ impl ReplLogic for ReplicaNode {
                                 sent_ns: p.sent_ns,
                                 progress: self.progress(),
                             });
-                            Self::send_control(tx, link, &params, &r);
+                            send_control(tx, link, &params, &r);
                         }
                         _ => {}
                     }
@@ -448,7 +438,7 @@ impl ReplLogic for ReplicaNode {
             }
             if now_ns.saturating_sub(self.last_progress_ns) >= self.cfg.ack_interval_ns {
                 self.last_progress_ns = now_ns;
-                Self::send_control(tx, link, &params, &Control::Progress(self.progress()));
+                send_control(tx, link, &params, &Control::Progress(self.progress()));
             }
         }
         self.publish(now_ns);
