@@ -51,6 +51,7 @@ def node_config(base, d, k, n, args):
         "vdevs": vdevs,
         "link": {"mac": f"02:00:00:00:10:{k:02x}", "ip": f"10.77.0.{k + 1}"},
         "probe_interval_ms": args.probe_ms,
+        "backlog_mb": args.backlog_mb,
         "waiting_time_ms": args.waiting_ms,
     }
     if k != 0:
@@ -69,6 +70,7 @@ def main():
     ap.add_argument("--min-replicas", type=int, default=0)
     ap.add_argument("--probe-ms", type=int, default=100)
     ap.add_argument("--waiting-ms", type=int, default=500)
+    ap.add_argument("--backlog-mb", type=int, default=64)
     ap.add_argument("--etcd", default="")
     ap.add_argument("--cluster", default="kvd")
     ap.add_argument("--base", default="configs/memif.json")

@@ -14,10 +14,12 @@ CTL=target/release/ctlplane
 PROBE_MS=50
 WAIT_MS=200
 
-# cluster DIR MIN_REPLICAS: configs of a master + 1 replica.
+# cluster DIR MIN_REPLICAS: configs of a master + 1 replica. The backlog (512 MiB)
+# holds every write of the pause below even at full speed (~100 MB/s of post-images),
+# so the resumed replica can resync partially; with a smaller one a full sync is right.
 cluster() {
   python3 scripts/cluster_config.py "$1" 1 --prefix kvd-e2e-repl --min-replicas "$2" \
-    --probe-ms "$PROBE_MS" --waiting-ms "$WAIT_MS" >/dev/null
+    --probe-ms "$PROBE_MS" --waiting-ms "$WAIT_MS" --backlog-mb 512 >/dev/null
 }
 
 # start_node DIR K: starts node K; sets NODE_PID[K].
@@ -93,7 +95,7 @@ full=$(repl_field "$D" 0 'd["peers"]["0"]["full_syncs"]')
 pass "replica that joined under load converged by a full sync"
 
 kill -STOP "${NODE_PID[1]}"
-( pg "$D" paused --keys 20000 --key-size 8 --value-size 4-40 --get 0.5 --put 0.5 --duration 2 --warmup 0 ) &
+( pg "$D" paused --keys 20000 --key-size 8 --value-size 4-40 --get 0.5 --put 0.5 --duration 1.5 --warmup 0 ) &
 LOAD=$!
 inv=""
 for _ in $(seq 1 40); do
