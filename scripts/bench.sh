@@ -1,9 +1,5 @@
 #!/usr/bin/env bash
-<<<<<<< HEAD
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|paper|all}
-=======
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|all}
->>>>>>> hbench
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -43,24 +39,15 @@ case "$suite" in
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p ctlplane
     exec python3 scripts/bench_hardening.py "$@" ;;
-<<<<<<< HEAD
   paper)
     # The KV-Direct evaluation figure by figure, YCSB and the peers (scripts/reproduce.sh).
     exec scripts/reproduce.sh "$@" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|paper|all}" >&2; exit 2 ;;
-=======
   replication)
     # Replication (issue 14): PUT/GET with 0-3 async replicas, value-size sweep,
     # replica-failure timeline, Redis 7 master + replica side by side.
     scripts/setup.sh >/dev/null
-    if ! command -v redis-server >/dev/null; then  # Redis side by side; skipped if this fails
-      s=""; [ "$(id -u)" -eq 0 ] || s=sudo
-      { $s apt-get update -qq && $s env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null; } || true
-    fi
     cargo build --release -q -p dataplane -p pktgen
     exec python3 scripts/bench_replication.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|all}" >&2; exit 2 ;;
->>>>>>> hbench
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|paper|all}" >&2; exit 2 ;;
 esac
