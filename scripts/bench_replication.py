@@ -556,6 +556,9 @@ def main():
                     os.path.join(d, "replica_fail_timeline.png")], check=False)
     log(f"bench replication: put_async1_vs_none {out['put_async1_vs_none']:.3f}, "
         f"get_async1_vs_none {out['get_async1_vs_none']:.3f} -> {a.out}")
+    if not out["replicas_equal_master_all_runs"]:
+        log("bench replication: FAILED: a replica's data differed from its master's (see runs)")
+        sys.exit(1)
 
 
 def free_port():
