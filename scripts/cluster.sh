@@ -64,11 +64,11 @@ up() {
     --min-replicas "$min_replicas" ${url:+--etcd "$url"} >/dev/null
   : >"$dir/pids"
   local k
+  # One after the other: a node is the memif server of its links to later nodes, and a
+  # memif client whose server socket does not exist yet fails to start.
   for ((k = 0; k <= replicas; k++)); do
     "$DP" --config "$dir/node$k.json" "${extra[@]}" >"$dir/node$k.log" 2>&1 &
     echo "node$k $!" >>"$dir/pids"
-  done
-  for ((k = 0; k <= replicas; k++)); do
     wait_ready "$dir/node$k.log" 30
   done
   echo "cluster up in $dir: node0 master, $replicas replicas, mode $mode, min_replicas $min_replicas"

@@ -162,12 +162,14 @@ impl MasterNode {
         let mut broken = false;
         for (w, log) in self.logs.iter_mut().enumerate() {
             let (live, sync, errors) = (&mut self.live, &mut self.sync, &mut self.stream_errors);
+            let records = &self.status.records;
             let r = log.drain(DRAIN_PER_POLL, |item| {
                 let r = match item {
                     LogItem::Live(b) => {
                         if live.append(b).is_err() {
                             *errors += 1;
                         }
+                        records.fetch_add(1, Ordering::Relaxed);
                         Ok(())
                     }
                     LogItem::Scan(b) => sync.on_scan(w, b),

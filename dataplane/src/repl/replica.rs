@@ -313,6 +313,8 @@ impl ReplicaNode {
 
     fn publish(&self, now_ns: u64) {
         let s = &self.status;
+        s.records
+            .store(self.applier.stats().records, Ordering::Relaxed);
         let (repl_id, epoch) = self.applier.master();
         s.repl_id.store(repl_id, Ordering::Relaxed);
         s.epoch.store(epoch.max(self.epoch_seen), Ordering::Relaxed);
