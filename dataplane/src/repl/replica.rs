@@ -142,7 +142,8 @@ impl ReplicaNode {
             ));
         }
         status.set_role(RoleCode::Replica);
-        status.links.store(links as u64, Ordering::Relaxed);
+        // A replica reports one peer: its master (slot 0).
+        status.links.store(1, Ordering::Relaxed);
         gate.refuse_not_master();
         Ok(ReplicaNode {
             applier: Applier::new(8),
