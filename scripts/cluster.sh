@@ -9,7 +9,8 @@
 #   scripts/cluster.sh down [--dir DIR]
 #
 # Node k's pktgen attaches with: target/release/pktgen --config DIR/nodek.json ...
-# Logs: DIR/nodek.log. Everything runs until `down`.
+# Logs: DIR/nodek.log. Everything runs until `down`. With --etcd, etcd runs on port
+# $KVD_ETCD_PORT (default 23790) with its data in DIR/etcd, and roles are elected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ replicas=2
 mode=async
 min_replicas=0
 etcd=0
+etcd_port="${KVD_ETCD_PORT:-23790}"
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -48,6 +50,16 @@ wait_ready() { # log timeout_s
   return 1
 }
 
+wait_role() { # node role timeout_s
+  local i
+  for ((i = 0; i < $3 * 10; i++)); do
+    "$CTL" replication status --json --config "$dir/node$1.json" 2>/dev/null | grep -q "\"role\": *\"$2\"" && return 0
+    sleep 0.1
+  done
+  echo "cluster.sh: node$1 did not become $2 in $3 s" >&2
+  return 1
+}
+
 up() {
   if [ -f "$dir/pids" ]; then
     echo "cluster.sh: a cluster is already up in $dir (run down first)" >&2
@@ -57,8 +69,8 @@ up() {
   mkdir -p "$dir"
   local url=""
   if [ "$etcd" -eq 1 ]; then
-    scripts/etcd.sh start --dir "$dir/etcd" >/dev/null
-    url=$(scripts/etcd.sh url --dir "$dir/etcd")
+    scripts/etcd.sh start --port "$etcd_port" --dir "$dir/etcd" >/dev/null
+    url="http://127.0.0.1:$etcd_port"
   fi
   python3 scripts/cluster_config.py "$dir" "$replicas" --mode "$mode" \
     --min-replicas "$min_replicas" ${url:+--etcd "$url"} >/dev/null
@@ -70,6 +82,10 @@ up() {
     "$DP" --config "$dir/node$k.json" "${extra[@]}" >"$dir/node$k.log" 2>&1 &
     echo "node$k $!" >>"$dir/pids"
     wait_ready "$dir/node$k.log" 30
+    if [ "$etcd" -eq 1 ] && [ "$k" -eq 0 ]; then
+      # node0 joins an empty cluster: it is elected once the election wait is over.
+      wait_role 0 master 15
+    fi
   done
   echo "cluster up in $dir: node0 master, $replicas replicas, mode $mode, min_replicas $min_replicas"
 }
@@ -95,7 +111,7 @@ down() {
     done <"$dir/pids"
     rm -f "$dir/pids"
   fi
-  [ -x scripts/etcd.sh ] && [ -d "$dir/etcd" ] && scripts/etcd.sh stop --dir "$dir/etcd" >/dev/null 2>&1 || true
+  [ -x scripts/etcd.sh ] && [ -d "$dir/etcd" ] && scripts/etcd.sh stop --port "$etcd_port" --dir "$dir/etcd" >/dev/null 2>&1 || true
   echo "cluster down"
 }
 

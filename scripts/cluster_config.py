@@ -8,7 +8,7 @@ Node 0 starts as master, nodes 1..N as replicas. Every node has:
     is the memif server);
   * two lcores: the worker (main lcore) and the replication lcore.
 Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
-       [--etcd URL] [--base configs/memif.json]
+       [--etcd URL [--cluster NAME] [--lease-ms MS]] [--base configs/memif.json]
 """
 import argparse
 import copy
@@ -57,7 +57,11 @@ def node_config(base, d, k, n, args):
     if k != 0:
         repl["master"] = {"mac": "02:00:00:00:10:00", "ip": "10.77.0.1"}
     if args.etcd:
-        repl["etcd"] = {"endpoints": [args.etcd], "cluster": args.cluster}
+        repl["etcd"] = {
+            "endpoints": [args.etcd],
+            "cluster": args.cluster,
+            "lease_ttl_ms": args.lease_ms,
+        }
     c["replication"] = repl
     return c
 
@@ -73,6 +77,8 @@ def main():
     ap.add_argument("--backlog-mb", type=int, default=64)
     ap.add_argument("--etcd", default="")
     ap.add_argument("--cluster", default="kvd")
+    ap.add_argument("--lease-ms", type=int, default=1000,
+                    help="etcd lease TTL: a dead master is replaced after about this long")
     ap.add_argument("--base", default="configs/memif.json")
     ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
     args = ap.parse_args()

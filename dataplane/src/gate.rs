@@ -7,6 +7,14 @@
 //! `NOT_MASTER` once it may no longer acknowledge them (its etcd lease may lapse), and
 //! with `NOT_ENOUGH_REPLICAS` while fewer than `min_replicas` replicas are in sync.
 //! Reads are never refused. Only atomics: the workers never wait on the writers.
+//!
+//! **The fence.** A master elected through etcd may acknowledge writes only until its
+//! lease could expire (docs/FAILOVER.md, "Write fencing"). The control side copies
+//! that deadline into the gate ([`WriteGate::set_fence_deadline`]); every burst the
+//! worker compares it with a fresh CLOCK_MONOTONIC reading (a vDSO call, no system
+//! call). So a master frozen past its lease (SIGSTOP, a VM pause) refuses writes from
+//! its very first burst after it resumes, before its replication lcore or control
+//! thread has run at all.
 
 use kvwire::{MasterHint, Status, MASTER_HINT_LEN};
 use std::net::Ipv4Addr;
@@ -26,6 +34,9 @@ pub struct WriteGate {
     hint_ip: AtomicU32,
     /// MAC (6 B) and QPN (2 B), little-endian packed.
     hint_mac_qpn: AtomicU64,
+    /// CLOCK_MONOTONIC ns from which writes are refused with `NOT_MASTER`; 0: no
+    /// fence (a node without etcd).
+    fence_deadline_ns: AtomicU64,
 }
 
 impl WriteGate {
@@ -49,11 +60,24 @@ impl WriteGate {
         self.state.store(NOT_ENOUGH_REPLICAS, Ordering::Release);
     }
 
+    /// Makes writes refused (`NOT_MASTER`) from CLOCK_MONOTONIC time `deadline_ns`
+    /// on, whatever the state says; 0 lifts the fence. Only a node elected through etcd sets it.
+    pub fn set_fence_deadline(&self, deadline_ns: u64) {
+        self.fence_deadline_ns.store(deadline_ns, Ordering::Release);
+    }
+
     /// The status every write gets now: `Ok` means writes go through.
     #[inline]
     pub fn write_status(&self) -> Status {
         match self.state.load(Ordering::Acquire) {
-            WRITABLE => Status::Ok,
+            WRITABLE => {
+                let d = self.fence_deadline_ns.load(Ordering::Acquire);
+                if d != 0 && kvcluster::mono_now_ns() >= d {
+                    Status::NotMaster
+                } else {
+                    Status::Ok
+                }
+            }
             NOT_ENOUGH_REPLICAS => Status::NotEnoughReplicas,
             _ => Status::NotMaster,
         }
@@ -124,5 +148,20 @@ mod tests {
         assert_eq!(g.master_hint(&mut b), 0);
         g.open();
         assert_eq!(g.write_status(), Status::Ok);
+    }
+
+    #[test]
+    fn fence_closes_by_time_alone() {
+        let g = WriteGate::writable();
+        let now = kvcluster::mono_now_ns();
+        g.set_fence_deadline(now + 10_000_000_000);
+        assert_eq!(g.write_status(), Status::Ok);
+        g.set_fence_deadline(now);
+        assert_eq!(g.write_status(), Status::NotMaster, "deadline passed");
+        g.refuse_not_enough_replicas();
+        assert_eq!(g.write_status(), Status::NotEnoughReplicas);
+        g.open();
+        g.set_fence_deadline(0);
+        assert_eq!(g.write_status(), Status::Ok, "fence lifted");
     }
 }

@@ -445,8 +445,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         work.push((store, rxq, txq, handoff, ctl.worker(w)));
     }
     let idle_polls = wcfg.idle_yield_polls;
+    let mut cluster_thread = None;
     let (repl_handle, repl_view) = match repl {
-        Some(r) => {
+        Some(mut r) => {
+            if let Some((handle, _view)) = r.cluster.take() {
+                cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
+            }
             let pool = pool.clone();
             let (links, mut logic) = (r.links, r.logic);
             let h = dpdk::lcore::launch_on(r.lcore, move || {
@@ -488,6 +492,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         None => 0,
     };
     let _ = slab_thread.join();
+    // Leaves the cluster (a master's lease is revoked: its successor is elected at
+    // once instead of after the lease's TTL).
+    if let Some(t) = cluster_thread {
+        let _ = t.join();
+    }
     ctl.snapshot().abort("the dataplane stopped");
 
     // Final stats: totals over the workers, then per worker.

@@ -6,6 +6,7 @@ use crate::replicator::Link;
 use crate::worker::Store;
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::cluster::{ClusterNode, ClusterParts};
 use dataplane::repl::link::ReplLogic;
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
@@ -43,6 +44,8 @@ pub struct Replication {
     pub lost: Arc<AtomicU64>,
     /// Replica workers' apply counters.
     pub apply: Vec<Arc<ApplyStats>>,
+    /// With etcd: the control thread (dropping it leaves the cluster) and its view.
+    pub cluster: Option<(kvcluster::ClusterHandle, Arc<kvcluster::ClusterView>)>,
 }
 
 /// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
@@ -113,89 +116,68 @@ pub fn setup(
     let lost = Arc::new(AtomicU64::new(0));
     let node_id = node_hash(&r.node_id);
     let mut apply = Vec::new();
-    let logic: Box<dyn ReplLogic + Send> = match role {
-        ReplRole::Master => {
-            let (mut logs, mut scans) = (Vec::new(), Vec::new());
-            for s in stores.iter_mut() {
-                let (p, c) = log_ring(WORKER_RING_BYTES);
-                let shared = Arc::new(ScanShared::default());
-                s.server.set_mutation_sink(Some(Box::new(ReplLog::new(
-                    p,
-                    shared.clone(),
-                    lost.clone(),
-                ))));
-                logs.push(c);
-                scans.push(shared);
+    let mc = master_config(cfg, node_id, mac, link_addr.ip);
+    let rc = replica_config(cfg, node_id, mac, link_addr.ip)?;
+    let mut cluster = None;
+    let logic: Box<dyn ReplLogic + Send> = if let Some(etcd) = &r.etcd {
+        // Role decided by etcd: every worker keeps both a log ring (master) and an
+        // apply ring (replica); the node starts as a replica with no master.
+        let (logs, scans) = master_rings(stores, &lost);
+        let (rings, consumed) = replica_rings(stores, &mut apply);
+        let addr = kvcluster::NodeAddr {
+            mac: kvconf::parse_mac(&cfg.dataplane.mac)?,
+            ip: cfg.dataplane.ip,
+            qpn: cfg.server.qpn,
+        };
+        let ccfg = kvcluster::ClusterConfig::new(
+            etcd.endpoints.clone(),
+            &etcd.cluster,
+            cluster_id(&r.node_id),
+            addr,
+        )
+        .with_lease_ttl_ms(etcd.lease_ttl_ms);
+        let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
+        let node = ClusterNode::new(ClusterParts {
+            master: mc,
+            replica: rc,
+            links: links.len(),
+            logs,
+            scans,
+            rings,
+            consumed,
+            gate,
+            status: status.clone(),
+            view: view.clone(),
+        })?;
+        cluster = Some((handle, view));
+        Box::new(node)
+    } else {
+        match role {
+            ReplRole::Master => {
+                let (logs, scans) = master_rings(stores, &lost);
+                Box::new(MasterNode::new(
+                    mc,
+                    links.len(),
+                    logs,
+                    scans,
+                    status.clone(),
+                    gate,
+                    0,
+                )?)
             }
-            let mc = MasterConfig {
-                node_id,
-                mac,
-                ip: link_addr.ip,
-                epoch: 1,
-                ids: ReplIds {
-                    current: kvrepl::backlog::random_repl_id(),
-                    previous: None,
-                },
-                backlog_bytes: (r.backlog_mb as usize) << 20,
-                sync_bytes: SYNC_BUFFER_BYTES,
-                gate: GateConfig {
-                    mode: match r.mode {
-                        ReplMode::Async => Mode::Async,
-                        ReplMode::Sync => Mode::Sync,
-                    },
-                    min_replicas: r.min_replicas as usize,
-                    max_lag_ns: r.max_lag_ms * MS,
-                },
-                probe: ProbeConfig {
-                    probe_interval_ns: r.probe_interval_ms * MS,
-                    waiting_time_ns: r.waiting_time_ms * MS,
-                },
-                shipper: ShipperConfig::default(),
-            };
-            Box::new(MasterNode::new(
-                mc,
-                links.len(),
-                logs,
-                scans,
-                status.clone(),
-                gate,
-                0,
-            )?)
-        }
-        ReplRole::Replica => {
-            let (mut rings, mut consumed) = (Vec::new(), Vec::new());
-            for s in stores.iter_mut() {
-                let (p, c) = log_ring(WORKER_RING_BYTES);
-                let st = Arc::new(ApplyStats::default());
-                s.apply = Some(Applier::new(c, st.clone()));
-                rings.push(p);
-                consumed.push(st.clone());
-                apply.push(st);
+            ReplRole::Replica => {
+                let (rings, consumed) = replica_rings(stores, &mut apply);
+                Box::new(ReplicaNode::new(
+                    rc,
+                    links.len(),
+                    rings,
+                    consumed,
+                    status.clone(),
+                    gate,
+                )?)
             }
-            let master = match &r.master {
-                Some(m) => Some((kvconf::parse_mac(&m.mac)?, m.ip)),
-                None => None,
-            };
-            let rc = ReplicaConfig {
-                node_id,
-                mac,
-                ip: link_addr.ip,
-                master,
-                ack_interval_ns: r.ack_interval_ms * MS,
-                hello_interval_ns: HELLO_INTERVAL_MS * MS,
-                slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,
-                rkey: (kvrepl::backlog::random_repl_id() as u32) | 1,
-            };
-            Box::new(ReplicaNode::new(
-                rc,
-                links.len(),
-                rings,
-                consumed,
-                status.clone(),
-                gate,
-            )?)
+            ReplRole::Standalone => return Ok(None),
         }
-        ReplRole::Standalone => return Ok(None),
     };
     let st = status.clone();
     dpdk::telemetry::register_cmd(
@@ -203,14 +185,25 @@ pub fn setup(
         "Replication: role, epoch, stream offsets, per link the peer's state, offsets, lag, syncs",
         move |_, d| crate::telemetry::json_into(d, &st.to_json()),
     )?;
+    let view = cluster.as_ref().map(|(_, v)| v.clone());
     dpdk::telemetry::register_cmd(
         "/kvd/replication/failover",
-        "Planned switchover to a replica (needs etcd). Param: node id",
-        move |_, d| {
-            let _ = d.add_str(
-                "error",
-                "planned switchover needs leadership in etcd (replication.etcd); not available in this build",
-            );
+        "Planned switchover to a replica (needs etcd). Param: node name (or none: the best replica)",
+        move |params, d| {
+            let Some(v) = &view else {
+                let _ = d.add_str(
+                    "error",
+                    "planned switchover needs leadership in etcd (replication.etcd is not set)",
+                );
+                return;
+            };
+            if v.role() != kvcluster::Role::Master {
+                let _ = d.add_str("error", "this node is not the master");
+                return;
+            }
+            let p = Some(params.trim()).filter(|p| !p.is_empty());
+            v.request_switchover(p.map(cluster_id));
+            let _ = d.add_str("requested", p.unwrap_or("any"));
         },
     )?;
     Ok(Some(Replication {
@@ -220,5 +213,129 @@ pub fn setup(
         status,
         lost,
         apply,
+        cluster,
     }))
+}
+
+/// The node's id in etcd: its name's hash folded to 32 bits (ids are ≥ 1).
+pub fn cluster_id(name: &str) -> u32 {
+    let h = node_hash(name);
+    ((h ^ (h >> 32)) as u32).max(1)
+}
+
+/// The master's settings from the config (epoch 1, a new stream from offset 0;
+/// a promoted node sets its own).
+fn master_config(
+    cfg: &Config,
+    node_id: u64,
+    mac: kvwire::MacAddr,
+    ip: std::net::Ipv4Addr,
+) -> MasterConfig {
+    let r = &cfg.replication;
+    MasterConfig {
+        node_id,
+        mac,
+        ip,
+        epoch: 1,
+        ids: ReplIds {
+            current: kvrepl::backlog::random_repl_id(),
+            previous: None,
+        },
+        start_offset: 0,
+        backlog_bytes: (r.backlog_mb as usize) << 20,
+        sync_bytes: SYNC_BUFFER_BYTES,
+        gate: GateConfig {
+            mode: match r.mode {
+                ReplMode::Async => Mode::Async,
+                ReplMode::Sync => Mode::Sync,
+            },
+            min_replicas: r.min_replicas as usize,
+            max_lag_ns: r.max_lag_ms * MS,
+        },
+        probe: ProbeConfig {
+            probe_interval_ns: r.probe_interval_ms * MS,
+            waiting_time_ns: r.waiting_time_ms * MS,
+        },
+        shipper: ShipperConfig::default(),
+    }
+}
+
+/// The replica's settings from the config. With etcd the master is found by
+/// broadcasting HELLO on every link (whoever is master answers).
+fn replica_config(
+    cfg: &Config,
+    node_id: u64,
+    mac: kvwire::MacAddr,
+    ip: std::net::Ipv4Addr,
+) -> Result<ReplicaConfig, Box<dyn std::error::Error>> {
+    let r = &cfg.replication;
+    let master = match (&r.master, &r.etcd) {
+        (Some(m), None) => Some((kvconf::parse_mac(&m.mac)?, m.ip)),
+        _ => None,
+    };
+    Ok(ReplicaConfig {
+        node_id,
+        mac,
+        ip,
+        master,
+        ack_interval_ns: r.ack_interval_ms * MS,
+        hello_interval_ns: HELLO_INTERVAL_MS * MS,
+        slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,
+        rkey: (kvrepl::backlog::random_repl_id() as u32) | 1,
+    })
+}
+
+/// Gives every worker a log ring into the replication lcore (a master's tap).
+fn master_rings(
+    stores: &mut [Store],
+    lost: &Arc<AtomicU64>,
+) -> (Vec<kvrepl::log::LogConsumer>, Vec<Arc<ScanShared>>) {
+    let (mut logs, mut scans) = (Vec::new(), Vec::new());
+    for s in stores.iter_mut() {
+        let (p, c) = log_ring(WORKER_RING_BYTES);
+        let shared = Arc::new(ScanShared::default());
+        s.server.set_mutation_sink(Some(Box::new(ReplLog::new(
+            p,
+            shared.clone(),
+            lost.clone(),
+        ))));
+        logs.push(c);
+        scans.push(shared);
+    }
+    (logs, scans)
+}
+
+/// Gives every worker an apply ring from the replication lcore (a replica's).
+fn replica_rings(
+    stores: &mut [Store],
+    apply: &mut Vec<Arc<ApplyStats>>,
+) -> (Vec<kvrepl::log::LogProducer>, Vec<Arc<ApplyStats>>) {
+    let (mut rings, mut consumed) = (Vec::new(), Vec::new());
+    for s in stores.iter_mut() {
+        let (p, c) = log_ring(WORKER_RING_BYTES);
+        let st = Arc::new(ApplyStats::default());
+        s.apply = Some(Applier::new(c, st.clone()));
+        rings.push(p);
+        consumed.push(st.clone());
+        apply.push(st);
+    }
+    (rings, consumed)
+}
+
+/// Prints the control thread's events (role changes) until `quit`, then leaves the
+/// cluster gracefully (dropping the handle revokes the lease).
+pub fn spawn_event_log(
+    handle: kvcluster::ClusterHandle,
+    quit: &'static std::sync::atomic::AtomicBool,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("kvd-cluster-log".into())
+        .spawn(move || {
+            while !quit.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Some(ev) = handle.next_event(std::time::Duration::from_millis(100)) {
+                    println!("dataplane: cluster: {:?}", ev.event);
+                }
+            }
+            handle.shutdown();
+        })
 }

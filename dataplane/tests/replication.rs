@@ -76,6 +76,7 @@ impl Master {
                 current: 0xabcd,
                 previous: None,
             },
+            start_offset: 0,
             backlog_bytes: 1 << 20,
             sync_bytes: 1 << 20,
             gate: GateConfig {

@@ -11,6 +11,7 @@ e2e_cleanup() {
   for p in "${E2E_PIDS[@]:-}"; do
     [ -n "$p" ] && kill -KILL "$p" 2>/dev/null || true
   done
+  [ -n "${E2E_KEEP:-}" ] && echo "kept $E2E_TMP" && return 0
   rm -rf "$E2E_TMP" /dev/hugepages/kvd-e2e-* 2>/dev/null || true
 }
 trap e2e_cleanup EXIT

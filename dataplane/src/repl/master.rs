@@ -45,6 +45,9 @@ pub struct MasterConfig {
     pub epoch: u64,
     /// Its replication ids.
     pub ids: ReplIds,
+    /// The stream offset it starts at: 0 for a new stream; a promoted replica
+    /// continues its old master's offsets (`ids.previous`).
+    pub start_offset: u64,
     /// Bytes of live stream kept for partial resyncs.
     pub backlog_bytes: usize,
     /// Bytes of a full sync's scan buffer.
@@ -122,10 +125,16 @@ impl MasterNode {
             .collect();
         let nw = logs.len();
         let gate_rules = kvrepl::progress::WriteGate::new(cfg.gate, links.max(1));
+        // Scan sessions go on from the workers' last one (a node promoted twice).
+        let session = scans
+            .iter()
+            .map(|s| s.request.load(Ordering::Acquire))
+            .max()
+            .unwrap_or(0);
         let mut m = MasterNode {
-            live: Backlog::new(cfg.backlog_bytes, 0),
+            live: Backlog::new(cfg.backlog_bytes, cfg.start_offset),
             sync: FullSync::new(cfg.sync_bytes, nw),
-            session: 0,
+            session,
             logs,
             scans,
             peers,
@@ -137,6 +146,26 @@ impl MasterNode {
         };
         m.update_gate(now_ns);
         Ok(m)
+    }
+
+    /// The end of the live stream (the offset of the next record).
+    pub fn offset(&self) -> u64 {
+        self.live.end()
+    }
+
+    /// The epoch it is master at.
+    pub fn epoch(&self) -> u64 {
+        self.cfg.epoch
+    }
+
+    /// The replication ids it serves.
+    pub fn ids(&self) -> ReplIds {
+        self.cfg.ids
+    }
+
+    /// Gives back the workers' log rings and scan states (the node changes role).
+    pub fn into_parts(self) -> (Vec<LogConsumer>, Vec<Arc<ScanShared>>) {
+        (self.logs, self.scans)
     }
 
     fn welcome(&self, tx: &mut dyn LinkTx, link: usize, mode: WelcomeMode, offset: u64) {

@@ -2,6 +2,7 @@
 //! and the replication lcore run, over the pure logic of the `kvrepl` crate.
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
+//! * [`cluster`]: a node whose role etcd decides (promotion, demotion, fencing).
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
 //! * [`scan`]: a master worker's scan of its engine for a full sync.
 //! * [`status`]: what the replication lcore publishes for operators.
@@ -9,6 +10,7 @@
 //! * [`worker_log`]: a master worker's tap into its replication log ring.
 
 pub mod apply;
+pub mod cluster;
 pub mod link;
 pub mod master;
 pub mod replica;

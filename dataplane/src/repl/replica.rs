@@ -121,6 +121,9 @@ pub struct ReplicaNode {
     pub rnr_sent: u64,
     /// Segments dropped for a wrong destination, R_Key or VA.
     pub bad_segments: u64,
+    /// Segments and WELCOMEs dropped because their master's epoch is older than
+    /// the newest epoch this node knows (a deposed master still sending).
+    pub stale_epoch: u64,
 }
 
 impl ReplicaNode {
@@ -162,8 +165,46 @@ impl ReplicaNode {
             status,
             rnr_sent: 0,
             bad_segments: 0,
+            stale_epoch: 0,
             cfg,
         })
+    }
+
+    /// The newest epoch this node knows from outside the stream (etcd): nothing from
+    /// a master of an older epoch is taken any more, and a connection to such a
+    /// master is dropped (the next HELLO goes to whoever answers at `epoch`).
+    pub fn set_epoch_floor(&mut self, epoch: u64) {
+        if epoch <= self.epoch_seen {
+            return;
+        }
+        self.epoch_seen = epoch;
+        if self.applier.master().1 < epoch {
+            self.master_link = None;
+            self.rejoin = true;
+        }
+    }
+
+    /// True when the workers applied everything routed to them: the data is
+    /// exactly the stream up to [`ReplicaNode::position`].
+    pub fn drained(&mut self) -> bool {
+        self.advance();
+        self.checkpoints.is_empty()
+            && self
+                .rings
+                .iter()
+                .zip(&self.consumed)
+                .all(|(r, c)| c.consumed.load(Ordering::Acquire) >= r.pushed())
+    }
+
+    /// The stream (replication id, live offset) the data stands at; `(0, 0)` when
+    /// it has no consistent position (never synced, mid full sync).
+    pub fn position(&self) -> (u64, u64) {
+        self.applier.position()
+    }
+
+    /// Gives back the workers' rings and apply counters (the node changes role).
+    pub fn into_parts(self) -> (Vec<LogProducer>, Vec<Arc<ApplyStats>>) {
+        (self.rings, self.consumed)
     }
 
     fn params_to(&self, mac: MacAddr, ip: Ipv4Addr) -> FrameParams {
@@ -349,6 +390,10 @@ impl ReplLogic for ReplicaNode {
                         self.bad_segments += 1;
                         continue;
                     }
+                    if self.applier.master().1 < self.epoch_seen {
+                        self.stale_epoch += 1;
+                        continue;
+                    }
                     self.status.peers[0]
                         .last_heard_ns
                         .store(now_ns, Ordering::Relaxed);
@@ -369,6 +414,11 @@ impl ReplLogic for ReplicaNode {
                         {
                             // Our data is consistent: ask to resume from it.
                             self.rejoin = true;
+                        }
+                        Control::Welcome(w)
+                            if w.nonce == self.nonce && w.epoch < self.epoch_seen =>
+                        {
+                            self.stale_epoch += 1;
                         }
                         Control::Welcome(w) if w.nonce == self.nonce => {
                             self.epoch_seen = self.epoch_seen.max(w.epoch);
@@ -415,7 +465,9 @@ impl ReplLogic for ReplicaNode {
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.advance();
         let mut busy = false;
-        if self.rejoin || self.applier.needs_hello() {
+        // Not welcomed yet (or the master changed): HELLO again every interval until
+        // a master answers — the node that will answer may not be master yet.
+        if self.rejoin || self.applier.needs_hello() || self.master_link.is_none() {
             self.master_link = None;
             if self.rejoin
                 || now_ns.saturating_sub(self.last_hello_ns) >= self.cfg.hello_interval_ns

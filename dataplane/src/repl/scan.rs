@@ -13,7 +13,7 @@
 use kvengine::{Engine, ScanCursor, ScanStep};
 use kvrepl::log::LogProducer;
 use kvrepl::Record;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 /// Free ring bytes and grant a scan step needs before it starts: a step visits whole
 /// bucket chains and must be able to push every KV it finds.
@@ -32,6 +32,10 @@ pub struct ScanShared {
     /// The last session this worker gave up (a chain larger than the reserve, or a
     /// ring that stayed full): the replication lcore starts another.
     pub failed: AtomicU32,
+    /// The worker logs nothing (room unlimited): set while the node is a replica of
+    /// an etcd-managed cluster, whose workers keep a log ring for when they are
+    /// promoted.
+    pub paused: AtomicBool,
 }
 
 /// One worker's scan state.

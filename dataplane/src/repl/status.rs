@@ -115,6 +115,10 @@ pub struct ReplStatus {
     pub links: AtomicU64,
     /// Link names (set once at start-up).
     pub link_names: std::sync::OnceLock<Vec<String>>,
+    /// Times this node became master through an election (etcd).
+    pub promotions: AtomicU64,
+    /// Times it stopped being master because another node was elected.
+    pub demotions: AtomicU64,
 }
 
 impl ReplStatus {
@@ -158,6 +162,8 @@ impl ReplStatus {
             "good_replicas": self.good_replicas.load(Relaxed),
             "short_of_replicas": self.short_of_replicas.load(Relaxed),
             "records": self.records.load(Relaxed),
+            "promotions": self.promotions.load(Relaxed),
+            "demotions": self.demotions.load(Relaxed),
             "peers": Value::Object(peers),
         })
     }

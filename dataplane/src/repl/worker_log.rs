@@ -35,6 +35,9 @@ impl ReplLog {
     }
 
     fn push(&mut self, rec: &Record<'_>) {
+        if self.shared.paused.load(Ordering::Relaxed) {
+            return;
+        }
         if self.log.try_push(rec).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
@@ -43,6 +46,9 @@ impl ReplLog {
 
 impl MutationSink for ReplLog {
     fn room(&self) -> usize {
+        if self.shared.paused.load(Ordering::Relaxed) {
+            return usize::MAX;
+        }
         self.log.free_bytes().saturating_sub(MARKER_SLACK)
     }
 

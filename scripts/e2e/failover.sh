@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# Failover through etcd (docs/FAILOVER.md), real processes over memif, a real etcd:
+#  1. kill -9 of the master under write load: a replica is elected and takes writes
+#     within 3 s, the other replica follows it, and both end with the same KVs;
+#  2. split-brain: the master is frozen (SIGSTOP) past its lease while a client keeps
+#     writing to it; a replica is elected; on SIGCONT the old master acknowledges no
+#     write (every write it answers is NOT_MASTER), steps down and rejoins as a replica
+#     with the new master's contents.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+. scripts/e2e/lib.sh
+CTL=target/release/ctlplane
+ETCD_PORT=$((24000 + RANDOM % 2000))
+ETCD_DIR="$E2E_TMP/etcd"
+LEASE_MS=1000
+
+etcd_stop() { scripts/etcd.sh stop --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null 2>&1 || true; }
+trap 'etcd_stop; e2e_cleanup' EXIT
+scripts/etcd.sh start --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null || fail "etcd did not start"
+
+# cluster DIR N_REPLICAS NAME: configs of N+1 etcd-managed nodes (cluster NAME).
+cluster() {
+  python3 scripts/cluster_config.py "$1" "$2" --prefix "kvd-e2e-fo-$3" \
+    --etcd "http://127.0.0.1:$ETCD_PORT" --cluster "$3" --lease-ms "$LEASE_MS" \
+    --probe-ms 50 --waiting-ms 200 --backlog-mb 256 >/dev/null
+}
+
+declare -A NODE_PID
+start_node() { # DIR K
+  local log="$1/node$2.log"
+  "$DP" --config "$1/node$2.json" --no-huge --stats-json "$1/node$2.stats.json" >"$log" 2>&1 &
+  NODE_PID[$2]=$!
+  E2E_PIDS+=("$!")
+  for _ in $(seq 1 300); do
+    grep -q "dataplane ready" "$log" && return 0
+    kill -0 "${NODE_PID[$2]}" 2>/dev/null || { cat "$log"; fail "node$2 exited early"; }
+    sleep 0.1
+  done
+  cat "$log"; fail "node$2 not ready in 30 s"
+}
+
+stop_node() { # DIR K
+  kill -INT "${NODE_PID[$2]}" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "${NODE_PID[$2]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${NODE_PID[$2]}" 2>/dev/null && fail "node$2 did not stop on SIGINT"
+  wait "${NODE_PID[$2]}" 2>/dev/null || true
+}
+
+field() { # DIR K EXPR: a field of node K's /kvd/replication
+  "$CTL" replication status --json --config "$1/node$2.json" >"$E2E_TMP/st.json" 2>/dev/null || { echo "?"; return; }
+  json_field "$E2E_TMP/st.json" "$3"
+}
+
+wait_role() { # DIR K ROLE TIMEOUT_S
+  local i r=""
+  for ((i = 0; i < $4 * 20; i++)); do
+    r=$(field "$1" "$2" 'd["role"]')
+    [ "$r" = "$3" ] && return 0
+    sleep 0.05
+  done
+  fail "node$2 is $r, not $3, after $4 s"
+}
+
+# wait_followers DIR M TIMEOUT_S K...: master M sees every follower online, acked to its end.
+wait_followers() {
+  local d=$1 m=$2 t=$3 i; shift 3
+  for ((i = 0; i < t * 10; i++)); do
+    [ "$(field "$d" "$m" 'sum(1 for p in d["peers"].values() if p["state"] == "online" and int(p["acked_offset"]) == int(d["offset"]))')" = "$#" ] && return 0
+    sleep 0.1
+  done
+  "$CTL" replication status --config "$d/node$m.json" || true
+  fail "node$m: its $# replicas not in sync within $t s"
+}
+
+pg() { # DIR K NAME ARGS...: pktgen on node K's client port
+  local d=$1 k=$2 name=$3; shift 3
+  timeout 60 "$PG" --config "$d/node$k.json" --no-huge --json "$d/$name.json" "$@" >"$d/$name.out" 2>&1
+}
+
+same_contents() { # DIR A B: nodes A and B stopped, same KVs
+  local d=$1 a b ka kb
+  a=$(json_field "$d/node$2.stats.json" 'd["engine_digest"]')
+  b=$(json_field "$d/node$3.stats.json" 'd["engine_digest"]')
+  ka=$(json_field "$d/node$2.stats.json" 'd["engine_kvs"]')
+  kb=$(json_field "$d/node$3.stats.json" 'd["engine_kvs"]')
+  [ "$ka" -gt 1000 ] || fail "node$2 holds only $ka KVs"
+  [ "$a" = "$b" ] && [ "$ka" = "$kb" ] || fail "node$3 differs from node$2: $ka KVs digest $a vs $kb KVs digest $b"
+  pass "node$3 equals node$2: $ka KVs, digest $a"
+}
+
+# --- 1: kill -9 the master under load.
+D="$E2E_TMP/a"
+cluster "$D" 2 fo-a
+start_node "$D" 0
+wait_role "$D" 0 master 10
+start_node "$D" 1
+start_node "$D" 2
+wait_followers "$D" 0 30 1 2
+pg "$D" 0 fill --keys 20000 --key-size 8 --value-size 4-40 --load --get 0 --put 1 --duration 0.5 --warmup 0 \
+  || { cat "$D/fill.out"; fail "fill failed"; }
+( pg "$D" 0 during --keys 20000 --key-size 8 --value-size 4-40 --get 0.3 --put 0.7 --duration 3 --warmup 0 || true ) &
+LOAD=$!
+sleep 1
+kill -KILL "${NODE_PID[0]}"
+t0=$(date +%s%N)
+new=""
+for _ in $(seq 1 100); do
+  for k in 1 2; do
+    [ "$(field "$D" "$k" 'd["role"]')" = master ] && { new=$k; break 2; }
+  done
+  sleep 0.05
+done
+ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+[ -n "$new" ] || fail "no replica became master within 5 s of kill -9"
+[ "$ms" -le 3000 ] || fail "failover took $ms ms (lease $LEASE_MS ms)"
+other=$((3 - new))
+epoch=$(field "$D" "$new" 'd["epoch"]')
+[ "$epoch" -ge 2 ] || fail "new master at epoch $epoch"
+pass "master killed: node$new master at epoch $epoch after $ms ms"
+wait "$LOAD" || true
+pg "$D" "$new" after --keys 20000 --key-size 8 --value-size 4-40 --get 0 --put 1 --duration 0.5 --warmup 0 \
+  || { cat "$D/after.out"; fail "writes on the new master failed"; }
+errs=$(json_field "$D/after.json" 'd["errors"]')
+ops=$(json_field "$D/after.json" 'd["ops"]')
+[ "$errs" = 0 ] && [ "$ops" -gt 100 ] || fail "new master: $errs errors in $ops writes"
+pass "new master node$new takes writes ($ops, no errors)"
+wait_followers "$D" "$new" 30 1
+[ "$(field "$D" "$other" 'd["epoch"]')" = "$epoch" ] || fail "node$other does not follow epoch $epoch"
+pass "node$other follows node$new at epoch $epoch"
+stop_node "$D" "$other"
+stop_node "$D" "$new"
+same_contents "$D" "$new" "$other"
+
+# --- 2: split-brain. Freeze the master past its lease while a client writes to it.
+D="$E2E_TMP/b"
+cluster "$D" 1 fo-b
+start_node "$D" 0
+wait_role "$D" 0 master 10
+start_node "$D" 1
+wait_followers "$D" 0 30 1
+pg "$D" 0 fill --keys 10000 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.3 --warmup 0 \
+  || { cat "$D/fill.out"; fail "fill failed"; }
+kill -STOP "${NODE_PID[0]}"
+wait_role "$D" 1 master 5
+pass "master frozen: node1 elected at epoch $(field "$D" 1 'd["epoch"]')"
+# The client starts while the old master is frozen: everything it sends is answered
+# (if at all) by a master whose lease has run out.
+( pg "$D" 0 stale --keys 10000 --key-size 8 --value-size 8 --get 0 --put 1 --duration 2 --warmup 0 || true ) &
+LOAD=$!
+sleep 1
+kill -CONT "${NODE_PID[0]}"
+wait "$LOAD" || true
+[ -f "$D/stale.json" ] || { cat "$D/stale.out"; fail "the client of the old master reported nothing"; }
+# Every answer was an error, and every error a NOT_MASTER (errors also count the
+# requests still in flight at the end, so they may exceed the completed ops).
+ok=$(json_field "$D/stale.json" 'max(0, d["ops"] - d["not_master"])')
+nm=$(json_field "$D/stale.json" 'd["not_master"]')
+other=$(json_field "$D/stale.json" 'd["errors"] - d["not_master"]')
+[ "$ok" = 0 ] && [ "$other" = 0 ] || fail "the old master acknowledged $ok writes after its lease ran out ($other other errors)"
+[ "$nm" -gt 0 ] || fail "the old master answered no NOT_MASTER"
+pass "old master resumed: $nm writes refused NOT_MASTER, none acknowledged"
+wait_role "$D" 0 replica 10
+wait_followers "$D" 1 30 1
+dem=$(field "$D" 0 'd["demotions"]')
+[ "$dem" -ge 1 ] || fail "old master's demotions: $dem"
+pass "old master rejoined as a replica of node1"
+stop_node "$D" 0
+stop_node "$D" 1
+same_contents "$D" 1 0
