@@ -110,6 +110,11 @@ struct Args {
     /// A master or replica runs one more lcore than workers: the replication lcore.
     #[arg(long)]
     role: Option<kvconf::ReplRole>,
+    /// Benchmark baseline: worker 0 runs the replication loop itself between its
+    /// bursts (replication on the request path, as a master without SKV's offload);
+    /// the replication lcore stays idle. A master without etcd only.
+    #[arg(long)]
+    repl_inline: bool,
     /// Load this snapshot (`ctlplane snapshot save`) before serving: the whole file is
     /// verified first; a bad file is refused (exit 1) and nothing is served. The
     /// worker count may differ from the saver's.
@@ -296,6 +301,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             server,
             _mem: dpdk_mem,
             apply: None,
+            inline_repl: None,
         });
     }
     if let Some(path) = &args.load {
@@ -381,7 +387,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let repl = replication::setup(&cfg, role, repl_lcore, &mut stores, &pool)?;
+    let mut repl = replication::setup(&cfg, role, repl_lcore, &mut stores, &pool)?;
     if let Some(r) = &repl {
         println!(
             "dataplane: replication {:?} on lcore {}, {} link(s)",
@@ -446,15 +452,26 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     let idle_polls = wcfg.idle_yield_polls;
     let mut cluster_thread = None;
+    let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
     let (repl_handle, repl_view) = match repl {
+        Some(r) if args.repl_inline => {
+            if role != kvconf::ReplRole::Master || r.cluster.is_some() {
+                return Err("--repl-inline needs a master without etcd".into());
+            }
+            println!("dataplane: replication inline on worker 0 (baseline: no offload)");
+            let rep = replicator::Replicator::new(r.links, r.logic, pool.clone());
+            work[0].0.inline_repl = Some(rep);
+            (None, Some((r.status, r.lost, r.apply)))
+        }
         Some(mut r) => {
             if let Some((handle, _view)) = r.cluster.take() {
                 cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
             }
             let pool = pool.clone();
-            let (links, mut logic) = (r.links, r.logic);
+            let (links, logic) = (r.links, r.logic);
             let h = dpdk::lcore::launch_on(r.lcore, move || {
-                replicator::run(links, &mut *logic, &pool, &QUIT, deadline, idle_polls)
+                let rep = replicator::Replicator::new(links, logic, pool);
+                replicator::run(rep, &QUIT, deadline, idle_polls)
             })?;
             (Some(h), Some((r.status, r.lost, r.apply)))
         }
@@ -592,6 +609,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     }
     drop(stores);
     let _ = port.stop();
+    for p in repl_ports.into_iter().flatten() {
+        let _ = p.stop();
+    }
     drop(eal);
     Ok(())
 }

@@ -46,6 +46,9 @@ pub struct Replication {
     pub apply: Vec<Arc<ApplyStats>>,
     /// With etcd: the control thread (dropping it leaves the cluster) and its view.
     pub cluster: Option<(kvcluster::ClusterHandle, Arc<kvcluster::ClusterView>)>,
+    /// The links' ports, stopped at exit once their queues are gone (a memif port
+    /// left started races its peer's disconnect in the EAL's cleanup).
+    pub ports: Vec<Port>,
 }
 
 /// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
@@ -88,6 +91,7 @@ pub fn setup(
     let mac = kvconf::parse_mac(&link_addr.mac)?;
     let mut links = Vec::new();
     let mut names = Vec::new();
+    let mut ports = Vec::new();
     for v in &r.vdevs {
         let name = v.split(',').next().unwrap_or(v);
         let port = Port::by_name(name).map_err(|e| format!("replication port {name:?}: {e}"))?;
@@ -106,6 +110,7 @@ pub fn setup(
         };
         links.push(Link { rxq, txq });
         names.push(name.to_string());
+        ports.push(port);
     }
     let status = Arc::new(ReplStatus::default());
     let _ = status.link_names.set(names);
@@ -214,6 +219,7 @@ pub fn setup(
         lost,
         apply,
         cluster,
+        ports,
     }))
 }
 

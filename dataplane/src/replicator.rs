@@ -6,6 +6,7 @@
 use dataplane::repl::link::{LinkTx, ReplLogic};
 use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Frames per rx/tx burst on a replication link.
@@ -24,19 +25,19 @@ pub struct Link {
 }
 
 /// The links' transmit side: mbufs from the pool, queued per link.
-struct Tx<'a> {
-    pool: &'a Mempool,
+struct Tx {
+    pool: Arc<Mempool>,
     queues: Vec<(TxQueue, MbufBurst<TX_QUEUE>)>,
     /// Frames lost for want of an mbuf or queue room (the transport resends).
     lost: u64,
 }
 
-impl LinkTx for Tx<'_> {
+impl LinkTx for Tx {
     fn send(&mut self, link: usize, build: &mut dyn FnMut(&mut [u8]) -> usize) -> bool {
         let Some((txq, q)) = self.queues.get_mut(link) else {
             return false;
         };
-        let Some(mut m) = Mbuf::alloc(self.pool) else {
+        let Some(mut m) = Mbuf::alloc(&self.pool) else {
             self.lost += 1;
             return false;
         };
@@ -61,7 +62,7 @@ impl LinkTx for Tx<'_> {
     }
 }
 
-impl Tx<'_> {
+impl Tx {
     fn flush(&mut self) {
         for (txq, q) in &mut self.queues {
             if !q.is_empty() {
@@ -71,51 +72,87 @@ impl Tx<'_> {
     }
 }
 
-/// Runs the replication lcore until `quit` is set or `deadline` passes.
+/// The replication loop's state: the links' queues and the node's logic. Either the
+/// replication lcore runs it ([`run`]), or — the inline baseline of the replication
+/// benchmark (`--repl-inline`) — worker 0 polls it between its own bursts, as a
+/// master without SKV's offload would (its CPU does the replication).
+pub struct Replicator {
+    rxqs: Vec<RxQueue>,
+    tx: Tx,
+    logic: Box<dyn ReplLogic + Send>,
+    rx: MbufBurst<BURST>,
+    start: u64,
+    hz: u64,
+}
+
+impl Replicator {
+    /// The loop over `links`, running `logic`, with mbufs from `pool`.
+    pub fn new(links: Vec<Link>, logic: Box<dyn ReplLogic + Send>, pool: Arc<Mempool>) -> Self {
+        let mut rxqs = Vec::with_capacity(links.len());
+        let mut tx = Tx {
+            pool,
+            queues: Vec::with_capacity(links.len()),
+            lost: 0,
+        };
+        for l in links {
+            rxqs.push(l.rxq);
+            tx.queues.push((l.txq, MbufBurst::new()));
+        }
+        Replicator {
+            rxqs,
+            tx,
+            logic,
+            rx: MbufBurst::new(),
+            start: tsc::now(),
+            hz: tsc::hz().max(1),
+        }
+    }
+
+    /// One pass: every link's received frames to the logic, the logic's periodic work,
+    /// the frames it built to the NICs. Returns whether there was work.
+    pub fn poll_once(&mut self) -> bool {
+        let now = tsc::now();
+        let now_ns = ((now - self.start) as u128 * 1_000_000_000 / self.hz as u128) as u64;
+        let mut got = 0usize;
+        for (l, rxq) in self.rxqs.iter_mut().enumerate() {
+            let n = rxq.rx_burst(&mut self.rx);
+            if n > 0 {
+                got += n;
+                let mut frames: [&[u8]; BURST] = [&[]; BURST];
+                for (slot, m) in frames.iter_mut().zip(self.rx.iter()) {
+                    *slot = m.data();
+                }
+                self.logic.on_frames(l, &frames[..n], now_ns, &mut self.tx);
+                self.rx.clear();
+            }
+        }
+        let busy = self.logic.poll(now_ns, &mut self.tx);
+        self.tx.flush();
+        got > 0 || busy
+    }
+
+    /// Frames lost for want of an mbuf or queue room (the transport resent them).
+    pub fn lost_frames(&self) -> u64 {
+        self.tx.lost
+    }
+}
+
+/// Runs the replication lcore until `quit` is set or `deadline` passes; returns the
+/// frames lost for want of an mbuf or queue room.
 pub fn run(
-    links: Vec<Link>,
-    logic: &mut dyn ReplLogic,
-    pool: &Mempool,
+    mut r: Replicator,
     quit: &AtomicBool,
     deadline: Option<Instant>,
     idle_yield_polls: u32,
 ) -> u64 {
-    let mut rxqs = Vec::with_capacity(links.len());
-    let mut tx = Tx {
-        pool,
-        queues: Vec::with_capacity(links.len()),
-        lost: 0,
-    };
-    for l in links {
-        rxqs.push(l.rxq);
-        tx.queues.push((l.txq, MbufBurst::new()));
-    }
     let hz = tsc::hz().max(1);
-    let start = tsc::now();
-    let ns_of = |t: u64| ((t - start) as u128 * 1_000_000_000 / hz as u128) as u64;
     let check_ticks = hz / 100;
-    let mut next_check = start + check_ticks;
+    let mut next_check = tsc::now() + check_ticks;
     let mut backoff = IdleBackoff::new(idle_yield_polls);
-    let mut rx = MbufBurst::<BURST>::new();
     loop {
+        let busy = r.poll_once();
+        backoff.poll(!busy);
         let now = tsc::now();
-        let now_ns = ns_of(now);
-        let mut got = 0usize;
-        for (l, rxq) in rxqs.iter_mut().enumerate() {
-            let n = rxq.rx_burst(&mut rx);
-            if n > 0 {
-                got += n;
-                let mut frames: [&[u8]; BURST] = [&[]; BURST];
-                for (slot, m) in frames.iter_mut().zip(rx.iter()) {
-                    *slot = m.data();
-                }
-                logic.on_frames(l, &frames[..n], now_ns, &mut tx);
-                rx.clear();
-            }
-        }
-        let busy = logic.poll(now_ns, &mut tx);
-        tx.flush();
-        backoff.poll(got == 0 && !busy);
         if now >= next_check {
             next_check = now + check_ticks;
             if quit.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
@@ -123,5 +160,5 @@ pub fn run(
             }
         }
     }
-    tx.lost
+    r.lost_frames()
 }

@@ -113,6 +113,10 @@ pub struct WorkerStats {
     pub handed_off: Counter,
     /// Requests another worker handed to this one.
     pub handed_in: Counter,
+    /// TSC cycles of the loop iterations that did work (received, applied, scanned,
+    /// replicated inline or sent something): the worker's busy time, e.g. for its
+    /// cycles per PUT (`scripts/bench_replication.py`, offload vs inline).
+    pub busy_cycles: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
     pub drops: Drops,
     /// Sampled service latency (rx burst to hand-off of the response to the NIC).
@@ -243,6 +247,7 @@ impl WorkerStats {
             ("echoed", &self.echoed),
             ("handed_off", &self.handed_off),
             ("handed_in", &self.handed_in),
+            ("busy_cycles", &self.busy_cycles),
         ]
         .iter()
         .map(|(n, c)| (n.to_string(), c.get()))

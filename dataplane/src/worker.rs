@@ -49,6 +49,9 @@ pub struct Store {
     pub _mem: Option<DpdkRegion>,
     /// On a replica: the master's records for this partition, applied between bursts.
     pub apply: Option<Applier>,
+    /// The replication loop, polled by this worker between its bursts instead of by a
+    /// replication lcore (`--repl-inline`: the baseline without SKV's offload).
+    pub inline_repl: Option<crate::replicator::Replicator>,
 }
 
 /// Loop settings.
@@ -349,6 +352,7 @@ pub fn run(
         .set(cfg.latency_sample_every as u64);
 
     loop {
+        let iter_start = tsc::now();
         // Admission changes take effect before the next rx burst (one atomic load).
         ctl.poll_clients(|clients| store.server.set_clients(clients));
         let n = rxq.rx_burst(&mut rx);
@@ -392,7 +396,8 @@ pub fn run(
                 a.apply(engine, tap, APPLY_PER_LOOP)
             }
             None => 0,
-        } + usize::from(store.server.tick_mutation_sink());
+        } + usize::from(store.server.tick_mutation_sink())
+            + usize::from(store.inline_repl.as_mut().is_some_and(|r| r.poll_once()));
         let n = n + handed;
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx
@@ -415,7 +420,11 @@ pub fn run(
             }
         }
         let scanned = snap.active() && snap.step(&mut store.server);
-        idle.poll(n == 0 && applied == 0 && tx.burst.is_empty() && !scanned);
+        let idle_now = n == 0 && applied == 0 && tx.burst.is_empty() && !scanned;
+        if !idle_now {
+            stats.busy_cycles.add(tsc::now().wrapping_sub(iter_start));
+        }
+        idle.poll(idle_now);
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {
