@@ -44,10 +44,14 @@ case "$suite" in
     exec scripts/reproduce.sh "$@" ;;
   replication)
     # Replication (issue 14): PUT/GET with 0-3 async replicas, value-size sweep,
-    # replica-failure timeline, Redis 7 master + replica side by side.
+    # replica-failure timeline, Redis 7 master + replica side by side; then offload vs
+    # inline replication (SKV Fig. 7/11). --quick and --no-huge are passed on.
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
-    exec python3 scripts/bench_replication.py "$@" ;;
+    python3 scripts/bench_replication.py "$@" || exit 1
+    more=()
+    for x in "$@"; do case "$x" in --quick|--no-huge) more+=("$x") ;; esac; done
+    exec python3 scripts/bench_offload.py "${more[@]}" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|paper|all}" >&2; exit 2 ;;
 esac
