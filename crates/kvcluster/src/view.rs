@@ -264,6 +264,25 @@ impl ClusterView {
         self.master_seq.store(s.wrapping_add(2), Ordering::Release);
     }
 
+    /// Test hook (not for production code: only the control thread writes the view):
+    /// sets role, epoch, fence deadline and master as the control thread would, so a
+    /// test can drive a node's role changes without etcd.
+    #[doc(hidden)]
+    pub fn set_for_test(
+        &self,
+        role: Role,
+        epoch: u64,
+        deadline_ns: u64,
+        master: Option<MasterInfo>,
+    ) {
+        self.set_master_info(master);
+        if role == Role::Master {
+            self.set_master(epoch, deadline_ns);
+        } else {
+            self.set_non_master(role, epoch);
+        }
+    }
+
     pub(crate) fn count_keepalive(&self) {
         self.keepalives.fetch_add(1, Ordering::Relaxed);
     }

@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Failover benchmark (called by scripts/bench.sh replication; issue 14 item 7):
+`failover_ms` and `lost_acked_writes`.
+
+Per repetition: a fresh etcd-managed cluster of 3 nodes on memif (scripts/cluster_config.py
+--etcd, lease --lease-ms), `mode: sync` with min_replicas 1; node0 is elected first.
+A verifying write load (pktgen --verify, PUT-only, --acked-out: every write it saw
+acknowledged) runs on node0; node0 gets SIGKILL 1.5 s into it. Measured:
+
+  * failover_ms: from the SIGKILL to the first telemetry sample (every 10 ms) in which a
+    surviving node reports role "master" with its write gate open — it then takes
+    writes (the e2e test scripts/e2e/failover.sh checks that with a client);
+  * lost_acked_writes: `pktgen --check-acked` on the new master reads back every key
+    whose last write the dying master acknowledged; a key whose value is older (or
+    missing) is a lost write. Sync mode promises 0.
+
+Also checked per run: the surviving replica ends with the new master's contents.
+Writes results/failover.json and copies `failover_ms` (median) and
+`lost_acked_writes` (sum over the runs) into results/replication.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import DP, PG, ROOT, log  # noqa: E402
+import bench_replication as br  # noqa: E402
+
+PREFIX = "kvd-hbfo"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Node:
+    def __init__(self, d, k, huge):
+        self.d, self.k, self.huge = d, k, huge
+        self.proc = None
+
+    @property
+    def cfg(self):
+        return os.path.join(self.d, f"node{self.k}.json")
+
+    @property
+    def stats(self):
+        return os.path.join(self.d, f"node{self.k}.stats.json")
+
+    def start(self):
+        logf = os.path.join(self.d, f"node{self.k}.log")
+        cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
+        if not self.huge:
+            cmd.append("--no-huge")
+        self.proc = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            if "dataplane ready" in open(logf).read():
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"node{self.k} did not start:\n" + open(logf).read()[-2000:])
+
+    def status(self):
+        try:
+            return br.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
+        except (OSError, ValueError, KeyError):
+            return {}
+
+    def stop(self, sig=signal.SIGINT):
+        if self.proc is None:
+            return
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+
+def wait_for(pred, timeout, what):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.02)
+    raise RuntimeError(f"timed out: {what}")
+
+
+def pktgen(node, args, name, wait=True):
+    out = os.path.join(node.d, f"{name}.json")
+    cmd = [PG, "--config", node.cfg, "--json", out] + args
+    if not node.huge:
+        cmd.append("--no-huge")
+    p = subprocess.Popen(cmd, stdout=open(os.path.join(node.d, f"{name}.out"), "w"),
+                         stderr=subprocess.STDOUT)
+    if not wait:
+        return p, out
+    rc = p.wait(120)
+    return rc, (json.load(open(out)) if os.path.exists(out) else None)
+
+
+def one_rep(tmp, a, etcd_url, rep):
+    d = os.path.join(tmp, f"r{rep}")
+    shutil.rmtree(d, ignore_errors=True)
+    subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), d, "2",
+                    "--prefix", PREFIX, "--etcd", etcd_url, "--cluster", f"bfo{rep}-{os.getpid()}",
+                    "--lease-ms", str(a.lease_ms), "--mode", a.mode, "--min-replicas", "1",
+                    "--probe-ms", "50", "--waiting-ms", "200", "--backlog-mb", "256"],
+                   check=True, stdout=subprocess.DEVNULL)
+    nodes = [Node(d, k, a.huge) for k in range(3)]
+    acked = os.path.join(d, "acked.out")
+    try:
+        nodes[0].start()
+        wait_for(lambda: nodes[0].status().get("role") == "master", 15, "node0 master")
+        nodes[1].start()
+        nodes[2].start()
+        wait_for(lambda: sum(p["state"] == "online" for p in nodes[0].status().get("peers", {}).values()) == 2,
+                 30, "replicas online")
+        load_args = ["--keys", str(a.keys), "--key-size", "8", "--value-size", "8", "--get", "0",
+                     "--put", "1", "--warmup", "0", "--duration", str(a.kill_at + 2.5), "--verify",
+                     "--acked-out", acked, "--timeout-ms", "500"]
+        p, _ = pktgen(nodes[0], load_args, "load", wait=False)
+        # The load runs once node0 executes writes.
+        wait_for(lambda: nodes[0].status().get("offset", 0) > 0, 20, "load started")
+        time.sleep(a.kill_at)
+        t_kill = time.monotonic()
+        nodes[0].proc.send_signal(signal.SIGKILL)
+        nodes[0].proc.wait()
+        nodes[0].proc = None
+
+        def new_master():
+            for n in nodes[1:]:
+                st = n.status()
+                if st.get("role") == "master" and not st.get("short_of_replicas"):
+                    return n
+            return None
+        m = wait_for(new_master, 10, "a new master")
+        failover_ms = (time.monotonic() - t_kill) * 1000
+        other = nodes[2] if m is nodes[1] else nodes[1]
+        epoch = m.status().get("epoch")
+        p.wait(60)
+        if not os.path.exists(acked):
+            raise RuntimeError("the load wrote no --acked-out file:\n" +
+                               open(os.path.join(d, "load.out")).read()[-2000:])
+        rc, chk = pktgen(m, ["--check-acked", acked, "--keys", str(a.keys), "--key-size", "8",
+                             "--value-size", "8"], "check")
+        if chk is None:
+            raise RuntimeError("check-acked wrote no report:\n" + open(os.path.join(d, "check.out")).read()[-2000:])
+        wait_for(lambda: any(pp["state"] == "online" and pp["lag_bytes"] == 0
+                             for pp in m.status().get("peers", {}).values()), 30, "survivor in sync")
+        other.stop()
+        m.stop()
+        sm, so = json.load(open(m.stats)), json.load(open(other.stats))
+        equal = sm["engine_digest"] == so["engine_digest"] and sm["engine_kvs"] == so["engine_kvs"]
+        res = {
+            "failover_ms": round(failover_ms, 1),
+            "new_master": m.k,
+            "epoch": epoch,
+            "lost_acked_writes": chk.get("lost_acked_writes"),
+            "checked_keys": chk.get("checked"),
+            "uncertain_keys": chk.get("uncertain"),
+            "survivor_equals_new_master": equal,
+            "kvs": sm["engine_kvs"],
+        }
+        log(f"  rep {rep}: node{m.k} master at epoch {epoch} after {res['failover_ms']} ms; "
+            f"lost acked writes {res['lost_acked_writes']} of {res['checked_keys']} keys checked; "
+            f"survivor equal: {equal}")
+        return res
+    finally:
+        for n in nodes:
+            n.stop(signal.SIGKILL)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--lease-ms", type=int, default=1000)
+    ap.add_argument("--mode", default="sync", choices=["sync", "async"])
+    ap.add_argument("--kill-at", type=float, default=1.5)
+    ap.add_argument("--no-huge", dest="huge", action="store_false")
+    ap.add_argument("--quick", action="store_true", help="1 rep")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results/failover.json"))
+    ap.add_argument("--merge-into", default=os.path.join(ROOT, "results/replication.json"))
+    a = ap.parse_args()
+    if a.quick:
+        a.reps = 1
+    tmp = tempfile.mkdtemp(prefix="kvd-bench-failover-")
+    port = free_port()
+    etcd_dir = os.path.join(tmp, "etcd")
+    subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "start", "--port", str(port), "--dir", etcd_dir],
+                   check=True, stdout=subprocess.DEVNULL)
+    runs = []
+    t0 = time.monotonic()
+    try:
+        with br.dpdk_lock():
+            for rep in range(a.reps):
+                runs.append(one_rep(tmp, a, f"http://127.0.0.1:{port}", rep))
+    finally:
+        subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "stop", "--port", str(port), "--dir", etcd_dir],
+                       check=False, stdout=subprocess.DEVNULL)
+    lost = [r["lost_acked_writes"] for r in runs]
+    res = {
+        "what": f"kill -9 of the master of 3 etcd-managed nodes under a verifying PUT load, mode {a.mode}, "
+                f"min_replicas 1, lease {a.lease_ms} ms",
+        "reps": a.reps,
+        "failover_ms": round(statistics.median(r["failover_ms"] for r in runs), 1),
+        "failover_ms_runs": [r["failover_ms"] for r in runs],
+        "lost_acked_writes": sum(x for x in lost if x is not None) if all(x is not None for x in lost) else None,
+        "goals": {"failover_ms": "<= 3000", "lost_acked_writes": "0"},
+        "wall_s": round(time.monotonic() - t0, 1),
+        "runs": runs,
+    }
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+    log(f"failover: {res['failover_ms']} ms (median of {a.reps}), lost acked writes {res['lost_acked_writes']} -> {a.out}")
+    if a.merge_into and os.path.exists(a.merge_into):
+        j = json.load(open(a.merge_into))
+        for f in ("failover_ms", "lost_acked_writes"):
+            j[f] = res[f]
+            if isinstance(j.get("not_measured"), dict):
+                j["not_measured"].pop(f, None)
+        j["failover_source"] = os.path.relpath(a.out, ROOT)
+        with open(a.merge_into, "w") as f:
+            json.dump(j, f, indent=2)
+    bad = [r for r in runs if r["lost_acked_writes"] or not r["survivor_equals_new_master"]]
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
