@@ -75,6 +75,19 @@ pub trait MutationSink: Send {
     fn tick(&mut self, _engine: &Engine) -> bool {
         false
     }
+
+    /// While a snapshot is being taken: the snapshot's own ring, where its scan
+    /// records go (and nowhere else: not into a replication log behind it). `None`
+    /// for every other sink.
+    fn snapshot_ring(&mut self) -> Option<&mut dyn MutationSink> {
+        None
+    }
+
+    /// A sink that was put in front of another (a snapshot in front of the
+    /// replication log) gives that one back when it is removed.
+    fn into_inner(self: Box<Self>) -> Option<Box<dyn MutationSink>> {
+        None
+    }
 }
 
 /// Two sinks fed with the same post-images (e.g. a snapshot ring and the replication
@@ -111,6 +124,12 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn tick(&mut self, engine: &Engine) -> bool {
         (**self).tick(engine)
+    }
+    fn snapshot_ring(&mut self) -> Option<&mut dyn MutationSink> {
+        (**self).snapshot_ring()
+    }
+    fn into_inner(self: Box<Self>) -> Option<Box<dyn MutationSink>> {
+        (*self).into_inner()
     }
 }
 

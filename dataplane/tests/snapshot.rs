@@ -6,6 +6,7 @@
 mod common;
 
 use common::{connect, identity, Client, RKEY};
+use dataplane::mutation::MutationSink;
 use dataplane::server::Server;
 use dataplane::snapshot::{load_into, Outcome, SnapshotCtl, WorkerSnap};
 use dataplane::stats::WorkerStats;
@@ -13,6 +14,7 @@ use kvengine::Engine;
 use kvwire::{func, Atomic, KvOp, Width};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const QPN: u32 = 30;
@@ -76,11 +78,17 @@ impl Worker {
     /// A burst of 4 requests of 8 random writes each (every key goes to every worker:
     /// the others' keys are answered WRONG_PARTITION, changing nothing).
     fn burst(&mut self, rng: &mut Rng, keys: u32) {
+        self.burst_in(rng, 0, keys + 50)
+    }
+
+    /// A burst writing only keys `key{lo}..key{hi}`.
+    fn burst_in(&mut self, rng: &mut Rng, lo: u32, hi: u32) {
         let mut frames = Vec::new();
         for _ in 0..4 {
             let owned: Vec<(Vec<u8>, u64, Vec<u8>)> = (0..8)
                 .map(|_| {
-                    let k = format!("key{}", rng.next() % u64::from(keys + 50)).into_bytes();
+                    let k = format!("key{}", u64::from(lo) + rng.next() % u64::from(hi - lo))
+                        .into_bytes();
                     let r = rng.next();
                     (k, r, vec![r as u8; (r % 60) as usize])
                 })
@@ -117,7 +125,45 @@ impl Worker {
 /// Runs a snapshot over `n` workers with writes between scan steps; returns the file,
 /// each worker's contents when its scan finished, and the final contents.
 fn save_while_serving(dir: &std::path::Path, n: u32, keys: u32, seed: u64) -> (PathBuf, Contents) {
+    save_while_serving_with(dir, n, keys, seed, None)
+}
+
+/// A replication log stand-in: records every post-image it is given.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<Vec<u8>>>>);
+
+impl MutationSink for Recorder {
+    fn room(&self) -> usize {
+        usize::MAX
+    }
+    fn put(&mut self, key: &[u8], _value: &[u8]) {
+        self.0.lock().unwrap().push(key.to_vec());
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.0.lock().unwrap().push(key.to_vec());
+    }
+}
+
+/// As [`save_while_serving`]; with `inner`, every worker has that tap installed
+/// before the snapshot (as a replicating master has its log) and its writes go to
+/// keys `key{keys}..` only.
+fn save_while_serving_with(
+    dir: &std::path::Path,
+    n: u32,
+    keys: u32,
+    seed: u64,
+    inner: Option<&Recorder>,
+) -> (PathBuf, Contents) {
     let mut ws: Vec<Worker> = (0..n).map(|w| Worker::new(w, n, keys)).collect();
+    if let Some(r) = inner {
+        for w in &mut ws {
+            w.server.set_mutation_sink(Some(Box::new(r.clone())));
+        }
+    }
+    let burst = |w: &mut Worker, rng: &mut Rng| match inner {
+        Some(_) => w.burst_in(rng, keys, keys + 200),
+        None => w.burst(rng, keys),
+    };
     let ctl = SnapshotCtl::new(n as usize);
     let path = dir.join("snap.kvd");
     ctl.start(path.clone()).expect("start");
@@ -129,7 +175,7 @@ fn save_while_serving(dir: &std::path::Path, n: u32, keys: u32, seed: u64) -> (P
         assert!(rounds < 100_000, "the scans do not finish");
         for (i, w) in ws.iter_mut().enumerate() {
             w.snap.poll(&ctl, &mut w.server);
-            w.burst(&mut rng, keys);
+            burst(w, &mut rng);
             if w.snap.active() {
                 w.snap.step(&mut w.server);
                 if !w.snap.active() {
@@ -140,8 +186,12 @@ fn save_while_serving(dir: &std::path::Path, n: u32, keys: u32, seed: u64) -> (P
     }
     // Writes after the scans are not in the file.
     for w in &mut ws {
-        w.burst(&mut rng, keys);
-        assert!(w.server.mutation_sink_mut().is_none(), "tap removed");
+        burst(w, &mut rng);
+        assert_eq!(
+            w.server.mutation_sink_mut().is_some(),
+            inner.is_some(),
+            "the snapshot's tap removed, the one before it back"
+        );
     }
     let st = ctl
         .wait(Duration::from_secs(20))
@@ -179,6 +229,35 @@ fn a_snapshot_under_writes_loads_to_each_partitions_state_at_scan_end() {
         assert!(got == want, "loaded contents differ (n {n})");
         std::fs::remove_dir_all(&dir).unwrap();
     }
+}
+
+#[test]
+fn a_snapshot_on_a_replicating_master_keeps_its_log_tap() {
+    let dir = scratch("inner");
+    let keys = 2000;
+    let rec = Recorder::default();
+    let (path, want) = save_while_serving_with(&dir, 2, keys, 3, Some(&rec));
+    let mut engines = vec![common::engine(8 << 20)];
+    let mut refs: Vec<&mut Engine> = engines.iter_mut().collect();
+    let r = load_into(&path, &mut refs).expect("load");
+    assert_eq!(r.keys, want.len() as u64);
+    assert!(contents(&engines[0]) == want, "loaded contents differ");
+    // The log tap got the live writes (before, during and after the snapshot) and
+    // none of the snapshot's scan records (those are the initial keys, never written).
+    let seen = rec.0.lock().unwrap();
+    assert!(seen.len() > 1000, "{} post-images", seen.len());
+    let written = |k: &Vec<u8>| {
+        std::str::from_utf8(k)
+            .ok()
+            .and_then(|s| s.strip_prefix("key"))
+            .and_then(|n| n.parse::<u32>().ok())
+            .is_some_and(|n| n >= keys)
+    };
+    assert!(
+        seen.iter().all(written),
+        "a scan record reached the log tap"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

@@ -55,6 +55,50 @@ impl MutationSink for RingTap {
     }
 }
 
+/// The snapshot ring in front of the tap that was installed before (a master's
+/// replication log): live post-images go to both, scan records to the ring only; the
+/// inner tap is put back when the snapshot ends.
+struct SnapTee {
+    ring: RingTap,
+    inner: Option<Box<dyn MutationSink>>,
+}
+
+impl MutationSink for SnapTee {
+    #[inline]
+    fn room(&self) -> usize {
+        let r = self.ring.room();
+        self.inner.as_ref().map_or(r, |i| r.min(i.room()))
+    }
+
+    #[inline]
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.ring.put(key, value);
+        if let Some(i) = self.inner.as_mut() {
+            i.put(key, value);
+        }
+    }
+
+    #[inline]
+    fn delete(&mut self, key: &[u8]) {
+        self.ring.delete(key);
+        if let Some(i) = self.inner.as_mut() {
+            i.delete(key);
+        }
+    }
+
+    fn tick(&mut self, engine: &kvengine::Engine) -> bool {
+        self.inner.as_mut().is_some_and(|i| i.tick(engine))
+    }
+
+    fn snapshot_ring(&mut self) -> Option<&mut dyn MutationSink> {
+        Some(&mut self.ring)
+    }
+
+    fn into_inner(self: Box<Self>) -> Option<Box<dyn MutationSink>> {
+        self.inner
+    }
+}
+
 /// The snapshot in progress on this worker.
 struct Active {
     job: Arc<Job>,
@@ -113,16 +157,9 @@ impl WorkerSnap {
             job: Arc::clone(&job),
             w: self.w,
         };
-        if server.mutation_sink_mut().is_some() {
-            part.state
-                .store(WorkerState::Failed as u8, Ordering::SeqCst);
-            job.fail(format!(
-                "worker {}: a mutation tap is already installed",
-                self.w
-            ));
-            return;
-        }
-        server.set_mutation_sink(Some(Box::new(tap)));
+        // In front of the replication log, if there is one (a master).
+        let inner = server.set_mutation_sink(None);
+        server.set_mutation_sink(Some(Box::new(SnapTee { ring: tap, inner })));
         part.buckets_total
             .store(server.engine().scan_buckets(), Ordering::Relaxed);
         part.state
@@ -147,7 +184,7 @@ impl WorkerSnap {
             return true;
         }
         let (engine, tap) = server.engine_and_tap();
-        let Some(tap) = tap else {
+        let Some(tap) = tap.and_then(|t| t.snapshot_ring()) else {
             // Someone removed the tap: the snapshot cannot be complete.
             a.job
                 .fail(format!("worker {}: the mutation tap was removed", self.w));
@@ -222,7 +259,9 @@ impl WorkerSnap {
         if let Some(p) = a.job.part(self.w) {
             p.state.store(state as u8, Ordering::SeqCst);
         }
-        drop(server.set_mutation_sink(None));
+        // The snapshot's ring producer goes with its tee; the tap behind comes back.
+        let tee = server.set_mutation_sink(None);
+        server.set_mutation_sink(tee.and_then(|t| t.into_inner()));
     }
 
     /// At exit: a scan still in progress fails its job.
