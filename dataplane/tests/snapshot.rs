@@ -237,7 +237,7 @@ fn a_snapshot_on_a_replicating_master_keeps_its_log_tap() {
     let keys = 2000;
     let rec = Recorder::default();
     let (path, want) = save_while_serving_with(&dir, 2, keys, 3, Some(&rec));
-    let mut engines = vec![common::engine(8 << 20)];
+    let mut engines = [common::engine(8 << 20)];
     let mut refs: Vec<&mut Engine> = engines.iter_mut().collect();
     let r = load_into(&path, &mut refs).expect("load");
     assert_eq!(r.keys, want.len() as u64);
