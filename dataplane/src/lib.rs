@@ -26,6 +26,7 @@ mod chunk;
 mod clients;
 pub mod control;
 pub mod gate;
+pub mod hold;
 pub mod latency;
 pub mod mutation;
 pub mod packet;

@@ -302,6 +302,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             _mem: dpdk_mem,
             apply: None,
             inline_repl: None,
+            sync: None,
         });
     }
     if let Some(path) = &args.load {

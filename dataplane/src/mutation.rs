@@ -76,6 +76,13 @@ pub trait MutationSink: Send {
         false
     }
 
+    /// The sink's position after the last post-image it took (a replication log:
+    /// its ring position; sync mode holds each response until the replicas have the
+    /// stream up to it, `crate::hold`). 0 for sinks without one.
+    fn position(&self) -> u64 {
+        0
+    }
+
     /// While a snapshot is being taken: the snapshot's own ring, where its scan
     /// records go (and nowhere else: not into a replication log behind it). `None`
     /// for every other sink.
@@ -110,6 +117,9 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         let a = self.0.tick(engine);
         self.1.tick(engine) || a
     }
+    fn position(&self) -> u64 {
+        self.0.position().max(self.1.position())
+    }
 }
 
 impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
@@ -124,6 +134,9 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn tick(&mut self, engine: &Engine) -> bool {
         (**self).tick(engine)
+    }
+    fn position(&self) -> u64 {
+        (**self).position()
     }
     fn snapshot_ring(&mut self) -> Option<&mut dyn MutationSink> {
         (**self).snapshot_ring()

@@ -81,12 +81,6 @@ pub fn setup(
 ) -> Result<Option<Replication>, Box<dyn std::error::Error>> {
     let Some(lcore) = lcore else { return Ok(None) };
     let r = &cfg.replication;
-    if r.mode == ReplMode::Sync {
-        // Holding each write's response until min_replicas acknowledged its offset
-        // (kvrepl::progress::DurableCursor) is not wired into the workers yet: refuse
-        // rather than run a "sync" master that answers like an async one.
-        return Err("replication.mode \"sync\" is not supported by this build yet (use \"async\" with min_replicas)".into());
-    }
     let link_addr = r.link.as_ref().ok_or("replication.link is missing")?;
     let mac = kvconf::parse_mac(&link_addr.mac)?;
     let mut links = Vec::new();
@@ -127,7 +121,7 @@ pub fn setup(
     let logic: Box<dyn ReplLogic + Send> = if let Some(etcd) = &r.etcd {
         // Role decided by etcd: every worker keeps both a log ring (master) and an
         // apply ring (replica); the node starts as a replica with no master.
-        let (logs, scans) = master_rings(stores, &lost);
+        let (logs, scans) = master_rings(stores, &lost, r.mode);
         let (rings, consumed) = replica_rings(stores, &mut apply);
         let addr = kvcluster::NodeAddr {
             mac: kvconf::parse_mac(&cfg.dataplane.mac)?,
@@ -159,7 +153,7 @@ pub fn setup(
     } else {
         match role {
             ReplRole::Master => {
-                let (logs, scans) = master_rings(stores, &lost);
+                let (logs, scans) = master_rings(stores, &lost, r.mode);
                 Box::new(MasterNode::new(
                     mc,
                     links.len(),
@@ -295,6 +289,7 @@ fn replica_config(
 fn master_rings(
     stores: &mut [Store],
     lost: &Arc<AtomicU64>,
+    mode: ReplMode,
 ) -> (Vec<kvrepl::log::LogConsumer>, Vec<Arc<ScanShared>>) {
     let (mut logs, mut scans) = (Vec::new(), Vec::new());
     for s in stores.iter_mut() {
@@ -305,6 +300,9 @@ fn master_rings(
             shared.clone(),
             lost.clone(),
         ))));
+        if mode == ReplMode::Sync {
+            s.sync = Some(shared.clone());
+        }
         logs.push(c);
         scans.push(shared);
     }

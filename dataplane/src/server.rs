@@ -215,6 +215,16 @@ impl Server {
         std::mem::replace(&mut self.tap, sink)
     }
 
+    /// Whether the last burst took writes (its write gate said `Ok`).
+    pub fn took_writes(&self) -> bool {
+        self.write_status == Status::Ok
+    }
+
+    /// The mutation tap's position ([`MutationSink::position`]; 0 without a tap).
+    pub fn write_position(&self) -> u64 {
+        self.tap.as_ref().map_or(0, |t| t.position())
+    }
+
     /// Lets the mutation tap do its between-bursts work (`MutationSink::tick`);
     /// returns whether it did any.
     pub fn tick_mutation_sink(&mut self) -> bool {

@@ -117,6 +117,9 @@ pub struct WorkerStats {
     /// replicated inline or sent something): the worker's busy time, e.g. for its
     /// cycles per PUT (`scripts/bench_replication.py`, offload vs inline).
     pub busy_cycles: Counter,
+    /// Sync mode: held responses freed unsent because the node stopped being a master
+    /// (their writes may not be on the new one; the clients retry).
+    pub sync_dropped: Counter,
     /// Drops by reason, indexed by [`DropReason::index`].
     pub drops: Drops,
     /// Sampled service latency (rx burst to hand-off of the response to the NIC).
@@ -248,6 +251,7 @@ impl WorkerStats {
             ("handed_off", &self.handed_off),
             ("handed_in", &self.handed_in),
             ("busy_cycles", &self.busy_cycles),
+            ("sync_dropped", &self.sync_dropped),
         ]
         .iter()
         .map(|(n, c)| (n.to_string(), c.get()))

@@ -7,9 +7,11 @@
 //! with no fault configured the only cost is one branch per frame.
 
 use dataplane::control::{self, WorkerControl};
+use dataplane::hold::HoldQueue;
 use dataplane::latency::Sampler;
 use dataplane::packet::MAX_BURST;
 use dataplane::repl::apply::Applier;
+use dataplane::repl::scan::ScanShared;
 use dataplane::server::Server;
 use dataplane::snapshot::WorkerSnap;
 use dataplane::stats::WorkerStats;
@@ -52,6 +54,23 @@ pub struct Store {
     /// The replication loop, polled by this worker between its bursts instead of by a
     /// replication lcore (`--repl-inline`: the baseline without SKV's offload).
     pub inline_repl: Option<crate::replicator::Replicator>,
+    /// Sync replication (`mode: sync` on a master): this worker's shared state with
+    /// the replication lcore, whose `durable` position releases held responses.
+    pub sync: Option<Arc<ScanShared>>,
+}
+
+/// Responses a sync master worker holds at most (frames); beyond [`HOLD_SLACK`] left,
+/// the server answers new requests with RNR NAKs.
+const HOLD_FRAMES: usize = 4096;
+/// Room kept for the frames of requests already admitted in a burst.
+const HOLD_SLACK: usize = 512;
+
+/// Sync mode's held responses of one worker.
+struct SyncHold {
+    q: HoldQueue<Mbuf>,
+    shared: Arc<ScanShared>,
+    /// This node is a master taking writes (not paused): responses are held.
+    active: bool,
 }
 
 /// Loop settings.
@@ -183,6 +202,8 @@ struct TxSide<'a> {
     inject: Option<Box<Injector<Mbuf, INJECT_HOLD>>>,
     /// Frames waiting for the NIC beyond which the server answers RNR NAKs.
     rnr_backlog: usize,
+    /// Sync mode (`None`: responses go out at once).
+    hold: Option<SyncHold>,
 }
 
 impl TxSide<'_> {
@@ -242,6 +263,32 @@ impl TxSide<'_> {
         }
     }
 
+    /// Sync mode, after a burst: tags its held responses with the log position its
+    /// writes reached, then sends every held response whose writes the replicas have
+    /// (or frees them all when this node stopped being a master).
+    #[inline]
+    fn sync_release(&mut self, position: Option<u64>) {
+        let Some(mut h) = self.hold.take() else {
+            return;
+        };
+        if let Some(p) = position {
+            h.q.tag(p);
+        }
+        h.active = !h.shared.paused.load(Ordering::Acquire);
+        if !h.q.is_empty() {
+            if h.active {
+                let d = h.shared.durable.load(Ordering::Acquire);
+                h.q.release(d, |m| self.enqueue(m));
+            } else {
+                // Demoted or fenced: these writes may never be on the new master;
+                // the clients retry (and are told NOT_MASTER).
+                let n = h.q.discard(drop);
+                self.stats.sync_dropped.add(n as u64);
+            }
+        }
+        self.hold = Some(h);
+    }
+
     /// Frees everything queued (the peer stopped taking frames), counting `TxFull`.
     fn discard(&mut self) {
         let n = self.burst.len();
@@ -281,12 +328,24 @@ impl TxSink for TxSide<'_> {
 
     #[inline]
     fn send(&mut self, frame: TxMbuf) {
-        self.push(frame.0);
+        match self.hold.as_mut() {
+            Some(h) if h.active => {
+                let qp = peek_dest_qp(frame.0.data()).unwrap_or(0);
+                if h.q.push(frame.0, qp).is_err() {
+                    self.stats.drop(DropReason::TxFull);
+                }
+            }
+            _ => self.push(frame.0),
+        }
     }
 
     #[inline]
     fn backlogged(&self) -> bool {
         self.burst.len() > self.rnr_backlog
+            || self
+                .hold
+                .as_ref()
+                .is_some_and(|h| h.active && h.q.room() < HOLD_SLACK)
     }
 }
 
@@ -336,6 +395,11 @@ pub fn run(
         last_progress: tsc::now(),
         inject: injector(cfg.inject, handoff.me),
         rnr_backlog: cfg.rnr_backlog,
+        hold: store.sync.clone().map(|shared| SyncHold {
+            q: HoldQueue::new(HOLD_FRAMES),
+            active: !shared.paused.load(Ordering::Acquire),
+            shared,
+        }),
     };
     let stall_ticks = hz / 1000 * TX_STALL_MS;
     let mut last_drain = tsc::now();
@@ -399,6 +463,19 @@ pub fn run(
         } + usize::from(store.server.tick_mutation_sink())
             + usize::from(store.inline_repl.as_mut().is_some_and(|r| r.poll_once()));
         let n = n + handed;
+        if tx.hold.is_some() {
+            // Every write of this iteration's bursts is at or below this position; a
+            // burst whose writes were refused wrote nothing.
+            let s = &store.server;
+            let pos = (n > 0).then(|| {
+                if s.took_writes() {
+                    s.write_position()
+                } else {
+                    0
+                }
+            });
+            tx.sync_release(pos);
+        }
         let now = tsc::now();
         // The responses of one rx burst go out as one tx burst right away (the rx
         // burst is the batch); the timer retries what the NIC did not take.
@@ -420,7 +497,11 @@ pub fn run(
             }
         }
         let scanned = snap.active() && snap.step(&mut store.server);
-        let idle_now = n == 0 && applied == 0 && tx.burst.is_empty() && !scanned;
+        let idle_now = n == 0
+            && applied == 0
+            && tx.burst.is_empty()
+            && !scanned
+            && tx.hold.as_ref().is_none_or(|h| h.q.is_empty());
         if !idle_now {
             stats.busy_cycles.add(tsc::now().wrapping_sub(iter_start));
         }

@@ -148,8 +148,10 @@ impl ClusterNode {
         };
         // What the rings hold was pushed before the workers' logging was paused
         // (an earlier mastership): not part of the new stream.
-        for log in &mut logs {
+        for (log, s) in logs.iter_mut().zip(&scans) {
             while matches!(log.drain(DISCARD_PER_POLL, |_| true), Ok(n) if n > 0) {}
+            // Sync mode: every response tagged so far (reads while a replica) may go.
+            s.durable.store(log.popped(), Ordering::Release);
         }
         for s in &scans {
             s.paused.store(false, Ordering::Release);

@@ -14,7 +14,9 @@ use crate::gate::WriteGate;
 use kvrepl::backlog::Backlog;
 use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode};
 use kvrepl::log::{LogConsumer, LogItem};
-use kvrepl::progress::{GateConfig, Liveness, LivenessAction, ProbeConfig, ReplicaView};
+use kvrepl::progress::{
+    DurableCursor, GateConfig, Liveness, LivenessAction, Mode, ProbeConfig, ReplicaView,
+};
 use kvrepl::replica_state::{ReplicaEvent, ReplicaState};
 use kvrepl::resync::{decide, Decision, FullSync, ReplIds};
 use kvrepl::shipper::{ShipError, Shipper, ShipperConfig};
@@ -29,6 +31,9 @@ use std::sync::Arc;
 
 /// Log items drained per worker per poll at most.
 const DRAIN_PER_POLL: usize = 4096;
+/// Drained batches remembered per worker for sync mode (older ones merge: a write
+/// then waits a little longer, never less).
+const DURABLE_DEPTH: usize = 4096;
 /// Segments sent per replica per poll at most.
 const SEGMENTS_PER_POLL: usize = 32;
 
@@ -84,6 +89,8 @@ pub struct MasterNode {
     session: u32,
     peers: Vec<Peer>,
     gate_rules: kvrepl::progress::WriteGate,
+    /// Sync mode: the workers' log positions the quorum has (`None`: async).
+    durable: Option<DurableCursor>,
     gate: Arc<WriteGate>,
     status: Arc<ReplStatus>,
     /// Records that could not enter the stream (a bug: never expected).
@@ -139,6 +146,7 @@ impl MasterNode {
             scans,
             peers,
             gate_rules,
+            durable: (cfg.gate.mode == Mode::Sync).then(|| DurableCursor::new(nw, DURABLE_DEPTH)),
             gate,
             status,
             stream_errors: 0,
@@ -209,7 +217,14 @@ impl MasterNode {
                 true
             });
             match r {
-                Ok(n) => any |= n > 0,
+                Ok(n) => {
+                    any |= n > 0;
+                    if n > 0 {
+                        if let Some(c) = self.durable.as_mut() {
+                            c.on_drained(w, log.popped(), live.end());
+                        }
+                    }
+                }
                 Err(_) => self.stream_errors += 1,
             }
             let failed = self.scans[w].failed.load(Ordering::Acquire);
@@ -394,12 +409,27 @@ impl MasterNode {
     }
 
     fn update_gate(&mut self, now_ns: u64) -> usize {
+        let sync = self.durable.is_some();
         let views = self.peers.iter().map(|p| ReplicaView {
             online: p.state.counted(),
-            acked: p.applied,
+            // Sync mode counts what a replica has *received*: it acknowledges a
+            // segment (RC ACK) only once its records are in its workers' rings, in
+            // its memory; PROGRESS (what they applied) comes only every ack interval.
+            acked: if sync {
+                p.applied.max(p.shipper.acked_live())
+            } else {
+                p.applied
+            },
             last_ack_ns: p.last_ack_ns,
         });
         let g = self.gate_rules.evaluate(now_ns, views);
+        if let Some(c) = self.durable.as_mut() {
+            if c.advance(g.quorum_offset) {
+                for (w, s) in self.scans.iter().enumerate() {
+                    s.durable.store(c.durable(w), Ordering::Release);
+                }
+            }
+        }
         if g.writes_allowed {
             self.gate.open();
         } else {

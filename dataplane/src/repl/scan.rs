@@ -36,6 +36,10 @@ pub struct ScanShared {
     /// an etcd-managed cluster, whose workers keep a log ring for when they are
     /// promoted.
     pub paused: AtomicBool,
+    /// Sync mode: the worker's log position up to which the replicas required by
+    /// `min_replicas` have the stream (published by the replication lcore): responses
+    /// tagged at or below it may leave (`crate::hold`).
+    pub durable: AtomicU64,
 }
 
 /// One worker's scan state.

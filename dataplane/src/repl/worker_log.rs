@@ -21,6 +21,8 @@ pub struct ReplLog {
     /// Post-images the ring refused (never expected: the server reserves room
     /// before serving a request; counted so a bug cannot hide).
     lost: Arc<AtomicU64>,
+    /// Ring position right after the last post-image pushed (scan records excluded).
+    live_end: u64,
 }
 
 impl ReplLog {
@@ -31,6 +33,7 @@ impl ReplLog {
             scan: ScanDriver::default(),
             shared,
             lost,
+            live_end: 0,
         }
     }
 
@@ -41,6 +44,7 @@ impl ReplLog {
         if self.log.try_push(rec).is_err() {
             self.lost.fetch_add(1, Ordering::Relaxed);
         }
+        self.live_end = self.log.pushed();
     }
 }
 
@@ -58,6 +62,10 @@ impl MutationSink for ReplLog {
 
     fn delete(&mut self, key: &[u8]) {
         self.push(&Record::Delete { key });
+    }
+
+    fn position(&self) -> u64 {
+        self.live_end
     }
 
     fn tick(&mut self, engine: &Engine) -> bool {

@@ -90,6 +90,10 @@ impl MutationSink for SnapTee {
         self.inner.as_mut().is_some_and(|i| i.tick(engine))
     }
 
+    fn position(&self) -> u64 {
+        self.inner.as_ref().map_or(0, |i| i.position())
+    }
+
     fn snapshot_ring(&mut self) -> Option<&mut dyn MutationSink> {
         Some(&mut self.ring)
     }
