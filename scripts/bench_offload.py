@@ -16,13 +16,16 @@ replication lcore on CPU 0, replicas' lcores on both):
     probes); the replication lcore idles.
 
 Per repetition, back to back under the DPDK lock: standalone (0 replicas), inline with
-3 replicas, offload with 3 replicas, PUT-only at saturation (closed loop). Reported:
+3 replicas, offload with 3 replicas, and master + 1 replica in `mode: sync`
+(min_replicas 1), PUT-only at saturation (closed loop). Reported:
 
   * inline_fanout_cost (SKV Fig. 7): inline 3 replicas vs 0 — throughput and p99 ratios;
   * offload_vs_inline_mops, offload_vs_inline_p99 (SKV Fig. 11: +14 % throughput,
     −21 % p99) at saturation with 3 replicas; on this 2-core host the replication
     lcore has no core of its own (it shares CPU 0 with pktgen and the replicas), which
     the figures include;
+  * put_sync1_vs_none (and its p99 ratio): sync replication's cost — each answer waits
+    until the replica has the write in memory;
   * worker_cycles_per_put_offload_vs_inline: the master worker's busy TSC cycles (loop
     iterations that did work, counter `busy_cycles`) per PUT it executed — the cost
     taken off the request path, independent of where the other lcores run.
@@ -58,9 +61,21 @@ class InlineCluster(br.Cluster):
         self.procs[0] = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
 
 
-def run(tmp, a, tag, replicas, inline, rep):
+class SyncCluster(br.Cluster):
+    """A cluster in `mode: sync` with min_replicas 1."""
+
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        for k in range(self.n):
+            c = json.load(open(self.cfg(k)))
+            c["replication"]["mode"] = "sync"
+            c["replication"]["min_replicas"] = 1
+            json.dump(c, open(self.cfg(k), "w"), indent=2)
+
+
+def run(tmp, a, tag, replicas, inline, rep, sync=False):
     for attempt in range(2):
-        cls = InlineCluster if inline else br.Cluster
+        cls = InlineCluster if inline else SyncCluster if sync else br.Cluster
         c = cls(tmp, f"{tag}-r{rep}", replicas, a.huge, standalone=(replicas == 0))
         try:
             t = time.monotonic()
@@ -119,7 +134,7 @@ def main():
         a.reps, a.duration, a.warmup, a.quiet_wait = 1, 0.5, 0.2, 0
     tmp = tempfile.mkdtemp(prefix="kvd-bench-offload-")
     k = a.replicas
-    runs = {"none": [], "inline": [], "offload": []}
+    runs = {"none": [], "inline": [], "offload": [], "sync1": []}
     t0 = time.monotonic()
     for rep in range(a.reps):
         br.wait_quiet(a)
@@ -127,8 +142,10 @@ def main():
             runs["none"].append(run(tmp, a, "none", 0, False, rep))
             runs["inline"].append(run(tmp, a, "inline", k, True, rep))
             runs["offload"].append(run(tmp, a, "offload", k, False, rep))
+            runs["sync1"].append(run(tmp, a, "sync1", 1, False, rep, sync=True))
         log(f"  rep {rep}: PUT Mops none {runs['none'][-1]['mops']:.3f}, inline {runs['inline'][-1]['mops']:.3f}, "
-            f"offload {runs['offload'][-1]['mops']:.3f}; worker cycles/PUT inline "
+            f"offload {runs['offload'][-1]['mops']:.3f}, 1 sync replica {runs['sync1'][-1]['mops']:.3f}; "
+            f"worker cycles/PUT inline "
             f"{runs['inline'][-1]['cycles_per_put']:.0f}, offload {runs['offload'][-1]['cycles_per_put']:.0f}")
     res = {
         "what": f"PUT-only at saturation, 8 B keys and values, master + {k} async replicas on memif, "
@@ -149,6 +166,9 @@ def main():
         "offload_vs_inline_mops": ratio(runs["offload"], runs["inline"], "mops"),
         "offload_vs_inline_p99": ratio(runs["offload"], runs["inline"], "p99_us"),
         "worker_cycles_per_put_offload_vs_inline": ratio(runs["offload"], runs["inline"], "cycles_per_put"),
+        "put_sync1_vs_none": ratio(runs["sync1"], runs["none"], "mops"),
+        "p99_put_sync1_vs_none": ratio(runs["sync1"], runs["none"], "p99_us"),
+        "put_sync1_mops": med(runs["sync1"], "mops"),
         "worker_cycles_per_put": {"none": med(runs["none"], "cycles_per_put"),
                                   "inline": med(runs["inline"], "cycles_per_put"),
                                   "offload": med(runs["offload"], "cycles_per_put")},
@@ -166,7 +186,7 @@ def main():
     if a.merge_into and os.path.exists(a.merge_into):
         j = json.load(open(a.merge_into))
         for f in ("inline_fanout_cost", "offload_vs_inline_mops", "offload_vs_inline_p99",
-                  "worker_cycles_per_put_offload_vs_inline"):
+                  "worker_cycles_per_put_offload_vs_inline", "put_sync1_vs_none", "p99_put_sync1_vs_none"):
             j[f] = res[f]
             if isinstance(j.get("not_measured"), dict):
                 j["not_measured"].pop(f, None)
