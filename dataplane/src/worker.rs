@@ -497,11 +497,9 @@ pub fn run(
             }
         }
         let scanned = snap.active() && snap.step(&mut store.server);
-        let idle_now = n == 0
-            && applied == 0
-            && tx.burst.is_empty()
-            && !scanned
-            && tx.hold.as_ref().is_none_or(|h| h.q.is_empty());
+        // Held responses (sync mode) are not work: waiting for the replicas, the worker
+        // backs off like an idle one, so a replication lcore sharing its core can run.
+        let idle_now = n == 0 && applied == 0 && tx.burst.is_empty() && !scanned;
         if !idle_now {
             stats.busy_cycles.add(tsc::now().wrapping_sub(iter_start));
         }
