@@ -28,26 +28,6 @@ cluster() {
     --probe-ms 50 --waiting-ms 200 --backlog-mb 256 >/dev/null
 }
 
-declare -A NODE_PID
-start_node() { # DIR K
-  local log="$1/node$2.log"
-  "$DP" --config "$1/node$2.json" --no-huge --stats-json "$1/node$2.stats.json" >"$log" 2>&1 &
-  NODE_PID[$2]=$!
-  E2E_PIDS+=("$!")
-  for _ in $(seq 1 300); do
-    grep -q "dataplane ready" "$log" && return 0
-    kill -0 "${NODE_PID[$2]}" 2>/dev/null || { cat "$log"; fail "node$2 exited early"; }
-    sleep 0.1
-  done
-  cat "$log"; fail "node$2 not ready in 30 s"
-}
-
-stop_node() { # DIR K
-  kill -INT "${NODE_PID[$2]}" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "${NODE_PID[$2]}" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "${NODE_PID[$2]}" 2>/dev/null && fail "node$2 did not stop on SIGINT"
-  wait "${NODE_PID[$2]}" 2>/dev/null || true
-}
 
 field() { # DIR K EXPR: a field of node K's /kvd/replication
   "$CTL" replication status --json --config "$1/node$2.json" >"$E2E_TMP/st.json" 2>/dev/null || { echo "?"; return; }
@@ -73,6 +53,16 @@ wait_followers() {
   done
   "$CTL" replication status --config "$d/node$m.json" || true
   fail "node$m: its $# replicas not in sync within $t s"
+}
+
+elected() { # DIR: which of nodes 1 and 2 is master (polled for up to 5 s; "" if none)
+  local k
+  for _ in $(seq 1 100); do
+    for k in 1 2; do
+      [ "$(field "$1" "$k" 'd["role"]')" = master ] && { echo "$k"; return; }
+    done
+    sleep 0.05
+  done
 }
 
 pg() { # DIR K NAME ARGS...: pktgen on node K's client port
@@ -106,13 +96,7 @@ LOAD=$!
 sleep 1
 kill -KILL "${NODE_PID[0]}"
 t0=$(date +%s%N)
-new=""
-for _ in $(seq 1 100); do
-  for k in 1 2; do
-    [ "$(field "$D" "$k" 'd["role"]')" = master ] && { new=$k; break 2; }
-  done
-  sleep 0.05
-done
+new=$(elected "$D")
 ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 [ -n "$new" ] || fail "no replica became master within 5 s of kill -9"
 [ "$ms" -le 3000 ] || fail "failover took $ms ms (lease $LEASE_MS ms)"
@@ -201,13 +185,7 @@ x0=$(counter 0 before)
 LOAD=$!
 sleep 1
 kill -KILL "${NODE_PID[0]}"
-new=""
-for _ in $(seq 1 100); do
-  for k in 1 2; do
-    [ "$(field "$D" "$k" 'd["role"]')" = master ] && { new=$k; break 2; }
-  done
-  sleep 0.05
-done
+new=$(elected "$D")
 [ -n "$new" ] || fail "sync mode: no replica became master within 5 s"
 wait "$LOAD" || true
 [ -f "$D/adds.json" ] || { cat "$D/adds.out"; fail "the fetch-add client reported nothing"; }

@@ -56,3 +56,29 @@ stop_dataplane() {
   kill -0 "$DP_PID" 2>/dev/null && { kill -KILL "$DP_PID"; fail "dataplane did not stop on SIGINT"; }
   wait "$DP_PID" 2>/dev/null || true
 }
+
+# Replicated nodes (configs from scripts/cluster_config.py in DIR): NODE_PID[K].
+declare -A NODE_PID
+
+# start_node DIR K: node K (DIR/nodeK.json, --no-huge, final stats in
+# DIR/nodeK.stats.json) until "dataplane ready".
+start_node() {
+  local log="$1/node$2.log"
+  "$DP" --config "$1/node$2.json" --no-huge --stats-json "$1/node$2.stats.json" >"$log" 2>&1 &
+  NODE_PID[$2]=$!
+  E2E_PIDS+=("$!")
+  for _ in $(seq 1 300); do
+    grep -q "dataplane ready" "$log" && return 0
+    kill -0 "${NODE_PID[$2]}" 2>/dev/null || { cat "$log"; fail "node$2 exited early"; }
+    sleep 0.1
+  done
+  cat "$log"; fail "node$2 not ready in 30 s"
+}
+
+# stop_node DIR K: SIGINT, wait for its final stats.
+stop_node() {
+  kill -INT "${NODE_PID[$2]}" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "${NODE_PID[$2]}" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "${NODE_PID[$2]}" 2>/dev/null && fail "node$2 did not stop on SIGINT"
+  wait "${NODE_PID[$2]}" 2>/dev/null || true
+}

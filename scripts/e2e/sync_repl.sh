@@ -16,25 +16,6 @@ D="$E2E_TMP/c"
 python3 scripts/cluster_config.py "$D" 1 --prefix kvd-e2e-sync --mode sync --min-replicas 1 \
   --probe-ms 50 --waiting-ms 200 --backlog-mb 256 >/dev/null
 
-declare -A NODE_PID
-start_node() { # K
-  local log="$D/node$1.log"
-  "$DP" --config "$D/node$1.json" --no-huge --stats-json "$D/node$1.stats.json" >"$log" 2>&1 &
-  NODE_PID[$1]=$!
-  E2E_PIDS+=("$!")
-  for _ in $(seq 1 300); do
-    grep -q "dataplane ready" "$log" && return 0
-    kill -0 "${NODE_PID[$1]}" 2>/dev/null || { cat "$log"; fail "node$1 exited early"; }
-    sleep 0.1
-  done
-  cat "$log"; fail "node$1 not ready in 30 s"
-}
-stop_node() { # K
-  kill -INT "${NODE_PID[$1]}" 2>/dev/null || true
-  for _ in $(seq 1 100); do kill -0 "${NODE_PID[$1]}" 2>/dev/null || break; sleep 0.1; done
-  kill -0 "${NODE_PID[$1]}" 2>/dev/null && fail "node$1 did not stop on SIGINT"
-  wait "${NODE_PID[$1]}" 2>/dev/null || true
-}
 field() { # EXPR on the master's /kvd/replication
   "$CTL" replication status --json --config "$D/node0.json" >"$E2E_TMP/st.json" 2>/dev/null || { echo "?"; return; }
   json_field "$E2E_TMP/st.json" "$1"
@@ -54,8 +35,8 @@ pg() { # NAME ARGS...
   [ -f "$D/$name.json" ] || { cat "$D/$name.out"; fail "$name: pktgen wrote no report"; }
 }
 
-start_node 0
-start_node 1
+start_node "$D" 0
+start_node "$D" 1
 wait_in_sync 30
 pg up --keys 5000 --key-size 8 --value-size 4-40 --get 0.3 --put 0.7 --duration 1 --warmup 0 --verify
 ops=$(json_field "$D/up.json" 'd["ops"]')
@@ -87,8 +68,8 @@ bad=$(json_field "$D/after.json" 'd["errors"] + d["mismatches"] + d["timeouts"]'
 [ "$bad" = 0 ] && [ "$ops" -gt 1000 ] || { cat "$D/after.out"; fail "after SIGCONT: $bad errors/mismatches/timeouts in $ops ops"; }
 pass "replica back: $ops verified ops acknowledged"
 wait_in_sync 30
-stop_node 1
-stop_node 0
+stop_node "$D" 1
+stop_node "$D" 0
 a=$(json_field "$D/node0.stats.json" 'd["engine_digest"]')
 b=$(json_field "$D/node1.stats.json" 'd["engine_digest"]')
 ka=$(json_field "$D/node0.stats.json" 'd["engine_kvs"]')
