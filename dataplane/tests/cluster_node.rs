@@ -7,6 +7,8 @@
 //! fully and ends with the new master's contents; a master whose fence deadline
 //! passed refuses writes.
 
+mod common;
+
 use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
 use dataplane::repl::apply::{Applier, ApplyStats};
@@ -18,7 +20,7 @@ use dataplane::repl::scan::ScanShared;
 use dataplane::repl::status::ReplStatus;
 use dataplane::repl::worker_log::ReplLog;
 use kvcluster::{ClusterView, MasterInfo, NodeAddr, Role};
-use kvengine::{Engine, EngineConfig, Region};
+use kvengine::Engine;
 use kvrepl::log::log_ring;
 use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
 use kvrepl::resync::ReplIds;
@@ -31,14 +33,6 @@ use std::sync::Arc;
 
 const MS: u64 = 1_000_000;
 const STEP_NS: u64 = 100_000;
-
-fn engine() -> Engine {
-    let cfg = EngineConfig {
-        mem_bytes: 4 << 20,
-        ..EngineConfig::default()
-    };
-    Engine::new(Region::owned(4 << 20), &cfg).unwrap()
-}
 
 struct Rng(u64);
 impl Rng {
@@ -124,7 +118,7 @@ impl Node {
         })
         .unwrap();
         Node {
-            engine: engine(),
+            engine: common::engine(4 << 20),
             tap: ReplLog::new(lp, shared, Arc::new(AtomicU64::new(0))),
             applier: Applier::new(ac, stats),
             logic,
