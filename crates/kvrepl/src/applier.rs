@@ -168,6 +168,22 @@ impl Applier {
         }
     }
 
+    /// Starts from data that is exactly stream `repl_id` (of `epoch`) up to live
+    /// offset `offset` — a demoted master's own stream, complete up to there — so
+    /// the next HELLO asks to continue from it. Nothing is accepted before a WELCOME
+    /// (no master ships this id and PSN state; the replica must send HELLO).
+    pub fn resume_at(&mut self, repl_id: u64, epoch: u64, offset: u64) {
+        self.state = State::Streaming;
+        self.repl_id = repl_id;
+        self.epoch = epoch;
+        self.next = offset;
+        self.applied = offset;
+        self.live_from = None;
+        self.carry_len = 0;
+        self.nak_sent = false;
+        self.since_ack = 0;
+    }
+
     /// What the replica puts in its next HELLO: the replication id and live
     /// offset its data stands at, or `(0, 0)` when it has no consistent
     /// position (never synced, mid full sync, broken).

@@ -41,6 +41,10 @@ use kvwire::MasterHint;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// How long a fenced master's gate must have been closed before it may keep its
+/// position when demoted: far longer than a worker's burst, so no write admitted
+/// before the fence is still being executed.
+const QUIET_NS: u64 = 10_000_000;
 /// Records discarded per stale log ring per poll while a promotion waits.
 const DISCARD_PER_POLL: usize = 1 << 16;
 
@@ -92,6 +96,9 @@ pub struct ClusterNode {
     view: Arc<ClusterView>,
     /// (master id, epoch) of the hint in the gate.
     hint: Option<(u32, u64)>,
+    /// While master: when its gate was closed because the view stopped saying "master
+    /// at my epoch" (lease not renewed, handover); `None` while open.
+    fenced_since_ns: Option<u64>,
 }
 
 impl ClusterNode {
@@ -121,6 +128,7 @@ impl ClusterNode {
             status: p.status,
             view: p.view,
             hint: None,
+            fenced_since_ns: None,
         })
     }
 
@@ -180,11 +188,20 @@ impl ClusterNode {
         Ok(())
     }
 
-    /// Stops being master: writes refused, logging off, a replica with no position.
-    fn become_replica(&mut self, master: MasterNode) -> Result<(), String> {
+    /// Stops being master: writes refused, logging off, and a replica with no
+    /// position — or, when the master had been fenced for a while with its whole log
+    /// drained into the stream (a planned switchover), one that stands at its own
+    /// stream's end, so the new master can resume it by partial resync.
+    fn become_replica(&mut self, master: MasterNode, now_ns: u64) -> Result<(), String> {
         self.gate.refuse_not_master();
         self.gate.set_fence_deadline(1);
+        let quiet = self
+            .fenced_since_ns
+            .is_some_and(|t| now_ns.saturating_sub(t) >= QUIET_NS);
+        let own = (master.ids().current, master.epoch(), master.offset());
         let (logs, scans) = master.into_parts();
+        let drained = logs.iter().all(|l| l.pending_bytes() == 0);
+        self.fenced_since_ns = None;
         for s in &scans {
             s.paused.store(true, Ordering::Release);
         }
@@ -200,6 +217,9 @@ impl ClusterNode {
             self.status.clone(),
             self.gate.clone(),
         )?;
+        if quiet && drained {
+            r.resume_at(own.0, own.1, own.2);
+        }
         r.set_epoch_floor(self.view.epoch());
         self.hint = None;
         self.status.demotions.fetch_add(1, Ordering::Relaxed);
@@ -233,7 +253,7 @@ impl ClusterNode {
                     // Another master, or re-elected at a new epoch after losing the
                     // lease: what was written since may not be anywhere else.
                     let prev = (m.ids().current, m.offset());
-                    if let Err(e) = self.become_replica(m) {
+                    if let Err(e) = self.become_replica(m, now_ns) {
                         eprintln!("dataplane: demotion failed: {e}");
                         return;
                     }
@@ -252,9 +272,11 @@ impl ClusterNode {
                 }
                 self.view.set_offset(m.offset());
                 if mine {
+                    self.fenced_since_ns = None;
                     self.gate
                         .set_fence_deadline(self.view.fence_deadline_ns().max(1));
                 } else {
+                    self.fenced_since_ns.get_or_insert(now_ns);
                     // Fenced (lease not renewed in time, handing over): no writes,
                     // whatever min-replicas says, until the view says master again.
                     self.gate.set_fence_deadline(1);

@@ -202,6 +202,17 @@ impl ReplicaNode {
         self.applier.position()
     }
 
+    /// Starts from data that is exactly stream `repl_id` up to `offset` (a demoted
+    /// master whose whole stream is in its engine): the next HELLO asks to continue
+    /// from there, a partial resync when the new master's stream went on from it.
+    pub fn resume_at(&mut self, repl_id: u64, epoch: u64, offset: u64) {
+        self.applier.resume_at(repl_id, epoch, offset);
+        self.applied_live = offset;
+        self.checkpoints.clear();
+        self.master_link = None;
+        self.rejoin = true;
+    }
+
     /// Gives back the workers' rings and apply counters (the node changes role).
     pub fn into_parts(self) -> (Vec<LogProducer>, Vec<Arc<ApplyStats>>) {
         (self.rings, self.consumed)
