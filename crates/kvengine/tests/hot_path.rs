@@ -3,15 +3,26 @@
 
 use kvengine::{BatchOp, Engine, EngineConfig, Region, Status};
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
 struct Counting;
-static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    // Per thread: the test harness runs tests in parallel, and another test's
+    // allocations must not count against this thread's hot path. A `const`
+    // Cell needs no destructor, so touching it never allocates.
+    static ALLOCS: Cell<usize> = const { Cell::new(0) };
+}
+
+fn allocs() -> usize {
+    ALLOCS.with(Cell::get)
+}
 
 // SAFETY: forwards to the system allocator unchanged; only counts calls.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // `try_with`: during thread teardown the slot may be gone; skip counting then.
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
         // SAFETY: same contract as our caller's.
         unsafe { System.alloc(l) }
     }
@@ -39,7 +50,7 @@ fn hot_path_does_not_allocate() {
     let big = vec![7u8; 3000];
     let mut out = vec![0u8; 4096];
     let mut results = 0usize;
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     for (i, k) in keys.iter().enumerate() {
         let v = &big[..(i * 37) % 700];
         assert_eq!(e.put(k, v), Status::Ok);
@@ -61,7 +72,7 @@ fn hot_path_does_not_allocate() {
             &mut |_i: usize, _s: Status, _v: &[u8]| results += 1,
         );
     }
-    let after = ALLOCS.load(Ordering::Relaxed);
+    let after = allocs();
     assert_eq!(after - before, 0, "hot path allocated");
     assert_eq!(results, keys.len());
     e.check_invariants().unwrap();
