@@ -9,6 +9,8 @@ Node 0 starts as master, nodes 1..N as replicas. Every node has:
   * two lcores: the worker (main lcore) and the replication lcore.
 Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
        [--etcd URL [--cluster NAME] [--lease-ms MS]] [--base configs/memif.json]
+       [--log-fsync always|everysec|no]  (every node but a fixed master logs the
+                                          stream it applies to DIR/nodeK.aof)
 """
 import argparse
 import copy
@@ -56,6 +58,9 @@ def node_config(base, d, k, n, args):
     }
     if k != 0:
         repl["master"] = {"mac": "02:00:00:00:10:00", "ip": "10.77.0.1"}
+    if args.log_fsync and (k != 0 or args.etcd):
+        repl["log_file"] = os.path.join(d, f"node{k}.aof")
+        repl["fsync"] = args.log_fsync
     if args.etcd:
         repl["etcd"] = {
             "endpoints": [args.etcd],
@@ -80,6 +85,8 @@ def main():
     ap.add_argument("--lease-ms", type=int, default=1000,
                     help="etcd lease TTL: a dead master is replaced after about this long")
     ap.add_argument("--base", default="configs/memif.json")
+    ap.add_argument("--log-fsync", default="", choices=["", "always", "everysec", "no"],
+                    help="replicas append the stream to DIR/nodeK.aof with this policy")
     ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
     args = ap.parse_args()
     with open(args.base) as f:

@@ -454,6 +454,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let idle_polls = wcfg.idle_yield_polls;
     let mut cluster_thread = None;
     let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
+    let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
     let (repl_handle, repl_view) = match repl {
         Some(r) if args.repl_inline => {
             if role != kvconf::ReplRole::Master || r.cluster.is_some() {
@@ -509,6 +510,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         Some(h) => h.wait().map_err(|e| format!("replication lcore: {e}"))?,
         None => 0,
     };
+    // The replication lcore stopped feeding it: the log file ends synced.
+    if let Some((shared, t)) = repl_log {
+        shared.stop.store(true, Ordering::Release);
+        let _ = t.join();
+    }
     let _ = slab_thread.join();
     // Leaves the cluster (a master's lease is revoked: its successor is elected at
     // once instead of after the lease's TTL).

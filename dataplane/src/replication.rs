@@ -10,6 +10,7 @@ use dataplane::repl::cluster::{ClusterNode, ClusterParts};
 use dataplane::repl::link::ReplLogic;
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
+use dataplane::repl::replica_log::{self, LogShared, LogStart};
 use dataplane::repl::scan::ScanShared;
 use dataplane::repl::status::ReplStatus;
 use dataplane::repl::worker_log::ReplLog;
@@ -49,6 +50,9 @@ pub struct Replication {
     /// The links' ports, stopped at exit once their queues are gone (a memif port
     /// left started races its peer's disconnect in the EAL's cleanup).
     pub ports: Vec<Port>,
+    /// A replica's log file writer: stop it (`stop`) and join it after the
+    /// replication lcore stopped, so the file ends synced.
+    pub log_writer: Option<LogWriter>,
 }
 
 /// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
@@ -83,6 +87,9 @@ pub fn setup(
     let r = &cfg.replication;
     let link_addr = r.link.as_ref().ok_or("replication.link is missing")?;
     let mac = kvconf::parse_mac(&link_addr.mac)?;
+    let status = Arc::new(ReplStatus::default());
+    // The log file first: a corrupt one stops the start before any link is up.
+    let (log, log_writer) = replica_log_setup(cfg, role, stores, &status)?;
     let mut links = Vec::new();
     let mut names = Vec::new();
     let mut ports = Vec::new();
@@ -106,7 +113,6 @@ pub fn setup(
         names.push(name.to_string());
         ports.push(port);
     }
-    let status = Arc::new(ReplStatus::default());
     let _ = status.link_names.set(names);
     let gate = Arc::new(WriteGate::writable());
     for s in stores.iter_mut() {
@@ -147,6 +153,7 @@ pub fn setup(
             gate,
             status: status.clone(),
             view: view.clone(),
+            log,
         })?;
         cluster = Some((handle, view));
         Box::new(node)
@@ -166,14 +173,15 @@ pub fn setup(
             }
             ReplRole::Replica => {
                 let (rings, consumed) = replica_rings(stores, &mut apply);
-                Box::new(ReplicaNode::new(
-                    rc,
-                    links.len(),
-                    rings,
-                    consumed,
-                    status.clone(),
-                    gate,
-                )?)
+                let mut node =
+                    ReplicaNode::new(rc, links.len(), rings, consumed, status.clone(), gate)?;
+                if let Some(LogStart { feed, resume }) = log {
+                    node.set_log(feed);
+                    if let Some((id, epoch, offset)) = resume {
+                        node.resume_at(id, epoch, offset);
+                    }
+                }
+                Box::new(node)
             }
             ReplRole::Standalone => return Ok(None),
         }
@@ -214,7 +222,68 @@ pub fn setup(
         apply,
         cluster,
         ports,
+        log_writer,
     }))
+}
+
+/// A replica log's writer thread, with what it publishes.
+type LogWriter = (Arc<LogShared>, std::thread::JoinHandle<()>);
+
+/// With `replication.log_file` on a node that can be a replica: loads the file into
+/// the engines (a corrupt file is an error: the dataplane does not start) and starts
+/// its writer thread. Returns the feed with the position to resume from.
+fn replica_log_setup(
+    cfg: &Config,
+    role: ReplRole,
+    stores: &mut [Store],
+    status: &Arc<ReplStatus>,
+) -> Result<(Option<LogStart>, Option<LogWriter>), String> {
+    let r = &cfg.replication;
+    let Some(path) = &r.log_file else {
+        return Ok((None, None));
+    };
+    if r.etcd.is_none() && role != ReplRole::Replica {
+        println!("dataplane: replication.log_file is a replica's: not used by a fixed {role:?}");
+        return Ok((None, None));
+    }
+    let policy = match r.fsync {
+        kvconf::FsyncPolicy::Always => kvrepl::aof::FsyncPolicy::Always,
+        kvconf::FsyncPolicy::Everysec => kvrepl::aof::FsyncPolicy::EverySec,
+        kvconf::FsyncPolicy::No => kvrepl::aof::FsyncPolicy::No,
+    };
+    let opened = replica_log::open(path, policy)?;
+    let mut resume = None;
+    let mut current = None;
+    if let Some(o) = opened {
+        let t0 = std::time::Instant::now();
+        let mut engines: Vec<&mut kvengine::Engine> =
+            stores.iter_mut().map(|s| s.server.engine_mut()).collect();
+        let rep = dataplane::snapshot::load_log_into(path, &mut engines)
+            .map_err(|e| format!("replica log: {e}"))?;
+        let (id, epoch, offset) = o.position;
+        println!(
+            "dataplane: replica log {}: loaded {} records ({} keys) in {} ms; stream {id:016x} epoch {epoch} offset {offset}{}",
+            path.display(),
+            rep.records,
+            rep.keys,
+            t0.elapsed().as_millis(),
+            if o.truncated_bytes > 0 {
+                format!(" (cut a torn last block of {} B)", o.truncated_bytes)
+            } else {
+                String::new()
+            }
+        );
+        if id != 0 {
+            resume = Some(o.position);
+        }
+        current = Some(o.writer);
+    }
+    let (feed, thread) =
+        replica_log::spawn_writer(path.clone(), policy, stores.len() as u32, current)
+            .map_err(|e| format!("replica log writer: {e}"))?;
+    let shared = feed.shared().clone();
+    let _ = status.log.set((path.display().to_string(), shared.clone()));
+    Ok((Some(LogStart { feed, resume }), Some((shared, thread))))
 }
 
 /// The node's id in etcd: its name's hash folded to 32 bits (ids are ≥ 1).

@@ -41,7 +41,7 @@
 mod load;
 mod worker;
 
-pub use load::{load_into, LoadReport};
+pub use load::{load_into, load_log_into, LoadReport};
 pub use worker::WorkerSnap;
 
 use kvrepl::log::{log_ring, LogConsumer, LogItem, LogProducer};

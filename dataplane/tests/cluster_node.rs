@@ -115,6 +115,7 @@ impl Node {
             gate: gate.clone(),
             status: status.clone(),
             view: view.clone(),
+            log: None,
         })
         .unwrap();
         Node {

@@ -6,7 +6,10 @@
 #     on (async), and on SIGCONT it resumes from its offset (partial resync) and
 #     converges again;
 #  3. with min_replicas 1, kill -9 of the replica is detected within probe interval +
-#     waiting time; writes are then refused NOT_ENOUGH_REPLICAS while reads go on.
+#     waiting time; writes are then refused NOT_ENOUGH_REPLICAS while reads go on;
+#  4. a replica with a log file (fsync always) killed -9 under load and restarted
+#     loads its log and catches up by a partial resync (no second full sync), equal to
+#     the master key by key; with a byte of its log flipped it refuses to start.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -129,3 +132,44 @@ rops=$(json_field "$D/reads.json" 'd["ops"]')
 [ "$rerr" = 0 ] && [ "$rops" -gt 100 ] || fail "reads: $rerr errors of $rops ops"
 pass "min_replicas unmet: every write refused NOT_ENOUGH_REPLICAS ($wnr), $rops reads served"
 stop_node "$D" 0
+
+# --- 4: the replica's log file: kill -9 under load, restart, partial resync.
+D="$E2E_TMP/c"
+python3 scripts/cluster_config.py "$D" 1 --prefix kvd-e2e-repl --probe-ms "$PROBE_MS" \
+  --waiting-ms "$WAIT_MS" --backlog-mb 512 --log-fsync always >/dev/null
+start_node "$D" 0
+start_node "$D" 1
+wait_in_sync "$D" 30
+pg "$D" fill --keys 20000 --key-size 8 --value-size 4-40 --load --get 0 --put 1 --duration 0.5 --warmup 0
+( pg "$D" during --keys 20000 --key-size 8 --value-size 4-40 --get 0.3 --put 0.5 --duration 3 --warmup 0 ) &
+LOAD=$!
+sleep 1
+kill -KILL "${NODE_PID[1]}"
+wait "${NODE_PID[1]}" 2>/dev/null || true
+wait "$LOAD" || fail "load while the replica was killed failed"
+[ -s "$D/node1.aof" ] || fail "the killed replica left no log file"
+mv "$D/node1.log" "$D/node1.first.log"
+rm -f "$D/client1.sock" # a memif server's socket outlives a kill -9
+start_node "$D" 1
+grep -q "replica log .*loaded" "$D/node1.log" || { cat "$D/node1.log"; fail "the restarted replica did not load its log"; }
+wait_in_sync "$D" 30
+part=$(repl_field "$D" 0 'd["peers"]["0"]["partial_syncs"]')
+full=$(repl_field "$D" 0 'd["peers"]["0"]["full_syncs"]')
+[ "$part" -ge 1 ] && [ "$full" = 1 ] || fail "after the restart: partial_syncs $part full_syncs $full"
+pass "replica killed under load restarted from its log: partial resync (partial $part, full $full); $(grep -o 'loaded [0-9]* records' "$D/node1.log")"
+stop_node "$D" 1
+stop_node "$D" 0
+compare "$D"
+# A flipped byte inside the log: the replica refuses to start, naming the file.
+python3 - "$D/node1.aof" <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[len(b) // 2] ^= 0x40
+open(p, "wb").write(b)
+PY
+if timeout 60 "$DP" --config "$D/node1.json" --no-huge >"$D/corrupt.log" 2>&1; then
+  fail "the replica started with a corrupt log file"
+fi
+grep -q "node1.aof: corrupt" "$D/corrupt.log" || { cat "$D/corrupt.log"; fail "no clear error for the corrupt log"; }
+pass "corrupt log refused: $(grep -o 'node1.aof: corrupt[^;]*' "$D/corrupt.log" | head -1)"

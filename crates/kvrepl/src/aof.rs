@@ -9,6 +9,9 @@
 //! offset after its last record), non-decreasing. Replaying the file in order onto the
 //! state at the header's stream offset gives the state at the last block's stream end,
 //! which is where a restarted replica asks the master to continue (partial resync).
+//! A file begun by a full sync has stream offset 0 (its first records are the
+//! master's snapshot, which has no stream position) and ends the sync with an empty
+//! block ([`AofWriter::mark`]) carrying the live offset the sync reached.
 //!
 //! # Writing and fsync policy
 //!
@@ -277,6 +280,47 @@ impl AofWriter {
             FsyncPolicy::No => {}
         }
         Ok(!self.dirty)
+    }
+
+    /// Like [`AofWriter::commit`], but writes a block even when nothing is buffered
+    /// (then an empty one), so that the file records that the stream reached
+    /// `stream_end` — e.g. the end of a full sync, whose last records may be in an
+    /// earlier block.
+    pub fn mark(&mut self, stream_end: u64, now_ns: u64) -> Result<bool, SnapshotError> {
+        if self.block.records == 0 && stream_end > self.info.stream_end {
+            self.block.take_block(stream_end, &mut self.out);
+            self.file.write_all(&self.out)?;
+            self.info.blocks += 1;
+            self.info.bytes += self.out.len() as u64;
+            self.info.stream_end = stream_end;
+            self.dirty = true;
+        }
+        self.commit(stream_end, now_ns)
+    }
+
+    /// Rewrites the header's replication id and epoch in place and syncs (the replica
+    /// now follows a new master that continues the same stream under a new id). The
+    /// 64-byte header is one sector: a crash leaves the old or the new one.
+    pub fn set_stream(&mut self, repl_id: u64, epoch: u64) -> Result<(), SnapshotError> {
+        use std::os::unix::fs::FileExt;
+        let mut h = self.info.header;
+        h.repl_id = repl_id;
+        h.epoch = epoch;
+        self.file.write_all_at(&h.encode(AOF_MAGIC), 0)?;
+        self.file.sync_data()?;
+        self.info.header = h;
+        Ok(())
+    }
+
+    /// Changes the fsync policy (e.g. a file written without syncs during a full sync
+    /// becomes the replica's log under the configured policy).
+    pub fn set_policy(&mut self, policy: FsyncPolicy) {
+        self.policy = policy;
+    }
+
+    /// Bytes buffered for the next commit (a block's payload is at most 1 MiB).
+    pub fn buffered_bytes(&self) -> usize {
+        self.block.payload.len()
     }
 
     /// Under `everysec`, syncs what was written when the last sync is a second old;

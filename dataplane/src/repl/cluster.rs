@@ -30,6 +30,7 @@ use super::apply::ApplyStats;
 use super::link::{LinkTx, ReplLogic};
 use super::master::{MasterConfig, MasterNode};
 use super::replica::{ReplicaConfig, ReplicaNode};
+use super::replica_log::{LogFeed, LogStart};
 use super::scan::ScanShared;
 use super::status::{ReplStatus, RoleCode};
 use crate::gate::WriteGate;
@@ -79,6 +80,9 @@ pub struct ClusterParts {
     pub status: Arc<ReplStatus>,
     /// The control thread's view.
     pub view: Arc<ClusterView>,
+    /// The replica's log file feed, and the (id, epoch, offset) its loaded data
+    /// stands at (config `replication.log_file`).
+    pub log: Option<LogStart>,
 }
 
 /// The replication logic of a node whose role etcd decides.
@@ -96,6 +100,8 @@ pub struct ClusterNode {
     view: Arc<ClusterView>,
     /// (master id, epoch) of the hint in the gate.
     hint: Option<(u32, u64)>,
+    /// The log file's feed while a master (retired: a master logs nothing).
+    log: Option<LogFeed>,
     /// While master: when its gate was closed because the view stopped saying "master
     /// at my epoch" (lease not renewed, handover); `None` while open.
     fenced_since_ns: Option<u64>,
@@ -109,7 +115,7 @@ impl ClusterNode {
             s.paused.store(true, Ordering::Release);
         }
         p.gate.set_fence_deadline(1);
-        let replica = ReplicaNode::new(
+        let mut replica = ReplicaNode::new(
             p.replica.clone(),
             p.links,
             p.rings,
@@ -117,6 +123,12 @@ impl ClusterNode {
             p.status.clone(),
             p.gate.clone(),
         )?;
+        if let Some(LogStart { feed, resume }) = p.log {
+            replica.set_log(feed);
+            if let Some((id, epoch, offset)) = resume {
+                replica.resume_at(id, epoch, offset);
+            }
+        }
         Ok(ClusterNode {
             node: Node::Replica(replica),
             logs: Some((p.logs, p.scans)),
@@ -128,6 +140,7 @@ impl ClusterNode {
             status: p.status,
             view: p.view,
             hint: None,
+            log: None,
             fenced_since_ns: None,
         })
     }
@@ -220,11 +233,24 @@ impl ClusterNode {
         if quiet && drained {
             r.resume_at(own.0, own.1, own.2);
         }
+        if let Some(f) = self.log.take() {
+            // Retired at promotion: a new file begins with the next full sync.
+            r.set_log(f);
+        }
         r.set_epoch_floor(self.view.epoch());
         self.hint = None;
         self.status.demotions.fetch_add(1, Ordering::Relaxed);
         self.node = Node::Replica(r);
         Ok(())
+    }
+
+    /// Keeps the replica's log feed across a promotion, the file retired: the node's
+    /// data will hold writes of its own that no stream carries.
+    fn take_log(&mut self, r: &mut ReplicaNode) {
+        if let Some(mut f) = r.take_log() {
+            f.retire();
+            self.log = Some(f);
+        }
     }
 
     /// Applies the view's role: promotion, demotion, fencing.
@@ -236,6 +262,7 @@ impl ClusterNode {
                 r.set_epoch_floor(epoch);
                 if role == Role::Master && r.drained() {
                     let prev = r.position();
+                    self.take_log(&mut r);
                     let (rings, consumed) = r.into_parts();
                     self.rings = Some((rings, consumed));
                     if let Err(e) = self.become_master(epoch, prev, now_ns) {
@@ -258,10 +285,12 @@ impl ClusterNode {
                         return;
                     }
                     if role == Role::Master {
-                        let Node::Replica(r) = std::mem::replace(&mut self.node, Node::Switching)
+                        let Node::Replica(mut r) =
+                            std::mem::replace(&mut self.node, Node::Switching)
                         else {
                             return;
                         };
+                        self.take_log(&mut r);
                         let (rings, consumed) = r.into_parts();
                         self.rings = Some((rings, consumed));
                         if let Err(e) = self.become_master(epoch, prev, now_ns) {

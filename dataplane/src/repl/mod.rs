@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod link;
 pub mod master;
 pub mod replica;
+pub mod replica_log;
 pub mod scan;
 pub mod status;
 pub mod worker_log;

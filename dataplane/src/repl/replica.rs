@@ -10,6 +10,7 @@
 
 use super::apply::ApplyStats;
 use super::link::{send_control, LinkTx, ReplLogic};
+use super::replica_log::LogFeed;
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
 use kvrepl::applier::{Applier, Outcome, Reply, Sink, SinkError};
@@ -61,9 +62,11 @@ pub struct ReplicaConfig {
     pub rkey: u32,
 }
 
-/// Routes records to the workers' rings by key partition.
+/// Routes records to the workers' rings by key partition, and copies them into the
+/// log file's feed when there is one.
 struct Route<'a> {
     rings: &'a mut [LogProducer],
+    log: Option<&'a mut LogFeed>,
 }
 
 impl Sink for Route<'_> {
@@ -82,9 +85,13 @@ impl Sink for Route<'_> {
         let n = self.rings.len() as u32;
         let p = partition_of_hash(kvengine::key_hash(key), n) as usize;
         match self.rings.get_mut(p) {
-            Some(r) => r.try_push(&rec).map_err(|_| SinkError),
-            None => Err(SinkError),
+            Some(r) => r.try_push(&rec).map_err(|_| SinkError)?,
+            None => return Err(SinkError),
         }
+        if let Some(l) = self.log.as_deref_mut() {
+            l.record(&rec);
+        }
+        Ok(())
     }
 }
 
@@ -117,6 +124,8 @@ pub struct ReplicaNode {
     /// where our data stands.
     rejoin: bool,
     status: Arc<ReplStatus>,
+    /// The log file's feed (config `replication.log_file`).
+    log: Option<LogFeed>,
     /// Segments refused for want of ring room.
     pub rnr_sent: u64,
     /// Segments dropped for a wrong destination, R_Key or VA.
@@ -163,6 +172,7 @@ impl ReplicaNode {
             epoch_seen: 0,
             rejoin: false,
             status,
+            log: None,
             rnr_sent: 0,
             bad_segments: 0,
             stale_epoch: 0,
@@ -213,6 +223,16 @@ impl ReplicaNode {
         self.rejoin = true;
     }
 
+    /// Appends what the node applies to a log file through `feed` from now on.
+    pub fn set_log(&mut self, feed: LogFeed) {
+        self.log = Some(feed);
+    }
+
+    /// Takes the log file's feed back (the node changes role).
+    pub fn take_log(&mut self) -> Option<LogFeed> {
+        self.log.take()
+    }
+
     /// Gives back the workers' rings and apply counters (the node changes role).
     pub fn into_parts(self) -> (Vec<LogProducer>, Vec<Arc<ApplyStats>>) {
         (self.rings, self.consumed)
@@ -228,7 +248,11 @@ impl ReplicaNode {
             nonce: self.nonce,
             repl_id,
             epoch,
-            applied: self.applied_live,
+            // Under `fsync: always`, no more than the log file holds on disk.
+            applied: self
+                .log
+                .as_ref()
+                .map_or(self.applied_live, |l| l.durable(self.applied_live)),
             sync_applied: self.applied_sync,
             state: self.applier.report(),
         }
@@ -309,7 +333,9 @@ impl ReplicaNode {
         let params = hdr.reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
         // Room for every record of the segment in whichever ring it goes to.
         let need = payload.len() + 64;
-        if self.rings.iter().any(|r| r.free_bytes() < need) {
+        if self.rings.iter().any(|r| r.free_bytes() < need)
+            || self.log.as_ref().is_some_and(|l| !l.room(need))
+        {
             self.rnr_sent += 1;
             let psn = hdr.psn;
             tx.send(link, &mut |buf| {
@@ -328,6 +354,7 @@ impl ReplicaNode {
         let (outcome, reply) = {
             let mut sink = Route {
                 rings: &mut self.rings,
+                log: self.log.as_mut(),
             };
             self.applier
                 .on_segment(hdr.psn, hdr.ack_req, imm, payload, &mut sink)
@@ -336,14 +363,24 @@ impl ReplicaNode {
             Outcome::Applied => {
                 if let Some(off) = self.applier.applied_live() {
                     self.note(StreamKind::Live, off);
+                    if let Some(l) = &mut self.log {
+                        l.commit(off);
+                    }
                 } else if let Some(off) = self.applier.applied_sync() {
                     self.note(StreamKind::Sync, off);
+                    if let Some(l) = &mut self.log {
+                        // The full sync's file takes the records; no position yet.
+                        l.commit(0);
+                    }
                 }
             }
             Outcome::SyncComplete => {
                 self.checkpoints.clear();
                 let off = self.applier.applied_live().unwrap_or(0);
                 self.note(StreamKind::Live, off);
+                if let Some(l) = &mut self.log {
+                    l.sync_done(off);
+                }
             }
             Outcome::Broken => {
                 // Connect again from nothing: the next HELLO asks for a full sync.
@@ -433,8 +470,16 @@ impl ReplLogic for ReplicaNode {
                         }
                         Control::Welcome(w) if w.nonce == self.nonce => {
                             self.epoch_seen = self.epoch_seen.max(w.epoch);
+                            if let Some(l) = &mut self.log {
+                                if w.mode == kvrepl::control::WelcomeMode::Partial {
+                                    l.stream(w.repl_id, w.epoch, w.offset);
+                                } else {
+                                    l.begin(w.repl_id, w.epoch);
+                                }
+                            }
                             let mut sink = Route {
                                 rings: &mut self.rings,
+                                log: None,
                             };
                             self.applier.on_welcome(&w, &mut sink);
                             self.checkpoints.clear();

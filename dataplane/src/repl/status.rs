@@ -119,6 +119,8 @@ pub struct ReplStatus {
     pub promotions: AtomicU64,
     /// Times it stopped being master because another node was elected.
     pub demotions: AtomicU64,
+    /// A replica's log file writer (config `replication.log_file`), when there is one.
+    pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
 }
 
 impl ReplStatus {
@@ -153,6 +155,14 @@ impl ReplStatus {
                 }),
             );
         }
+        let log = self.log.get().map_or(Value::Null, |(path, l)| {
+            json!({
+                "file": path,
+                "synced_offset": l.synced_end.load(Relaxed),
+                "blocks": l.blocks.load(Relaxed),
+                "errors": l.errors.load(Relaxed),
+            })
+        });
         json!({
             "role": RoleCode::name(self.role.load(Relaxed)),
             "epoch": self.epoch.load(Relaxed),
@@ -165,6 +175,7 @@ impl ReplStatus {
             "promotions": self.promotions.load(Relaxed),
             "demotions": self.demotions.load(Relaxed),
             "peers": Value::Object(peers),
+            "log_file": log,
         })
     }
 }

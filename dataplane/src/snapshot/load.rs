@@ -28,13 +28,35 @@ pub struct LoadReport {
 /// Errors: the file's (`kvrepl::snapshot`), or a record the engines refuse (a key or
 /// value too large for this engine configuration, out of memory).
 pub fn load_into(path: &Path, engines: &mut [&mut Engine]) -> Result<LoadReport, String> {
-    let n = engines.len() as u32;
-    if n == 0 {
+    if engines.is_empty() {
         return Err("no engine to load into".into());
     }
-    let what = |e: SnapshotError| format!("{}: {e}", path.display());
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let reader = SnapshotReader::open(BufReader::with_capacity(1 << 20, file)).map_err(what)?;
+    let reader = SnapshotReader::open(BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    apply(reader, path, engines)
+}
+
+/// [`load_into`] for a replica's log file (`kvrepl::aof`: recover it first, so a torn
+/// tail is already cut); the same checks, the same errors.
+pub fn load_log_into(path: &Path, engines: &mut [&mut Engine]) -> Result<LoadReport, String> {
+    if engines.is_empty() {
+        return Err("no engine to load into".into());
+    }
+    let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let reader = kvrepl::aof::open_reader(BufReader::with_capacity(1 << 20, file))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    apply(reader, path, engines)
+}
+
+/// Applies a verified file's records in order.
+fn apply(
+    reader: SnapshotReader<BufReader<File>>,
+    path: &Path,
+    engines: &mut [&mut Engine],
+) -> Result<LoadReport, String> {
+    let n = engines.len() as u32;
+    let what = |e: SnapshotError| format!("{}: {e}", path.display());
     let saved_partitions = reader.info().header.partitions;
     let mut records = 0u64;
     let res = reader.for_each(|rec| {

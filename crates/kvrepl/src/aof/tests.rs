@@ -240,3 +240,35 @@ fn fsync_policies_sync_when_they_say() {
     assert_eq!(w.syncs(), 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_mark_records_the_stream_end_and_a_new_stream_id_survives_reopening() {
+    let dir = scratch("mark");
+    let path = dir.join("replica.aof");
+    let mut h = header();
+    h.stream_offset = 0;
+    let mut w = AofWriter::create(&path, &h, FsyncPolicy::No, 0).unwrap();
+    let (k, v) = kv(1);
+    w.append(&Record::Put { key: &k, value: &v }).unwrap();
+    // A full sync's blocks carry no stream position (0); its end is marked.
+    w.commit(0, 0).unwrap();
+    w.mark(5000, 0).unwrap();
+    // Nothing new: no second block.
+    w.mark(5000, 0).unwrap();
+    assert_eq!((w.info().blocks, w.info().stream_end), (2, 5000));
+    w.set_stream(77, 3).unwrap();
+    w.set_policy(FsyncPolicy::Always);
+    assert!(w.commit(5000, 0).unwrap());
+    drop(w);
+    let (w, rec) = AofWriter::open(&path, FsyncPolicy::No, 0).unwrap();
+    assert_eq!(rec.truncated_bytes, 0);
+    let info = w.info();
+    assert_eq!((info.header.repl_id, info.header.epoch), (77, 3));
+    assert_eq!((info.stream_end, info.records), (5000, 1));
+    let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(records(&bytes).unwrap().len(), 1);
+    // A flipped bit in the rewritten header is still caught.
+    let mut bad = bytes.clone();
+    bad[20] ^= 1;
+    assert!(records(&bad).is_err());
+}
