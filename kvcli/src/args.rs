@@ -81,6 +81,11 @@ pub struct ConnArgs {
     /// Server partitions (its worker lcores); default: from the config, or 1.
     #[arg(long, global = true, value_name = "P")]
     pub partitions: Option<String>,
+    /// Another node of a replicated cluster (MAC,IP; repeatable): tried in turn when
+    /// the server does not answer. Writes refused NOT_MASTER go to the master the
+    /// answer names, whatever this says.
+    #[arg(long, global = true, value_name = "MAC,IP")]
+    pub node: Vec<String>,
     /// Connect timeout and per-request timeout in ms (default 1000 and 3000).
     #[arg(long, global = true, value_name = "T")]
     pub timeout_ms: Option<String>,

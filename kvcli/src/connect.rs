@@ -129,11 +129,44 @@ pub fn client_config(a: &ConnArgs) -> Result<ClientConfig, String> {
     Ok(cfg)
 }
 
-/// Builds the endpoint and connects; on failure, the exit code and message.
+/// The `--node MAC,IP` list.
+fn nodes(a: &ConnArgs) -> Result<Vec<([u8; 6], Ipv4Addr)>, String> {
+    a.node
+        .iter()
+        .map(|n| {
+            let (m, ip) = n
+                .split_once(',')
+                .ok_or_else(|| format!("--node {n:?}: want MAC,IP"))?;
+            let ip = ip
+                .parse()
+                .map_err(|_| format!("--node {n:?}: bad IPv4 address {ip:?}"))?;
+            Ok((parse_mac("--node", m)?, ip))
+        })
+        .collect()
+}
+
+/// Builds the endpoint and connects — to the server, else to each `--node` in turn;
+/// on failure, the exit code and message (of the server's attempt).
 pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
     let ep = endpoint(a).map_err(|e| (EXIT_ERROR, e))?;
     let cfg = client_config(a).map_err(|e| (EXIT_ERROR, e))?;
-    ep.connect(cfg).map_err(|e| {
+    let nodes = nodes(a).map_err(|e| (EXIT_ERROR, e))?;
+    let server = (ep.server_mac, ep.server_ip);
+    let mut all = vec![server];
+    all.extend(nodes.iter().copied().filter(|&n| n != server));
+    let first = match ep.connect(cfg) {
+        Err(e @ EndpointError::Unreachable(_)) if all.len() > 1 => all[1..]
+            .iter()
+            .find_map(|&(mac, ip)| {
+                let mut other = ep.clone();
+                other.server_mac = mac;
+                other.server_ip = ip;
+                other.connect(cfg).ok()
+            })
+            .ok_or(e),
+        r => r,
+    };
+    let mut c = first.map_err(|e| {
         let code = match e {
             EndpointError::Unreachable(_) => EXIT_UNREACHABLE,
             EndpointError::Config(_) | EndpointError::Kernel(_) => EXIT_ERROR,
@@ -148,7 +181,9 @@ pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
             _ => e.to_string(),
         };
         (code, msg)
-    })
+    })?;
+    c.set_nodes(&all);
+    Ok(c)
 }
 
 #[cfg(test)]
@@ -166,6 +201,20 @@ mod tests {
 
     fn cfg_path() -> String {
         concat!(env!("CARGO_MANIFEST_DIR"), "/../configs/tap.json").to_string()
+    }
+
+    #[test]
+    fn node_list_parses_and_refuses_bad_forms() {
+        let n = nodes(&conn(&["--node", "02:00:00:00:00:09,10.0.0.9"])).unwrap();
+        assert_eq!(n, vec![([2, 0, 0, 0, 0, 9], Ipv4Addr::new(10, 0, 0, 9))]);
+        for bad in [
+            "02:00:00:00:00:09",
+            "02:00:00:00:00:09,10.0.0",
+            "zz,10.0.0.9",
+        ] {
+            let e = nodes(&conn(&["--node", bad])).unwrap_err();
+            assert!(e.contains("--node"), "{e}");
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! [`Client`]: a plain blocking and pipelined KV API over a [`Transport`].
 
+use crate::follow::{Follower, NodeAddr, Verdict};
 use crate::transport::{Config, Event, SendError, Transport};
 use crate::{Error, PacketIo};
 use hashbrown::{HashMap, HashSet};
@@ -26,6 +27,10 @@ pub struct ClientConfig {
     pub op_timeout_ns: u64,
     /// Most operations packed into one request packet (default and at most 1024).
     pub max_ops_per_packet: usize,
+    /// Follow the master of a replicated cluster (default on): a write answered
+    /// `NOT_MASTER` with the master named goes to that node instead (module
+    /// [`crate::follow`]).
+    pub follow_master: bool,
 }
 
 impl Default for ClientConfig {
@@ -37,6 +42,7 @@ impl Default for ClientConfig {
             connect_timeout_ns: 1_000_000_000,
             op_timeout_ns: 5_000_000_000,
             max_ops_per_packet: MAX_OPS_PER_BATCH,
+            follow_master: true,
         }
     }
 }
@@ -199,7 +205,10 @@ pub struct Ticket(pub u64);
 
 /// Operations sent in one request packet, in order.
 struct Batch {
+    qp: usize,
     tickets: Vec<Ticket>,
+    /// The operations (sent again, on the master, when refused `NOT_MASTER`).
+    ops: Vec<Op>,
     /// Results delivered so far.
     answered: usize,
 }
@@ -224,6 +233,10 @@ pub struct Client<I: PacketIo> {
     ready: Vec<(Ticket, Result<Reply, Error>)>,
     next_tag: u64,
     next_ticket: u64,
+    follow: Follower,
+    /// Per QP: operations put back at the head of its queue since the last move
+    /// (the next ones refused go after them, keeping the order).
+    requeued: Vec<usize>,
 }
 
 impl<I: PacketIo> Client<I> {
@@ -244,6 +257,8 @@ impl<I: PacketIo> Client<I> {
         }
         Client {
             io,
+            follow: Follower::new(cfg.follow_master, Some((params.dst_mac, params.dst_ip))),
+            requeued: vec![0; qps.len()],
             t: Transport::new(cfg.transport, qps, params),
             clock,
             cfg,
@@ -260,6 +275,23 @@ impl<I: PacketIo> Client<I> {
     /// The transport (counters, states).
     pub fn transport(&self) -> &Transport {
         &self.t
+    }
+
+    /// Nodes of a replicated cluster to try, in turn, when the one in use stops
+    /// answering (module [`crate::follow`]).
+    pub fn set_nodes(&mut self, nodes: &[NodeAddr]) {
+        self.follow.set_nodes(nodes);
+    }
+
+    /// The node requests go to now (MAC, IPv4).
+    pub fn node(&self) -> Option<NodeAddr> {
+        self.follow.current()
+    }
+
+    /// Times the client moved to another node (a master named by `NOT_MASTER`, or the
+    /// next candidate after the node in use stopped answering).
+    pub fn redirects(&self) -> u64 {
+        self.follow.redirects
     }
 
     /// The packet I/O.
@@ -320,6 +352,24 @@ impl<I: PacketIo> Client<I> {
     }
 
     fn flush_at(&mut self, now: u64) {
+        if self.follow.moving() {
+            // Nothing new goes out until every request in flight is answered.
+            if !self.batches.is_empty() {
+                return;
+            }
+            if let Some((mac, ip)) = self.follow.take_move() {
+                for qp in 0..self.queues.len() {
+                    let p = FrameParams {
+                        dst_mac: mac,
+                        dst_ip: ip,
+                        ..self.t.frame_params(qp)
+                    };
+                    self.t.set_frame_params(qp, p);
+                    self.t.connect(qp, &mut self.io, now);
+                    self.requeued[qp] = 0;
+                }
+            }
+        }
         for qp in 0..self.queues.len() {
             if self.queues[qp].is_empty() {
                 continue;
@@ -362,11 +412,14 @@ impl<I: PacketIo> Client<I> {
         match res {
             Ok(_) => {
                 self.next_tag += 1;
-                let tickets = self.queues[qp].drain(..packed).map(|(t, _)| t).collect();
+                let (tickets, ops) = self.queues[qp].drain(..packed).unzip();
+                self.requeued[qp] = self.requeued[qp].saturating_sub(packed);
                 self.batches.insert(
                     tag,
                     Batch {
+                        qp,
                         tickets,
+                        ops,
                         answered: 0,
                     },
                 );
@@ -395,6 +448,9 @@ impl<I: PacketIo> Client<I> {
             batches,
             ready,
             abandoned,
+            follow,
+            queues,
+            requeued,
             ..
         } = self;
         t.poll(io, now, &mut |ev| match ev {
@@ -413,6 +469,17 @@ impl<I: PacketIo> Client<I> {
                         break;
                     };
                     b.answered = first + j + 1;
+                    if r.status == Status::NotMaster
+                        && !abandoned.contains(&tk)
+                        && follow.on_not_master(r.value) == Verdict::Requeue
+                    {
+                        // Refused, nothing changed: it goes to the master, in order.
+                        let op = b.ops[first + j].clone();
+                        let at = requeued[b.qp].min(queues[b.qp].len());
+                        queues[b.qp].insert(at, (tk, op));
+                        requeued[b.qp] = at + 1;
+                        continue;
+                    }
                     if !abandoned.remove(&tk) {
                         let reply = Reply {
                             status: r.status,
@@ -427,6 +494,10 @@ impl<I: PacketIo> Client<I> {
                     Event::Failed { error, .. } => error,
                     _ => Error::BadResponse,
                 };
+                if error == Error::Timeout {
+                    // The node stopped answering: try the next candidate.
+                    follow.on_node_lost();
+                }
                 if let Some(b) = batches.remove(&tag) {
                     for &tk in &b.tickets[b.answered..] {
                         if !abandoned.remove(&tk) {

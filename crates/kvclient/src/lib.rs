@@ -83,6 +83,7 @@
 pub mod check;
 mod client;
 pub mod endpoint;
+pub mod follow;
 #[allow(unsafe_code)]
 pub mod kernel;
 mod pool;

@@ -281,6 +281,11 @@ impl Transport {
         self.qps[qp].qpn
     }
 
+    /// The addressing of QP `qp`'s frames.
+    pub fn frame_params(&self, qp: usize) -> FrameParams {
+        self.qps[qp].params
+    }
+
     /// Sets the addressing of QP `qp`'s frames (e.g. its own UDP source port).
     pub fn set_frame_params(&mut self, qp: usize, params: FrameParams) {
         self.qps[qp].params = params;

@@ -1,0 +1,175 @@
+//! Following the master of a replicated cluster ([`crate::Client`]).
+//!
+//! A replica, or a master that lost its lease, answers every write `NOT_MASTER`
+//! and changes nothing; with the master known, the answer's value names it (epoch,
+//! IPv4, MAC: docs/PROTOCOL.md §4.2). The client then **redirects**: it stops sending,
+//! lets every request in flight finish (all of them are answered by the old node —
+//! writes refused, reads served), puts the refused operations back at the head of
+//! their queues in their order, points every QP at the named node, connects there,
+//! and sends on. An operation refused `NOT_MASTER` is therefore executed once, on the
+//! master, and the caller never sees the refusal. A hint older than the newest epoch
+//! seen is ignored (a stale replica), and so is one naming the node already in use.
+//!
+//! With **candidate nodes** ([`crate::Client::set_nodes`]), a node that stops
+//! answering (a request given up after the transport's retries) makes the client try
+//! the next candidate; that node serves, or names the master. Operations in flight on
+//! a node that stopped answering fail (`Timeout` / `ConnectionLost`: outcome unknown)
+//! — they are not resent, since a write may have been applied there.
+
+use kvwire::{MacAddr, MasterHint};
+use std::net::Ipv4Addr;
+
+/// A node's client-facing address.
+pub type NodeAddr = (MacAddr, Ipv4Addr);
+
+/// What to do with an operation answered `NOT_MASTER`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Queue it again: it goes to the master once the client has moved.
+    Requeue,
+    /// Report the status to the caller (no usable hint, or not following).
+    Report,
+}
+
+/// The client's view of where the master is.
+#[derive(Debug)]
+pub struct Follower {
+    enabled: bool,
+    /// Newest epoch a hint carried.
+    epoch: u64,
+    /// Where requests go now.
+    current: Option<NodeAddr>,
+    /// Where they go once nothing is in flight.
+    pending: Option<NodeAddr>,
+    /// Nodes to try when the current one stops answering.
+    nodes: Vec<NodeAddr>,
+    /// Redirects done.
+    pub redirects: u64,
+}
+
+impl Follower {
+    /// A follower starting at `current` (`enabled == false`: every `NOT_MASTER` is
+    /// reported and nothing moves).
+    pub fn new(enabled: bool, current: Option<NodeAddr>) -> Follower {
+        Follower {
+            enabled,
+            epoch: 0,
+            current,
+            pending: None,
+            nodes: Vec::new(),
+            redirects: 0,
+        }
+    }
+
+    /// Sets the candidate nodes.
+    pub fn set_nodes(&mut self, nodes: &[NodeAddr]) {
+        self.nodes = nodes.to_vec();
+    }
+
+    /// Where the client sends now.
+    pub fn current(&self) -> Option<NodeAddr> {
+        self.current
+    }
+
+    /// True while a move is waiting for the requests in flight (send nothing new).
+    pub fn moving(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// An operation was answered `NOT_MASTER` with `value` (the hint, or empty).
+    pub fn on_not_master(&mut self, value: &[u8]) -> Verdict {
+        if !self.enabled {
+            return Verdict::Report;
+        }
+        if self.pending.is_some() {
+            return Verdict::Requeue;
+        }
+        let Some(h) = MasterHint::decode(value) else {
+            return Verdict::Report;
+        };
+        if h.epoch < self.epoch {
+            return Verdict::Report;
+        }
+        self.epoch = h.epoch;
+        let to = (h.mac, h.ip);
+        if Some(to) == self.current {
+            return Verdict::Report;
+        }
+        self.pending = Some(to);
+        Verdict::Requeue
+    }
+
+    /// The current node gave up answering: move to the next candidate, if any.
+    pub fn on_node_lost(&mut self) {
+        if !self.enabled || self.pending.is_some() || self.nodes.is_empty() {
+            return;
+        }
+        let at = self
+            .current
+            .and_then(|c| self.nodes.iter().position(|&n| n == c));
+        let next = self.nodes[at.map_or(0, |i| (i + 1) % self.nodes.len())];
+        if Some(next) != self.current {
+            self.pending = Some(next);
+        }
+    }
+
+    /// Nothing is in flight: the node to move to now, if a move is pending.
+    pub fn take_move(&mut self) -> Option<NodeAddr> {
+        let to = self.pending.take()?;
+        self.current = Some(to);
+        self.redirects += 1;
+        Some(to)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hint(epoch: u64, last: u8) -> Vec<u8> {
+        let h = MasterHint {
+            epoch,
+            ip: Ipv4Addr::new(10, 0, 0, last),
+            mac: [2, 0, 0, 0, 0, last],
+            qpn: 1,
+        };
+        h.encode().to_vec()
+    }
+
+    fn node(last: u8) -> NodeAddr {
+        ([2, 0, 0, 0, 0, last], Ipv4Addr::new(10, 0, 0, last))
+    }
+
+    #[test]
+    fn follows_newer_hints_only() {
+        let mut f = Follower::new(true, Some(node(1)));
+        assert_eq!(f.on_not_master(&[]), Verdict::Report);
+        assert_eq!(f.on_not_master(&hint(3, 1)), Verdict::Report, "names us");
+        assert_eq!(f.on_not_master(&hint(3, 2)), Verdict::Requeue);
+        assert!(f.moving());
+        // Everything refused meanwhile goes along.
+        assert_eq!(f.on_not_master(&[]), Verdict::Requeue);
+        assert_eq!(f.take_move(), Some(node(2)));
+        assert_eq!(f.take_move(), None);
+        assert_eq!(f.on_not_master(&hint(2, 3)), Verdict::Report, "older epoch");
+        assert_eq!(f.on_not_master(&hint(4, 3)), Verdict::Requeue);
+        assert_eq!(f.take_move(), Some(node(3)));
+        assert_eq!(f.redirects, 2);
+        let mut off = Follower::new(false, Some(node(1)));
+        assert_eq!(off.on_not_master(&hint(9, 2)), Verdict::Report);
+    }
+
+    #[test]
+    fn a_lost_node_moves_to_the_next_candidate() {
+        let mut f = Follower::new(true, Some(node(1)));
+        f.on_node_lost();
+        assert!(!f.moving(), "no candidates");
+        f.set_nodes(&[node(1), node(2), node(3)]);
+        f.on_node_lost();
+        assert_eq!(f.take_move(), Some(node(2)));
+        f.on_node_lost();
+        assert_eq!(f.take_move(), Some(node(3)));
+        f.on_node_lost();
+        assert_eq!(f.take_move(), Some(node(1)));
+    }
+}
