@@ -152,7 +152,12 @@ struct Replica {
 
 impl Replica {
     fn new() -> Replica {
-        let (p, c) = log_ring(1 << 20);
+        Replica::with_ring(1 << 20)
+    }
+
+    /// A replica whose worker ring holds `ring_bytes`.
+    fn with_ring(ring_bytes: usize) -> Replica {
+        let (p, c) = log_ring(ring_bytes);
         let stats = Arc::new(ApplyStats::default());
         let status = Arc::new(ReplStatus::default());
         let cfg = ReplicaConfig {
@@ -203,6 +208,8 @@ struct World {
     cut: bool,
     to_r: VecLinks,
     to_m: VecLinks,
+    /// Records the replica's worker applies per step (a slow worker: few).
+    apply_per_step: usize,
 }
 
 impl World {
@@ -216,6 +223,7 @@ impl World {
             cut: false,
             to_r: VecLinks::new(1600),
             to_m: VecLinks::new(1600),
+            apply_per_step: 1024,
         }
     }
 
@@ -230,7 +238,9 @@ impl World {
             .step(&self.m.shared, &self.m.engine, &mut self.m.log);
         self.m.node.poll(self.now, &mut self.to_r);
         self.r.node.poll(self.now, &mut self.to_m);
-        self.r.applier.apply(&mut self.r.engine, None, 1024);
+        self.r
+            .applier
+            .apply(&mut self.r.engine, None, self.apply_per_step);
         for (to_r, frames) in [
             (true, std::mem::take(&mut self.to_r.frames)),
             (false, std::mem::take(&mut self.to_m.frames)),
@@ -341,4 +351,27 @@ fn partial_resync_after_an_outage_and_the_min_replicas_gate() {
     );
     assert_eq!(w.r.contents(), w.m.contents());
     let _ = Ordering::Relaxed;
+}
+
+#[test]
+fn a_slow_replica_worker_is_paced_by_rnr_without_breaking_the_link() {
+    let mut w = World::new(5, 0);
+    w.r = Replica::with_ring(kvrepl::log::MIN_LOG_CAPACITY);
+    w.settle(20_000);
+    // The replica's worker applies 3 records per step while the master takes 10
+    // writes per step: its ring fills and the replica refuses segments (RNR NAK).
+    // Only the expected segment may be refused so: an RNR for a later one would
+    // tell the master the earlier ones were taken, and the link would stall.
+    w.apply_per_step = 3;
+    for _ in 0..3000 {
+        w.step(10, 2000);
+    }
+    w.apply_per_step = 1024;
+    w.settle(50_000);
+    assert!(w.r.node.rnr_sent > 0, "the ring never filled");
+    assert_eq!(w.r.contents(), w.m.contents());
+    let st = w.m.status.to_json();
+    assert_eq!(st["peers"]["0"]["invalidations"], 0, "{st}");
+    assert_eq!(st["peers"]["0"]["partial_syncs"], 0, "{st}");
+    assert_eq!(st["peers"]["0"]["full_syncs"], 1, "{st}");
 }

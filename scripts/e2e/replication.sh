@@ -155,7 +155,8 @@ grep -q "replica log .*loaded" "$D/node1.log" || { cat "$D/node1.log"; fail "the
 wait_in_sync "$D" 30
 part=$(repl_field "$D" 0 'd["peers"]["0"]["partial_syncs"]')
 full=$(repl_field "$D" 0 'd["peers"]["0"]["full_syncs"]')
-[ "$part" -ge 1 ] && [ "$full" = 1 ] || fail "after the restart: partial_syncs $part full_syncs $full"
+# One partial resync; a few more would mean the link broke while catching up.
+[ "$part" -ge 1 ] && [ "$part" -le 3 ] && [ "$full" = 1 ] || fail "after the restart: partial_syncs $part full_syncs $full"
 pass "replica killed under load restarted from its log: partial resync (partial $part, full $full); $(grep -o 'loaded [0-9]* records' "$D/node1.log")"
 stop_node "$D" 1
 stop_node "$D" 0

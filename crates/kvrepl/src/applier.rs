@@ -226,6 +226,11 @@ impl Applier {
         psn::add(self.expected_psn, 1 << 23)
     }
 
+    /// The PSN of the next segment it takes (24 bits).
+    pub fn expected_psn(&self) -> u32 {
+        self.expected_psn
+    }
+
     /// The epoch and replication id it follows.
     pub fn master(&self) -> (u64, u64) {
         (self.repl_id, self.epoch)

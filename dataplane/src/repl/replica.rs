@@ -128,6 +128,8 @@ pub struct ReplicaNode {
     log: Option<LogFeed>,
     /// Segments refused for want of ring room.
     pub rnr_sent: u64,
+    /// Segments after a refused one, dropped while the rings lack room.
+    pub rnr_dropped: u64,
     /// Segments dropped for a wrong destination, R_Key or VA.
     pub bad_segments: u64,
     /// Segments and WELCOMEs dropped because their master's epoch is older than
@@ -174,6 +176,7 @@ impl ReplicaNode {
             status,
             log: None,
             rnr_sent: 0,
+            rnr_dropped: 0,
             bad_segments: 0,
             stale_epoch: 0,
             cfg,
@@ -336,6 +339,13 @@ impl ReplicaNode {
         if self.rings.iter().any(|r| r.free_bytes() < need)
             || self.log.as_ref().is_some_and(|l| !l.room(need))
         {
+            // An RNR NAK for PSN p tells the master that every segment before p was
+            // taken (it retires them): only the expected segment may get one. Those
+            // after it are dropped silently; the master resends them after the wait.
+            if hdr.psn & kvwire::ib::MASK_24 != self.applier.expected_psn() {
+                self.rnr_dropped += 1;
+                return;
+            }
             self.rnr_sent += 1;
             let psn = hdr.psn;
             tx.send(link, &mut |buf| {
