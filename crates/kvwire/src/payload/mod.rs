@@ -31,6 +31,7 @@
 //! * `batch_writer` — [`BatchWriter`], the request encoder;
 //! * `response` — [`ResponseWriter`], [`put_result`], [`copy_small`],
 //!   [`ResponseReader`] and [`KvResult`];
+//! * `txn` — the transaction payload ([`TxReader`], [`write_tx_header`], [`TxAbort`]);
 //! * `cursor` — the bounds-checked byte readers shared by the decoders.
 //!
 //! Everything public is re-exported here: the paths are `kvwire::payload::X`.
@@ -42,6 +43,7 @@ mod kvop;
 mod master_hint;
 mod response;
 mod status;
+mod txn;
 
 pub use batch_reader::BatchReader;
 pub use batch_writer::BatchWriter;
@@ -52,6 +54,10 @@ pub use kvop::{
 pub use master_hint::{MasterHint, MASTER_HINT_LEN};
 pub use response::{copy_small, put_result, KvResult, ResponseReader, ResponseWriter};
 pub use status::{PayloadError, Status};
+pub use txn::{
+    is_tx_payload, write_tx_header, AbortReason, CondKind, Condition, TxAbort, TxReader,
+    CONDITION_HEADER_LEN, MAX_TX_OPS, TX_ABORT_LEN, TX_HEADER_LEN, TX_MAGIC, TX_VERSION,
+};
 
 /// Magic byte of a request batch (`'K'`).
 pub const REQUEST_MAGIC: u8 = 0x4b;

@@ -42,13 +42,16 @@ pub enum Status {
     /// Fewer than `min_replicas` replicas acknowledged within `max_lag_ms`: writes are
     /// refused (reads go on); nothing was changed.
     NotEnoughReplicas = 14,
+    /// A transaction (docs/PROTOCOL.md §3.4) did not commit: nothing of it was
+    /// changed. Its outcome result names why; its write ops are answered with this.
+    Aborted = 15,
     /// Internal server error.
     Internal = 255,
 }
 
 impl Status {
     /// All status codes.
-    pub const ALL: [Status; 16] = [
+    pub const ALL: [Status; 17] = [
         Status::Ok,
         Status::NotFound,
         Status::OutOfMemory,
@@ -64,6 +67,7 @@ impl Status {
         Status::WrongPartition,
         Status::NotMaster,
         Status::NotEnoughReplicas,
+        Status::Aborted,
         Status::Internal,
     ];
     /// Decodes a status byte.
@@ -84,6 +88,7 @@ impl Status {
             12 => Status::WrongPartition,
             13 => Status::NotMaster,
             14 => Status::NotEnoughReplicas,
+            15 => Status::Aborted,
             255 => Status::Internal,
             _ => return None,
         })
@@ -106,6 +111,7 @@ impl Status {
             Status::WrongPartition => "wrong_partition",
             Status::NotMaster => "not_master",
             Status::NotEnoughReplicas => "not_enough_replicas",
+            Status::Aborted => "aborted",
             Status::Internal => "internal",
         }
     }

@@ -1,0 +1,478 @@
+//! [`TxExecutor`]: runs one transaction on one partition's store, all or nothing.
+
+use arrayvec::ArrayVec;
+use kvops::functions::{filter, reduce, store_le, update_s2v, update_v2v, Predicate};
+use kvops::FunctionRegistry;
+use kvwire::payload::op;
+use kvwire::payload::{AbortReason, CondKind, Condition, TxAbort, TxReader, MAX_TX_OPS};
+use kvwire::{KvOp, Status};
+
+/// Bytes of the executor's arena: keys, pre-images, post-images and results of one
+/// transaction. A transaction that needs more aborts `TOO_LARGE`.
+pub const ARENA_BYTES: usize = 1 << 20;
+
+/// The store a transaction runs on (one partition's engine).
+pub trait TxStore {
+    /// Reads `key` into `out`: its length, or `NotFound` (or another status).
+    fn get(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status>;
+    /// Stores `value` under `key`.
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Status;
+    /// Deletes `key` (`NotFound` when absent).
+    fn delete(&mut self, key: &[u8]) -> Status;
+    /// Largest value it stores.
+    fn max_value_len(&self) -> usize;
+}
+
+impl TxStore for kvengine::Engine {
+    fn get(&mut self, key: &[u8], out: &mut [u8]) -> Result<usize, Status> {
+        kvengine::Engine::get(self, key, out).map_err(Status::from)
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) -> Status {
+        kvengine::Engine::put(self, key, value).into()
+    }
+    fn delete(&mut self, key: &[u8]) -> Status {
+        kvengine::Engine::delete(self, key).into()
+    }
+    fn max_value_len(&self) -> usize {
+        kvengine::Engine::max_value_len(self)
+    }
+}
+
+/// How a transaction ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every write is in the store.
+    Committed,
+    /// Nothing changed.
+    Aborted(TxAbort),
+}
+
+/// A span of the arena.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Span {
+    off: u32,
+    len: u32,
+}
+
+impl Span {
+    fn range(self) -> core::ops::Range<usize> {
+        self.off as usize..(self.off + self.len) as usize
+    }
+}
+
+/// A key the transaction touched: its value before (`pre`) and now (`post`).
+#[derive(Clone, Copy, Debug)]
+struct Touched {
+    key: Span,
+    pre: Option<Span>,
+    post: Option<Span>,
+    /// The transaction changed it.
+    wrote: bool,
+}
+
+/// Runs transactions (module docs). One per worker.
+pub struct TxExecutor {
+    arena: Box<[u8]>,
+    used: usize,
+    /// A vector op's discarded copy of the original.
+    scratch: Box<[u8]>,
+    touched: ArrayVec<Touched, MAX_TX_OPS>,
+    results: ArrayVec<(Status, Span), MAX_TX_OPS>,
+    /// Transactions committed and aborted.
+    pub committed: u64,
+    /// Transactions aborted.
+    pub aborted: u64,
+}
+
+impl Default for TxExecutor {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Why execution stopped before commit.
+type Abort = TxAbort;
+
+fn abort(reason: AbortReason, op: usize, status: Status) -> Abort {
+    TxAbort {
+        reason,
+        op: op.min(255) as u8,
+        status,
+    }
+}
+
+impl TxExecutor {
+    /// An executor with its arena (allocated here, once).
+    pub fn new() -> TxExecutor {
+        TxExecutor {
+            arena: vec![0u8; ARENA_BYTES].into_boxed_slice(),
+            used: 0,
+            scratch: vec![0u8; kvwire::MAX_VALUE_LEN].into_boxed_slice(),
+            touched: ArrayVec::new(),
+            results: ArrayVec::new(),
+            committed: 0,
+            aborted: 0,
+        }
+    }
+
+    /// Runs `tx` on `store`. `key_ok` says whether a key belongs to this partition;
+    /// `writes` is `Ok` when the node takes writes, else the status to refuse them
+    /// with (a read-only transaction runs anyway). After it, [`TxExecutor::results`]
+    /// gives each op's result and, when committed, [`TxExecutor::post_images`] what
+    /// changed (for the replication log).
+    pub fn execute<S: TxStore>(
+        &mut self,
+        tx: &TxReader<'_>,
+        store: &mut S,
+        registry: &FunctionRegistry,
+        key_ok: impl Fn(&[u8]) -> bool,
+        writes: Status,
+    ) -> Outcome {
+        self.used = 0;
+        self.touched.clear();
+        self.results.clear();
+        let out = match self.run(tx, store, registry, &key_ok, writes) {
+            Ok(()) => match self.commit(store) {
+                Ok(()) => Outcome::Committed,
+                Err(a) => Outcome::Aborted(a),
+            },
+            Err(a) => Outcome::Aborted(a),
+        };
+        match out {
+            Outcome::Committed => self.committed += 1,
+            Outcome::Aborted(_) => {
+                self.aborted += 1;
+                // Nothing changed: writes report ABORTED; reads keep what they read.
+                let ops = tx.batch();
+                let n = usize::from(ops.op_count());
+                for (i, o) in ops.enumerate() {
+                    let read = o.as_ref().is_ok_and(|o| !o.is_write());
+                    match self.results.get_mut(i) {
+                        Some(r) if !read => *r = (Status::Aborted, Span::default()),
+                        Some(_) => {}
+                        None => break,
+                    }
+                }
+                while self.results.len() < n {
+                    self.results.push((Status::Aborted, Span::default()));
+                }
+            }
+        }
+        out
+    }
+
+    /// Each op's result, in order (status, value).
+    pub fn results(&self) -> impl Iterator<Item = (Status, &[u8])> + '_ {
+        self.results
+            .iter()
+            .map(|&(s, sp)| (s, &self.arena[sp.range()]))
+    }
+
+    /// After a commit: every key the transaction changed, with its new value (`None`:
+    /// deleted), in the order first touched.
+    pub fn post_images(&self) -> impl Iterator<Item = (&[u8], Option<&[u8]>)> + '_ {
+        self.touched.iter().filter(|t| t.wrote).map(|t| {
+            (
+                &self.arena[t.key.range()],
+                t.post.map(|p| &self.arena[p.range()]),
+            )
+        })
+    }
+
+    /// Bytes of the post-images of the last transaction (keys + values), for a
+    /// replication log's room check.
+    pub fn post_image_bytes(&self) -> usize {
+        self.touched
+            .iter()
+            .filter(|t| t.wrote)
+            .map(|t| t.key.len as usize + t.post.map_or(0, |p| p.len as usize))
+            .sum()
+    }
+
+    fn alloc(&mut self, len: usize) -> Option<Span> {
+        let off = self.used;
+        if len > self.arena.len() - off {
+            return None;
+        }
+        self.used += len;
+        Some(Span {
+            off: off as u32,
+            len: len as u32,
+        })
+    }
+
+    fn copy_in(&mut self, bytes: &[u8]) -> Option<Span> {
+        let s = self.alloc(bytes.len())?;
+        self.arena[s.range()].copy_from_slice(bytes);
+        Some(s)
+    }
+
+    /// The index of `key` among the touched keys, reading it from the store the first
+    /// time (its pre-image).
+    fn touch<S: TxStore>(&mut self, key: &[u8], store: &mut S, i: usize) -> Result<usize, Abort> {
+        if let Some(t) = self
+            .touched
+            .iter()
+            .position(|t| &self.arena[t.key.range()] == key)
+        {
+            return Ok(t);
+        }
+        let too_large = || abort(AbortReason::TooLarge, i, Status::ResponseTooLarge);
+        let k = self.copy_in(key).ok_or_else(too_large)?;
+        let room = store.max_value_len().min(self.arena.len() - self.used);
+        let pre = match store.get(key, &mut self.arena[self.used..self.used + room]) {
+            Ok(n) => Some(self.alloc(n).ok_or_else(too_large)?),
+            Err(Status::NotFound) => None,
+            Err(s) => return Err(abort(AbortReason::OpFailed, i, s)),
+        };
+        self.touched
+            .try_push(Touched {
+                key: k,
+                pre,
+                post: pre,
+                wrote: false,
+            })
+            .map_err(|_| abort(AbortReason::TooLarge, i, Status::Malformed))?;
+        Ok(self.touched.len() - 1)
+    }
+
+    fn result(&mut self, status: Status, value: Span) {
+        // At most MAX_TX_OPS ops (the reader checked).
+        let _ = self.results.try_push((status, value));
+    }
+
+    fn run<S: TxStore>(
+        &mut self,
+        tx: &TxReader<'_>,
+        store: &mut S,
+        registry: &FunctionRegistry,
+        key_ok: &impl Fn(&[u8]) -> bool,
+        writes: Status,
+    ) -> Result<(), Abort> {
+        let mut conds: [Option<Condition<'_>>; MAX_TX_OPS] = [None; MAX_TX_OPS];
+        for c in tx.conditions() {
+            if let Some(slot) = conds.get_mut(usize::from(c.op)) {
+                *slot = Some(c);
+            }
+        }
+        // Decode every op first: a malformed one aborts before anything is read.
+        let mut ops: ArrayVec<KvOp<'_>, MAX_TX_OPS> = ArrayVec::new();
+        for (i, o) in tx.batch().enumerate() {
+            let o = o.map_err(|e| abort(AbortReason::Malformed, i, e.status()))?;
+            if !key_ok(o.key()) {
+                return Err(abort(
+                    AbortReason::CrossPartition,
+                    i,
+                    Status::WrongPartition,
+                ));
+            }
+            if o.is_write() && writes != Status::Ok {
+                return Err(abort(AbortReason::WritesRefused, i, writes));
+            }
+            if conds[i].is_some() && !matches!(o, KvOp::Get { .. }) {
+                return Err(abort(AbortReason::Malformed, i, Status::Malformed));
+            }
+            ops.try_push(o)
+                .map_err(|_| abort(AbortReason::TooLarge, i, Status::Malformed))?;
+        }
+        for (i, o) in ops.iter().enumerate() {
+            self.step(i, o, conds[i], store, registry)?;
+        }
+        Ok(())
+    }
+
+    /// One op against the transaction's view of the store.
+    fn step<S: TxStore>(
+        &mut self,
+        i: usize,
+        o: &KvOp<'_>,
+        cond: Option<Condition<'_>>,
+        store: &mut S,
+        registry: &FunctionRegistry,
+    ) -> Result<(), Abort> {
+        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
+        let too_large = || abort(AbortReason::TooLarge, i, Status::ResponseTooLarge);
+        let t = self.touch(o.key(), store, i)?;
+        let cur = self.touched[t].post;
+        match *o {
+            KvOp::Get { .. } => {
+                let holds = match (cond, cur) {
+                    (None, _) => true,
+                    (Some(c), None) => c.kind == CondKind::Absent,
+                    (Some(c), Some(v)) => {
+                        c.kind == CondKind::Equals && &self.arena[v.range()] == c.value
+                    }
+                };
+                match cur {
+                    Some(v) => self.result(Status::Ok, v),
+                    None => self.result(Status::NotFound, Span::default()),
+                }
+                if !holds {
+                    return Err(abort(AbortReason::ConditionFailed, i, Status::Ok));
+                }
+            }
+            KvOp::Put { value, .. } => {
+                if value.len() > store.max_value_len() {
+                    return Err(failed(Status::ValueTooLarge));
+                }
+                let v = self.copy_in(value).ok_or_else(too_large)?;
+                let e = &mut self.touched[t];
+                e.post = Some(v);
+                e.wrote = true;
+                self.result(Status::Ok, Span::default());
+            }
+            KvOp::Delete { .. } => {
+                if cur.is_none() {
+                    self.result(Status::NotFound, Span::default());
+                } else {
+                    let e = &mut self.touched[t];
+                    e.post = None;
+                    e.wrote = true;
+                    self.result(Status::Ok, Span::default());
+                }
+            }
+            KvOp::UpdateS2S {
+                atomic,
+                param,
+                param2,
+                ..
+            }
+            | KvOp::UpdateS2V {
+                atomic,
+                param,
+                param2,
+                ..
+            } => {
+                let opcode = if matches!(o, KvOp::UpdateS2S { .. }) {
+                    op::UPDATE_S2S
+                } else {
+                    op::UPDATE_S2V
+                };
+                let f = registry
+                    .resolve_for(opcode, atomic.func)
+                    .map_err(|e| failed(e.into()))?;
+                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+                if opcode == op::UPDATE_S2S && cur.len as usize != atomic.width.bytes() {
+                    return Err(failed(Status::BadLength));
+                }
+                // The original stays where it is (the result); the new value is a copy.
+                let new = self.alloc(cur.len as usize).ok_or_else(too_large)?;
+                self.arena.copy_within(cur.range(), new.off as usize);
+                let value = &mut self.arena[new.range()];
+                let scratch = &mut self.scratch[..];
+                if opcode == op::UPDATE_S2S {
+                    f.apply(atomic.width, atomic.signed, value, param, param2)
+                        .map_err(|e| failed(e.into()))?;
+                } else {
+                    update_s2v(
+                        f,
+                        atomic.width,
+                        atomic.signed,
+                        value,
+                        param,
+                        param2,
+                        scratch,
+                    )
+                    .map_err(|e| failed(e.into()))?;
+                }
+                let e = &mut self.touched[t];
+                e.post = Some(new);
+                e.wrote = true;
+                self.result(Status::Ok, cur);
+            }
+            KvOp::UpdateV2V { atomic, delta, .. } => {
+                let f = registry
+                    .resolve_for(op::UPDATE_V2V, atomic.func)
+                    .map_err(|e| failed(e.into()))?;
+                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+                let new = self.alloc(cur.len as usize).ok_or_else(too_large)?;
+                self.arena.copy_within(cur.range(), new.off as usize);
+                let value = &mut self.arena[new.range()];
+                update_v2v(
+                    f,
+                    atomic.width,
+                    atomic.signed,
+                    value,
+                    delta,
+                    0,
+                    &mut self.scratch,
+                )
+                .map_err(|e| failed(e.into()))?;
+                let e = &mut self.touched[t];
+                e.post = Some(new);
+                e.wrote = true;
+                self.result(Status::Ok, cur);
+            }
+            KvOp::Reduce { atomic, init, .. } => {
+                let f = registry
+                    .resolve_for(op::REDUCE, atomic.func)
+                    .map_err(|e| failed(e.into()))?;
+                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+                let sigma = reduce(
+                    f,
+                    atomic.width,
+                    atomic.signed,
+                    &self.arena[cur.range()],
+                    init,
+                    0,
+                )
+                .map_err(|e| failed(e.into()))?;
+                let out = self.alloc(atomic.width.bytes()).ok_or_else(too_large)?;
+                store_le(&mut self.arena[out.range()], sigma);
+                self.result(Status::Ok, out);
+            }
+            KvOp::Filter { atomic, param, .. } => {
+                let p = Predicate::from_id(atomic.func).map_err(|e| failed(e.into()))?;
+                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+                let out = self.alloc(cur.len as usize).ok_or_else(too_large)?;
+                let (src, dst) = self.arena.split_at_mut(out.off as usize);
+                let n = filter(
+                    p,
+                    atomic.width,
+                    atomic.signed,
+                    param,
+                    &src[cur.range()],
+                    &mut dst[..out.len as usize],
+                )
+                .map_err(|e| failed(e.into()))?;
+                self.result(
+                    Status::Ok,
+                    Span {
+                        off: out.off,
+                        len: n as u32,
+                    },
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Applies the post-images; on a store failure undoes what was applied.
+    fn commit<S: TxStore>(&mut self, store: &mut S) -> Result<(), Abort> {
+        for (n, t) in self.touched.iter().enumerate() {
+            if !t.wrote {
+                continue;
+            }
+            let key = &self.arena[t.key.range()];
+            let s = match t.post {
+                Some(v) => store.put(key, &self.arena[v.range()]),
+                None => match store.delete(key) {
+                    Status::NotFound => Status::Ok,
+                    s => s,
+                },
+            };
+            if s != Status::Ok {
+                for u in self.touched[..n].iter().rev().filter(|u| u.wrote) {
+                    let key = &self.arena[u.key.range()];
+                    // Restoring a value into the room just freed; nothing else can fail.
+                    let _ = match u.pre {
+                        Some(v) => store.put(key, &self.arena[v.range()]),
+                        None => store.delete(key),
+                    };
+                }
+                return Err(abort(AbortReason::OpFailed, 255, s));
+            }
+        }
+        Ok(())
+    }
+}
