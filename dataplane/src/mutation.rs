@@ -162,6 +162,11 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
 /// An MTU-1500 request (1.4 KB of payload) costs at most a few hundred KiB, the most
 /// for a packet full of UPDATE_S2V on 1-byte keys.
 pub fn worst_case(payload: &[u8], max_value_len: usize) -> usize {
+    if kvwire::payload::is_tx_payload(payload) {
+        // A transaction: the worst case of its batch (each key at most once per op).
+        return kvwire::payload::TxReader::new(payload)
+            .map_or(0, |t| worst_case(t.batch_bytes(), max_value_len));
+    }
     let Ok(reader) = BatchReader::new(payload) else {
         return 0;
     };

@@ -29,6 +29,7 @@
 //! is answered with an error is counted under its status.
 
 mod conn;
+mod txn;
 
 pub use conn::{first_psns, Transport, RNR_TIMER};
 
@@ -105,6 +106,8 @@ pub struct Server {
     /// Post-image bytes the tap can still take in this burst: its room at the burst's
     /// start less what the packets served since then may produce.
     tap_budget: usize,
+    /// Runs transaction requests (docs/TRANSACTIONS.md).
+    tx_exec: kvtx::TxExecutor,
 }
 
 impl Server {
@@ -178,6 +181,7 @@ impl Server {
             hint_len: 0,
             tap: None,
             tap_budget: 0,
+            tx_exec: kvtx::TxExecutor::new(),
         })
     }
 
@@ -356,6 +360,10 @@ impl Server {
                 }
             };
             if !self.sequence(&req, ci, stats, &mut out) {
+                continue;
+            }
+            if kvwire::payload::is_tx_payload(req.payload) {
+                self.transaction(&req, ci, &mut chunk, &mut pkts, stats, &mut out);
                 continue;
             }
             let client = &mut self.clients.as_mut_slice()[ci];

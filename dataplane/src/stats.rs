@@ -91,6 +91,10 @@ pub struct WorkerStats {
     pub filters: Counter,
     /// Operations answered with a status other than OK/NOT_FOUND.
     pub op_errors: Counter,
+    /// Transactions committed (docs/TRANSACTIONS.md).
+    pub tx_committed: Counter,
+    /// Transactions aborted (nothing of them changed).
+    pub tx_aborted: Counter,
     /// Chunks executed (each straight by the engine or through the station).
     pub batches: Counter,
     /// Chunks that went through the reservation station (they held a read-modify-write
@@ -240,6 +244,8 @@ impl WorkerStats {
             ("reduces", &self.reduces),
             ("filters", &self.filters),
             ("op_errors", &self.op_errors),
+            ("tx_committed", &self.tx_committed),
+            ("tx_aborted", &self.tx_aborted),
             ("batches", &self.batches),
             ("station_chunks", &self.station_chunks),
             ("forwarded", &self.forwarded),

@@ -154,6 +154,8 @@ fn counters(ws: &[&WorkerStats]) -> (Vec<(&'static str, u64)>, Vec<u64>) {
         ("vector_updates", sum(&|s| s.vector_updates.get())),
         ("reduces", sum(&|s| s.reduces.get())),
         ("filters", sum(&|s| s.filters.get())),
+        ("tx_committed", sum(&|s| s.tx_committed.get())),
+        ("tx_aborted", sum(&|s| s.tx_aborted.get())),
         ("batches", sum(&|s| s.batches.get())),
         ("station_chunks", sum(&|s| s.station_chunks.get())),
         ("station_forwarded", sum(&|s| s.forwarded.get())),

@@ -162,6 +162,26 @@ impl Client {
         self.request_to(&request_params(), ops, batch_id, n)
     }
 
+    /// The `n`-th request, carrying `payload` as it is (e.g. a transaction).
+    pub fn raw_request(&self, payload: &[u8], n: u32) -> Vec<u8> {
+        let len = payload.len();
+        let mut buf = vec![0u8; request_frame_len(len)];
+        emit_request_headers(
+            &mut buf,
+            &request_params(),
+            self.qpn,
+            self.psn(n),
+            self.va(n),
+            self.rkey,
+            len,
+        )
+        .expect("headers");
+        buf[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len].copy_from_slice(payload);
+        let n = finalize(&mut buf).expect("icrc");
+        buf.truncate(n);
+        buf
+    }
+
     /// [`Client::request`] with explicit addresses.
     pub fn request_to(
         &self,

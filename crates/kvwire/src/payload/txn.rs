@@ -161,6 +161,23 @@ impl<'a> TxReader<'a> {
     }
 }
 
+/// The batch id of a transaction payload whose header and conditions can be walked
+/// (so that a transaction refused by [`TxReader::new`] can still be answered), else
+/// `None`.
+pub fn tx_batch_id(payload: &[u8]) -> Option<u32> {
+    let h = payload.get(..TX_HEADER_LEN)?;
+    if h[0] != TX_MAGIC {
+        return None;
+    }
+    let mut pos = TX_HEADER_LEN;
+    for _ in 0..h[2] {
+        let c = payload.get(pos..pos + CONDITION_HEADER_LEN)?;
+        pos += CONDITION_HEADER_LEN + usize::from(u16::from_be_bytes([c[2], c[3]]));
+    }
+    let b = payload.get(pos..pos + BATCH_HEADER_LEN)?;
+    (b[0] == super::REQUEST_MAGIC).then(|| u32::from_be_bytes([b[4], b[5], b[6], b[7]]))
+}
+
 /// A reader of nothing (never used: `TxReader::new` checked the batch header).
 fn unreachable_reader() -> BatchReader<'static> {
     const EMPTY: [u8; BATCH_HEADER_LEN] = [super::REQUEST_MAGIC, super::VERSION, 0, 0, 0, 0, 0, 0];
@@ -336,6 +353,9 @@ mod tests {
             TxReader::new(&tx(&[], &many, 1)).unwrap_err(),
             PayloadError::TooManyOps
         );
+        // Still answerable: its batch id is found.
+        assert_eq!(tx_batch_id(&tx(&[], &many, 42)), Some(42));
+        assert_eq!(tx_batch_id(&[TX_MAGIC, 1, 3, 0]), None);
         // A condition on an op that does not exist.
         let c = Condition {
             op: 1,

@@ -1,0 +1,132 @@
+//! Serving a transaction request (docs/TRANSACTIONS.md, docs/PROTOCOL.md §3.4): the
+//! ops staged before it in the burst run first, then the transaction runs whole on
+//! this worker's engine (`kvtx::TxExecutor`) — nothing else touches the partition
+//! meanwhile, so transactions are serializable in the order the worker serves them —
+//! its post-images go to the mutation tap (replication), and its response carries the
+//! outcome first, then every op's result.
+
+use super::Server;
+use crate::chunk::Chunk;
+use crate::packet::{PktCtx, MAX_BURST, RESPONSE_UDP_SRC_PORT};
+use crate::replay::Entry;
+use crate::respond::{Ctx, Responder};
+use crate::stats::WorkerStats;
+use crate::tx::TxSink;
+use arrayvec::ArrayVec;
+use kvtx::Outcome;
+use kvwire::partition::partition_of_hash;
+use kvwire::payload::{tx_batch_id, AbortReason, TxAbort, TxReader, TX_ABORT_LEN};
+use kvwire::{DropReason, PayloadError, Request, Status, MASTER_HINT_LEN};
+
+impl Server {
+    /// Serves the transaction in `req` (admitted and in sequence on client `ci`).
+    pub(super) fn transaction<T: TxSink>(
+        &mut self,
+        req: &Request<'_>,
+        ci: usize,
+        chunk: &mut Chunk<'_>,
+        pkts: &mut ArrayVec<PktCtx, MAX_BURST>,
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) {
+        let parsed = TxReader::new(req.payload);
+        let batch_id = match &parsed {
+            Ok(r) => Some(r.batch().batch_id()),
+            Err(_) => tx_batch_id(req.payload),
+        };
+        let client = &mut self.clients.as_mut_slice()[ci];
+        let Some(batch_id) = batch_id else {
+            // Not even its batch id can be read: dropped like any undecodable payload.
+            *client.entry(req.psn) = Entry {
+                psn: req.psn,
+                ..Entry::EMPTY
+            };
+            stats.drop(DropReason::BadPayload);
+            return;
+        };
+        *client.entry(req.psn) = Entry::pending(req.psn);
+        stats.requests.inc();
+        // What came before it in this burst runs first: the transaction sees it.
+        if !chunk.tags.is_empty() {
+            self.flush(chunk, pkts, stats, out);
+        }
+        let pkt = pkts.len() as u8;
+        pkts.push(PktCtx {
+            params: req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT),
+            client: ci as u16,
+            psn: req.psn,
+            batch_id,
+        });
+        let Server {
+            id,
+            clients,
+            engine,
+            station,
+            tx_exec,
+            tap,
+            hint,
+            hint_len,
+            partition,
+            partitions,
+            write_status,
+            ..
+        } = self;
+        let (me, n) = (*partition, *partitions);
+        let outcome = match &parsed {
+            Ok(r) => {
+                let key_ok = |k: &[u8]| n <= 1 || partition_of_hash(kvengine::key_hash(k), n) == me;
+                let o = tx_exec.execute(r, engine, station.registry(), key_ok, *write_status);
+                if o == Outcome::Committed {
+                    if let Some(t) = tap.as_deref_mut() {
+                        for (k, v) in tx_exec.post_images() {
+                            match v {
+                                Some(v) => t.put(k, v),
+                                None => t.delete(k),
+                            }
+                        }
+                    }
+                }
+                o
+            }
+            Err(e) => Outcome::Aborted(TxAbort {
+                reason: if *e == PayloadError::TooManyOps {
+                    AbortReason::TooLarge
+                } else {
+                    AbortReason::Malformed
+                },
+                op: 255,
+                status: e.status(),
+            }),
+        };
+        let mut value = [0u8; TX_ABORT_LEN + MASTER_HINT_LEN];
+        let (status, len) = match outcome {
+            Outcome::Committed => {
+                stats.tx_committed.inc();
+                (Status::Ok, 0)
+            }
+            Outcome::Aborted(a) => {
+                stats.tx_aborted.inc();
+                value[..TX_ABORT_LEN].copy_from_slice(&a.encode());
+                let mut len = TX_ABORT_LEN;
+                if a.status == Status::NotMaster && *hint_len > 0 {
+                    value[len..len + *hint_len].copy_from_slice(&hint[..*hint_len]);
+                    len += *hint_len;
+                }
+                (Status::Aborted, len)
+            }
+        };
+        let mut ctx = Ctx {
+            clients: clients.as_mut_slice(),
+            id,
+            pkts,
+            stats,
+            hint: &hint[..*hint_len],
+        };
+        out.result(&mut ctx, pkt, status, &value[..len]);
+        if parsed.is_ok() {
+            for (s, v) in tx_exec.results() {
+                out.result(&mut ctx, pkt, s, v);
+            }
+        }
+    }
+}

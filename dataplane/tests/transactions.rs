@@ -1,0 +1,274 @@
+//! Transactions through the real server state machine (`Server`, no EAL): bank
+//! transfers with compare conditions, aborts that change nothing (stale condition,
+//! failed op, refused writes, too many ops), ordering with the plain requests of the
+//! same burst, post-images to the replication tap only on commit, and a retransmitted
+//! transaction answered from the response cache instead of running twice.
+
+mod common;
+
+use common::{connect, identity, run, RKEY};
+use dataplane::gate::WriteGate;
+use dataplane::mutation::MutationSink;
+use dataplane::server::Server;
+use dataplane::stats::WorkerStats;
+use kvwire::payload::{write_tx_header, AbortReason, CondKind, Condition, TxAbort, MAX_TX_OPS};
+use kvwire::{func, parse_response, Atomic, BatchWriter, KvOp, MasterHint, ResponseReader, Status};
+use std::net::Ipv4Addr;
+use std::sync::{Arc, Mutex};
+
+const QPN: u32 = 17;
+
+fn tx(conds: &[Condition<'_>], ops: &[KvOp<'_>], id: u32) -> Vec<u8> {
+    let mut buf = vec![0u8; 1400];
+    let n = write_tx_header(&mut buf, conds).unwrap();
+    let mut w = BatchWriter::new(&mut buf[n..], id).unwrap();
+    for op in ops {
+        w.push(op).unwrap();
+    }
+    let m = w.finish();
+    buf.truncate(n + m);
+    buf
+}
+
+/// (batch id, results) of a response frame.
+fn results(frame: &[u8]) -> (u32, Vec<(Status, Vec<u8>)>) {
+    let r = parse_response(frame).expect("valid response frame");
+    let rd = ResponseReader::new(r.payload).unwrap();
+    let id = rd.batch_id();
+    let v = rd
+        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    (id, v)
+}
+
+fn u64v(v: u64) -> [u8; 8] {
+    v.to_le_bytes()
+}
+
+fn balance(s: &mut Server, k: &[u8]) -> Option<u64> {
+    let mut out = [0u8; 64];
+    let n = s.engine_mut().get(k, &mut out).ok()?;
+    Some(u64::from_le_bytes(out[..n].try_into().unwrap()))
+}
+
+/// A transfer of `amount` from `a` to `b` whose balances the client read as `ba`, `bb`.
+fn transfer(a: &[u8], b: &[u8], ba: u64, bb: u64, amount: u64, id: u32) -> Vec<u8> {
+    let (va, vb) = (u64v(ba), u64v(bb));
+    let (na, nb) = (u64v(ba - amount), u64v(bb + amount));
+    tx(
+        &[
+            Condition {
+                op: 0,
+                kind: CondKind::Equals,
+                value: &va,
+            },
+            Condition {
+                op: 1,
+                kind: CondKind::Equals,
+                value: &vb,
+            },
+        ],
+        &[
+            KvOp::Get { key: a },
+            KvOp::Get { key: b },
+            KvOp::Put { key: a, value: &na },
+            KvOp::Put { key: b, value: &nb },
+        ],
+        id,
+    )
+}
+
+fn server() -> Server {
+    let mut s = Server::new(identity(), &[(QPN, RKEY)], common::engine(4 << 20));
+    s.engine_mut().put(b"alice", &u64v(100));
+    s.engine_mut().put(b"bob", &u64v(100));
+    s
+}
+
+#[test]
+fn a_transfer_commits_once_and_a_stale_one_aborts_changing_nothing() {
+    let mut s = server();
+    let st = WorkerStats::default();
+    let c = connect(&mut s, QPN, RKEY);
+    let t = transfer(b"alice", b"bob", 100, 100, 30, 7);
+    let out = run(&mut s, &st, &[c.raw_request(&t, 0)]);
+    let (id, r) = results(&out[0]);
+    assert_eq!(id, 7);
+    assert_eq!(r.len(), 5, "outcome + 4 ops");
+    assert_eq!(r[0], (Status::Ok, vec![]), "committed");
+    assert_eq!(r[1], (Status::Ok, u64v(100).to_vec()));
+    assert_eq!(
+        (balance(&mut s, b"alice"), balance(&mut s, b"bob")),
+        (Some(70), Some(130))
+    );
+
+    // The same transfer again (its reads are stale now): aborted, nothing changed, the
+    // reads report what is there.
+    let out = run(
+        &mut s,
+        &st,
+        &[c.raw_request(&transfer(b"alice", b"bob", 100, 100, 30, 8), 1)],
+    );
+    let (_, r) = results(&out[0]);
+    assert_eq!(r[0].0, Status::Aborted);
+    let a = TxAbort::decode(&r[0].1).unwrap();
+    assert_eq!((a.reason, a.op), (AbortReason::ConditionFailed, 0));
+    assert_eq!(r[1], (Status::Ok, u64v(70).to_vec()));
+    assert_eq!(r[3].0, Status::Aborted);
+    assert_eq!(r[4].0, Status::Aborted);
+    assert_eq!(
+        (balance(&mut s, b"alice"), balance(&mut s, b"bob")),
+        (Some(70), Some(130))
+    );
+    assert_eq!((st.tx_committed.get(), st.tx_aborted.get()), (1, 1));
+
+    // Retransmitted (same PSN): answered from the response cache, not run again.
+    let again = run(&mut s, &st, &[c.raw_request(&t, 0)]);
+    assert!(!again.is_empty());
+    assert_eq!(
+        (balance(&mut s, b"alice"), balance(&mut s, b"bob")),
+        (Some(70), Some(130))
+    );
+    assert_eq!(st.tx_committed.get(), 1);
+}
+
+#[test]
+fn a_failed_op_refused_writes_and_too_many_ops_abort_with_their_reason() {
+    let mut s = server();
+    let st = WorkerStats::default();
+    let gate = Arc::new(WriteGate::writable());
+    s.set_write_gate(gate.clone());
+    let c = connect(&mut s, QPN, RKEY);
+    let add = |k: &'static [u8]| KvOp::UpdateS2S {
+        key: k,
+        atomic: Atomic::from_attr(func::FETCH_ADD, 0x03).unwrap(),
+        param: 5,
+        param2: 0,
+    };
+    // The second op fails (fetch-add of an absent key): the first is not applied.
+    let t = tx(&[], &[add(b"alice"), add(b"nobody")], 1);
+    let (_, r) = results(&run(&mut s, &st, &[c.raw_request(&t, 0)])[0]);
+    let a = TxAbort::decode(&r[0].1).unwrap();
+    assert_eq!(
+        (a.reason, a.op, a.status),
+        (AbortReason::OpFailed, 1, Status::NotFound)
+    );
+    assert_eq!(balance(&mut s, b"alice"), Some(100));
+
+    // A replica: writes refused with the master named; a read-only transaction runs.
+    gate.set_master_hint(Some(MasterHint {
+        epoch: 3,
+        ip: Ipv4Addr::new(10, 0, 0, 9),
+        mac: [2, 0, 0, 0, 0, 9],
+        qpn: 1,
+    }));
+    gate.refuse_not_master();
+    let t = tx(&[], &[add(b"alice")], 2);
+    let (_, r) = results(&run(&mut s, &st, &[c.raw_request(&t, 1)])[0]);
+    let a = TxAbort::decode(&r[0].1).unwrap();
+    assert_eq!(
+        (a.reason, a.status),
+        (AbortReason::WritesRefused, Status::NotMaster)
+    );
+    assert_eq!(TxAbort::hint(&r[0].1).unwrap().epoch, 3);
+    let t = tx(
+        &[],
+        &[KvOp::Get { key: b"alice" }, KvOp::Get { key: b"bob" }],
+        3,
+    );
+    let (_, r) = results(&run(&mut s, &st, &[c.raw_request(&t, 2)])[0]);
+    assert_eq!(r[0], (Status::Ok, vec![]));
+    assert_eq!(r[2], (Status::Ok, u64v(100).to_vec()));
+    gate.open();
+
+    // Over the limit: answered (outcome only), nothing runs.
+    let gets = vec![KvOp::Get { key: b"alice" }; MAX_TX_OPS + 1];
+    let t = tx(&[], &gets, 4);
+    let (id, r) = results(&run(&mut s, &st, &[c.raw_request(&t, 3)])[0]);
+    assert_eq!((id, r.len()), (4, 1));
+    let a = TxAbort::decode(&r[0].1).unwrap();
+    assert_eq!(a.reason, AbortReason::TooLarge);
+    // Garbage after the magic: dropped like any undecodable payload, nothing changes.
+    let before = st.requests.get();
+    let out = run(&mut s, &st, &[c.raw_request(&[0x54, 1, 9], 4)]);
+    assert!(out.iter().all(|f| parse_response(f).is_err()));
+    assert_eq!(st.requests.get(), before);
+    assert_eq!(balance(&mut s, b"alice"), Some(100));
+}
+
+#[test]
+fn a_transaction_sees_the_plain_writes_before_it_in_the_same_burst() {
+    let mut s = server();
+    let st = WorkerStats::default();
+    let c = connect(&mut s, QPN, RKEY);
+    let put = c.request(
+        &[KvOp::Put {
+            key: b"alice",
+            value: &u64v(55),
+        }],
+        1,
+        0,
+    );
+    let t = tx(&[], &[KvOp::Get { key: b"alice" }], 2);
+    let out = run(&mut s, &st, &[put, c.raw_request(&t, 1)]);
+    let r = out
+        .iter()
+        .map(|f| results(f))
+        .find(|(id, _)| *id == 2)
+        .unwrap()
+        .1;
+    assert_eq!(r[1], (Status::Ok, u64v(55).to_vec()));
+}
+
+/// A post-image: key, new value (`None`: deleted).
+type PostImage = (Vec<u8>, Option<Vec<u8>>);
+
+/// Post-images the tap received.
+#[derive(Clone, Default)]
+struct Tap(Arc<Mutex<Vec<PostImage>>>);
+
+impl MutationSink for Tap {
+    fn room(&self) -> usize {
+        1 << 20
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((key.to_vec(), Some(value.to_vec())));
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.0.lock().unwrap().push((key.to_vec(), None));
+    }
+}
+
+#[test]
+fn only_committed_transactions_reach_the_replication_tap() {
+    let mut s = server();
+    let st = WorkerStats::default();
+    let tap = Tap::default();
+    s.set_mutation_sink(Some(Box::new(tap.clone())));
+    let c = connect(&mut s, QPN, RKEY);
+    let ok = transfer(b"alice", b"bob", 100, 100, 10, 1);
+    let stale = transfer(b"alice", b"bob", 100, 100, 10, 2);
+    let del = tx(&[], &[KvOp::Delete { key: b"bob" }], 3);
+    run(
+        &mut s,
+        &st,
+        &[
+            c.raw_request(&ok, 0),
+            c.raw_request(&stale, 1),
+            c.raw_request(&del, 2),
+        ],
+    );
+    let got = tap.0.lock().unwrap().clone();
+    assert_eq!(
+        got,
+        vec![
+            (b"alice".to_vec(), Some(u64v(90).to_vec())),
+            (b"bob".to_vec(), Some(u64v(110).to_vec())),
+            (b"bob".to_vec(), None),
+        ]
+    );
+}
