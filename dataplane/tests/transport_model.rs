@@ -13,70 +13,12 @@
 
 mod common;
 
-use common::{engine, identity, request_params, VecSink, RKEY};
-use dataplane::server::Server;
+use common::{request_params, ServerIo, RKEY};
 use dataplane::stats::WorkerStats;
 use kvclient::check::ExactlyOnce;
-use kvclient::sim::{Faults, LinkEnd, LossyLink};
-use kvclient::{Client, ClientConfig, Config, Op, PacketIo, Transport};
-use std::cell::Cell;
+use kvclient::sim::Faults;
+use kvclient::{Client, ClientConfig, Config, Op, Transport};
 use std::collections::HashMap;
-use std::rc::Rc;
-
-/// Simulated time per poll of the client's side.
-const STEP_NS: u64 = 10_000;
-
-/// The client's side of the link, with the server on the other end: every `recv`
-/// first lets the server take one burst from its end and answer it, and advances the
-/// clock by one step.
-struct ServerIo {
-    client: LinkEnd,
-    server_end: LinkEnd,
-    server: Server,
-    stats: WorkerStats,
-    clock: Rc<Cell<u64>>,
-}
-
-impl ServerIo {
-    fn new(seed: u64, faults: Faults, qps: &[(u32, u32)]) -> ServerIo {
-        let (client, server_end) = LossyLink::new(seed, faults, faults);
-        server_end.set_burst(32);
-        ServerIo {
-            client,
-            server_end,
-            server: Server::new(identity(), qps, engine(16 << 20)),
-            stats: WorkerStats::default(),
-            clock: Rc::new(Cell::new(0)),
-        }
-    }
-
-    /// Lets the server handle one burst of what reached it.
-    fn serve(&mut self) {
-        let mut frames: Vec<Vec<u8>> = Vec::new();
-        self.server_end.recv(&mut |f| frames.push(f.to_vec()));
-        if frames.is_empty() {
-            return;
-        }
-        let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-        let mut tx = VecSink::default();
-        self.server.handle_burst(&views, &self.stats, &mut tx);
-        for f in tx.sent {
-            self.server_end.send(&f);
-        }
-    }
-}
-
-impl PacketIo for ServerIo {
-    fn send(&mut self, frame: &[u8]) -> bool {
-        self.client.send(frame)
-    }
-
-    fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
-        self.serve();
-        self.clock.set(self.clock.get() + STEP_NS);
-        self.client.recv(f)
-    }
-}
 
 fn qps(n: u32) -> Vec<(u32, u32)> {
     (0..n).map(|i| (100 + i, RKEY)).collect()

@@ -9,6 +9,9 @@ use kvwire::payload::{func, Atomic, BatchWriter, KvOp, PayloadError, ResponseRea
 use kvwire::{FrameParams, Status, MAX_OPS_PER_BATCH};
 use std::collections::VecDeque;
 
+mod txn;
+pub use txn::{TxCondition, TxOutcome};
+
 /// Configuration of a [`Client`].
 #[derive(Debug, Clone, Copy)]
 pub struct ClientConfig {
@@ -234,6 +237,8 @@ pub struct Client<I: PacketIo> {
     next_tag: u64,
     next_ticket: u64,
     follow: Follower,
+    /// Transactions in flight, by request tag.
+    txs: HashMap<u64, txn::TxWait>,
     /// Per QP: operations put back at the head of its queue since the last move
     /// (the next ones refused go after them, keeping the order).
     requeued: Vec<usize>,
@@ -259,6 +264,7 @@ impl<I: PacketIo> Client<I> {
             io,
             follow: Follower::new(cfg.follow_master, Some((params.dst_mac, params.dst_ip))),
             requeued: vec![0; qps.len()],
+            txs: HashMap::new(),
             t: Transport::new(cfg.transport, qps, params),
             clock,
             cfg,
@@ -451,10 +457,24 @@ impl<I: PacketIo> Client<I> {
             follow,
             queues,
             requeued,
+            txs,
             ..
         } = self;
         t.poll(io, now, &mut |ev| match ev {
             Event::Connected { .. } => {}
+            Event::Results { tag, payload, .. } if txs.contains_key(&tag) => {
+                if let (Some(w), Ok(rd)) = (txs.get_mut(&tag), ResponseReader::new(payload)) {
+                    w.take(rd);
+                }
+            }
+            Event::Complete { tag, .. } | Event::Failed { tag, .. } if txs.contains_key(&tag) => {
+                if let Some(w) = txs.get_mut(&tag) {
+                    w.done = Some(match ev {
+                        Event::Failed { error, .. } => Err(error),
+                        _ => Ok(()),
+                    });
+                }
+            }
             Event::Results { tag, payload, .. } => {
                 let Some(b) = batches.get_mut(&tag) else {
                     return;

@@ -410,8 +410,15 @@ impl Transport {
             None => Err(SendError::Aborted),
             Some(n) if n > cap || n < req_field::BATCH_ID.end => Err(SendError::BadPayload),
             Some(n) => {
-                let id = &frame[REQUEST_HEADER_LEN + req_field::BATCH_ID.start..][..4];
-                if id != psn.to_be_bytes() {
+                let payload = &frame[REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + n];
+                // A transaction's batch id is in its embedded batch (PROTOCOL.md §3.4).
+                let id = if kvwire::payload::is_tx_payload(payload) {
+                    kvwire::payload::tx_batch_id(payload)
+                } else {
+                    let b = &payload[req_field::BATCH_ID];
+                    Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+                };
+                if id != Some(psn) {
                     Err(SendError::BadPayload)
                 } else {
                     let va = slot_va(q.region_va, u64::from(q.slot_size), q.credits, psn);

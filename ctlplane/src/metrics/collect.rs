@@ -90,6 +90,16 @@ const STAT_COUNTERS: &[(&str, &str, &str)] = &[
         "Connection ACCEPTs sent to clients.",
     ),
     (
+        "tx_committed",
+        "kvd_transactions_committed_total",
+        "Transactions committed.",
+    ),
+    (
+        "tx_aborted",
+        "kvd_transactions_aborted_total",
+        "Transactions aborted (nothing of them changed).",
+    ),
+    (
         "station_chunks",
         "kvd_station_chunks_total",
         "Chunks of operations through the reservation station.",

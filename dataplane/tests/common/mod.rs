@@ -7,6 +7,8 @@ use dataplane::packet::Identity;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use dataplane::tx::{TxFrame, TxSink};
+use kvclient::sim::{Faults, LinkEnd, LossyLink};
+use kvclient::PacketIo;
 use kvengine::{Engine, EngineConfig, Region};
 use kvwire::frame::FrameParams;
 use kvwire::transport::{
@@ -16,7 +18,12 @@ use kvwire::transport::{
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, BatchWriter, KvOp, REQUEST_HEADER_LEN,
 };
+use std::cell::Cell;
 use std::net::Ipv4Addr;
+use std::rc::Rc;
+
+/// Simulated time per poll of [`ServerIo`]'s client side.
+pub const STEP_NS: u64 = 10_000;
 
 /// The server's MAC.
 pub const SERVER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 1];
@@ -315,4 +322,62 @@ pub fn run(s: &mut Server, stats: &WorkerStats, frames: &[Vec<u8>]) -> Vec<Vec<u
 /// Sum of every drop counter.
 pub fn total_drops(stats: &WorkerStats) -> u64 {
     stats.drops.iter().map(|c| c.get()).sum()
+}
+
+/// The client's side of the link, with the server on the other end: every `recv`
+/// first lets the server take one burst from its end and answer it, and advances the
+/// clock by one step.
+pub struct ServerIo {
+    /// The client's end.
+    pub client: LinkEnd,
+    /// The server's end.
+    pub server_end: LinkEnd,
+    /// The server.
+    pub server: Server,
+    /// Its counters.
+    pub stats: WorkerStats,
+    /// Simulated time (ns).
+    pub clock: Rc<Cell<u64>>,
+}
+
+impl ServerIo {
+    /// A server for `qps` behind a seeded lossy link.
+    pub fn new(seed: u64, faults: Faults, qps: &[(u32, u32)]) -> ServerIo {
+        let (client, server_end) = LossyLink::new(seed, faults, faults);
+        server_end.set_burst(32);
+        ServerIo {
+            client,
+            server_end,
+            server: Server::new(identity(), qps, engine(16 << 20)),
+            stats: WorkerStats::default(),
+            clock: Rc::new(Cell::new(0)),
+        }
+    }
+
+    /// Lets the server handle one burst of what reached it.
+    pub fn serve(&mut self) {
+        let mut frames: Vec<Vec<u8>> = Vec::new();
+        self.server_end.recv(&mut |f| frames.push(f.to_vec()));
+        if frames.is_empty() {
+            return;
+        }
+        let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+        let mut tx = VecSink::default();
+        self.server.handle_burst(&views, &self.stats, &mut tx);
+        for f in tx.sent {
+            self.server_end.send(&f);
+        }
+    }
+}
+
+impl PacketIo for ServerIo {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        self.client.send(frame)
+    }
+
+    fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        self.serve();
+        self.clock.set(self.clock.get() + STEP_NS);
+        self.client.recv(f)
+    }
 }

@@ -1,0 +1,166 @@
+//! [`Client::transact`]: one transaction (docs/PROTOCOL.md §3.4) as one request.
+
+use super::{Client, Op, Reply};
+use crate::transport::SendError;
+use crate::{Error, PacketIo};
+use kvwire::payload::{write_tx_header, CondKind, Condition, ResponseReader, TxAbort};
+use kvwire::{BatchWriter, PayloadError, Status};
+
+/// A compare condition on the GET at index `op` of a transaction's ops: it commits
+/// only if that GET reads `Some(value)`, or finds no key for `None`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxCondition {
+    /// Index of the GET among the transaction's ops.
+    pub op: u8,
+    /// What it must read (`None`: the key is absent).
+    pub expect: Option<Vec<u8>>,
+}
+
+/// How a transaction ended, with every op's result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxOutcome {
+    /// `None`: committed; else why it aborted (nothing changed).
+    pub abort: Option<TxAbort>,
+    /// The master named by a write refused `NOT_MASTER`, when known.
+    pub master: Option<kvwire::MasterHint>,
+    /// Each op's result, in order (writes of an aborted transaction: `ABORTED`).
+    pub results: Vec<Reply>,
+}
+
+impl TxOutcome {
+    /// True when the transaction committed.
+    pub fn committed(&self) -> bool {
+        self.abort.is_none()
+    }
+}
+
+/// A transaction in flight: the results received so far, and the end.
+#[derive(Debug, Default)]
+pub(super) struct TxWait {
+    results: Vec<(Status, Vec<u8>)>,
+    pub(super) done: Option<Result<(), Error>>,
+}
+
+impl TxWait {
+    /// Takes the results of one response packet.
+    pub(super) fn take(&mut self, rd: ResponseReader<'_>) {
+        for r in rd {
+            let Ok(r) = r else { break };
+            self.results.push((r.status, r.value.to_vec()));
+        }
+    }
+}
+
+impl<I: PacketIo> Client<I> {
+    /// Runs `ops` as one transaction with `conds` on their GETs; blocks until the
+    /// outcome (or `op_timeout_ns`: [`Error::Deadline`], outcome unknown). All keys
+    /// must belong to one partition (the server aborts `CROSS_PARTITION` otherwise);
+    /// the transaction goes on that partition's QP, after what that QP already sent.
+    pub fn transact(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxOutcome, Error> {
+        let first = ops
+            .first()
+            .ok_or(Error::Invalid(PayloadError::TooManyOps))?;
+        let qp = self.qp_for_key(first.key()).ok_or(Error::NoQp)?;
+        let start = (self.clock)();
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        loop {
+            let now = (self.clock)();
+            if now.saturating_sub(start) > self.cfg.op_timeout_ns {
+                return Err(Error::Deadline);
+            }
+            if matches!(
+                self.t.state(qp),
+                crate::QpState::Idle | crate::QpState::Failed
+            ) {
+                self.t.connect(qp, &mut self.io, now);
+            }
+            if self.t.can_send(qp, now) {
+                let mut err = None;
+                let r = self.t.send_with(&mut self.io, qp, now, tag, |buf, id| {
+                    match encode(buf, id, conds, ops) {
+                        Ok(n) => Some(n),
+                        Err(e) => {
+                            err = Some(e);
+                            None
+                        }
+                    }
+                });
+                match r {
+                    Ok(_) => break,
+                    Err(SendError::Aborted) => {
+                        return Err(match err {
+                            Some(PayloadError::NoSpace) | None => Error::TooLarge,
+                            Some(e) => Error::Invalid(e),
+                        })
+                    }
+                    Err(_) => {}
+                }
+            }
+            self.pump(now);
+        }
+        self.txs.insert(tag, TxWait::default());
+        let end = loop {
+            if let Some(done) = self.txs.get(&tag).and_then(|w| w.done) {
+                break done;
+            }
+            let now = (self.clock)();
+            if now.saturating_sub(start) > self.cfg.op_timeout_ns {
+                self.txs.remove(&tag);
+                return Err(Error::Deadline);
+            }
+            self.pump(now);
+        };
+        let w = self.txs.remove(&tag).unwrap_or_default();
+        end?;
+        let mut it = w.results.into_iter();
+        let (status, value) = it.next().ok_or(Error::BadResponse)?;
+        let (abort, master) = match status {
+            Status::Ok => (None, None),
+            Status::Aborted => (
+                Some(TxAbort::decode(&value).ok_or(Error::BadResponse)?),
+                TxAbort::hint(&value),
+            ),
+            s => return Err(Error::Status(s)),
+        };
+        Ok(TxOutcome {
+            abort,
+            master,
+            results: it.map(|(status, value)| Reply { status, value }).collect(),
+        })
+    }
+}
+
+/// Writes the transaction payload (batch id `id`) into `buf`.
+fn encode(
+    buf: &mut [u8],
+    id: u32,
+    conds: &[TxCondition],
+    ops: &[Op],
+) -> Result<usize, PayloadError> {
+    let mut cs = [Condition {
+        op: 0,
+        kind: CondKind::Equals,
+        value: &[],
+    }; kvwire::payload::MAX_TX_OPS];
+    if conds.len() > cs.len() || ops.len() > kvwire::payload::MAX_TX_OPS {
+        return Err(PayloadError::TooManyOps);
+    }
+    for (c, t) in cs.iter_mut().zip(conds) {
+        *c = Condition {
+            op: t.op,
+            kind: if t.expect.is_some() {
+                CondKind::Equals
+            } else {
+                CondKind::Absent
+            },
+            value: t.expect.as_deref().unwrap_or(&[]),
+        };
+    }
+    let n = write_tx_header(buf, &cs[..conds.len()])?;
+    let mut w = BatchWriter::new(&mut buf[n..], id)?;
+    for op in ops {
+        w.push(&op.as_kv())?;
+    }
+    Ok(n + w.finish())
+}
