@@ -325,7 +325,7 @@ fn bank_transfers_over_a_lossy_link_commit_exactly_once() {
             continue;
         }
         // What the client believes (its model); sometimes deliberately stale.
-        let believed = if x % 7 == 0 {
+        let believed = if x.is_multiple_of(7) {
             model[a as usize] + 1
         } else {
             model[a as usize]
