@@ -223,6 +223,10 @@ impl TxExecutor {
         let pre = match store.get(key, &mut self.arena[self.used..self.used + room]) {
             Ok(n) => Some(self.alloc(n).ok_or_else(too_large)?),
             Err(Status::NotFound) => None,
+            // The arena had less room than the largest value: it did not fit.
+            Err(s) if s != Status::KeyTooLarge && room < store.max_value_len() => {
+                return Err(too_large())
+            }
             Err(s) => return Err(abort(AbortReason::OpFailed, i, s)),
         };
         self.touched

@@ -105,7 +105,11 @@ impl<'a> TxReader<'a> {
         }
         let batch = &payload[pos..];
         let r = BatchReader::new(batch)?;
-        if r.op_count() == 0 || usize::from(r.op_count()) > MAX_TX_OPS {
+        if r.op_count() == 0 {
+            // A transaction of nothing: malformed (not over a limit).
+            return Err(PayloadError::Truncated);
+        }
+        if usize::from(r.op_count()) > MAX_TX_OPS {
             return Err(PayloadError::TooManyOps);
         }
         let conds = &payload[TX_HEADER_LEN..pos];
@@ -346,7 +350,7 @@ mod tests {
         // No ops, too many ops.
         assert_eq!(
             TxReader::new(&tx(&[], &[], 1)).unwrap_err(),
-            PayloadError::TooManyOps
+            PayloadError::Truncated
         );
         let many = vec![get; MAX_TX_OPS + 1];
         assert_eq!(
