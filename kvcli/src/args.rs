@@ -250,6 +250,13 @@ pub enum Cmd {
         #[command(flatten)]
         elem: ElemArgs,
     },
+    /// One transaction: ops separated by `,` — `get KEY [=VALUE|absent]`, `put KEY
+    /// VALUE`, `del KEY`, `incr KEY [N]`; all or nothing (exit 1 when aborted).
+    Tx {
+        /// The ops, e.g. `get a =100 , get b =0 , put a 90 , put b 10`.
+        #[arg(required = true, num_args = 1.., allow_hyphen_values = true)]
+        script: Vec<String>,
+    },
     /// This client's transport counters and a measured round-trip time (the
     /// protocol has no server-statistics op: `ctlplane` shows the server's).
     Stats {
@@ -277,6 +284,7 @@ impl Cmd {
             Cmd::Reduce { .. } => "reduce",
             Cmd::Filter { .. } => "filter",
             Cmd::Stats { .. } => "stats",
+            Cmd::Tx { .. } => "tx",
         }
     }
 
@@ -296,7 +304,7 @@ impl Cmd {
             | Cmd::Vapply { key, .. }
             | Cmd::Reduce { key, .. }
             | Cmd::Filter { key, .. } => Some(key),
-            Cmd::Stats { .. } => None,
+            Cmd::Stats { .. } | Cmd::Tx { .. } => None,
         }
     }
 }

@@ -170,6 +170,9 @@ pub fn check(cmd: &Cmd) -> Result<(), String> {
         Cmd::Stats { count } => {
             parse_count(count)?;
         }
+        Cmd::Tx { script } => {
+            crate::tx::parse(script)?;
+        }
     }
     Ok(())
 }
@@ -457,6 +460,7 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             ok(v::show_elems(&xs, w, signed))
         }
         Cmd::Stats { count } => crate::stats::run(kv, j, count),
+        Cmd::Tx { script } => crate::tx::run(kv, script, out.hex, j),
     }
 }
 

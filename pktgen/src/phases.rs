@@ -58,6 +58,8 @@ pub struct Driver {
     timeout_ms: u64,
     /// Transport time.
     clock: Clock,
+    /// The transport's failed-request count when failed QPs were last reconnected.
+    revived_at_failed: u64,
 }
 
 /// Transport time: wall-clock ns at start, advanced by the TSC (so connection nonces
@@ -107,6 +109,7 @@ impl Driver {
             idle_yield_polls: spec.phases.idle_yield_polls,
             timeout_ms: spec.phases.timeout_ms,
             clock: Clock::new(hz),
+            revived_at_failed: 0,
         }
     }
 
@@ -270,6 +273,30 @@ impl Driver {
             self.gen.release(slot);
         }
         sent.is_ok()
+    }
+
+    /// Connects again every QP whose connection the transport gave up (a request
+    /// unanswered after its retries): its requests were counted failed, and without a
+    /// new connection the QP would never send again (a sweep would never end). Scans
+    /// only when the transport's failure count moved.
+    fn revive_failed(&mut self, now_ns: u64) {
+        let Driver {
+            io,
+            transport,
+            revived_at_failed,
+            ..
+        } = self;
+        let Some(t) = transport.as_mut() else { return };
+        let failed = t.stats().failed;
+        if failed == *revived_at_failed {
+            return;
+        }
+        *revived_at_failed = failed;
+        for qp in 0..t.qp_count() {
+            if t.state(qp) == kvclient::QpState::Failed {
+                t.connect(qp, io, now_ns);
+            }
+        }
     }
 
     /// Whether partition `part` has a QP that can send (without moving the cursor
@@ -509,6 +536,7 @@ impl Driver {
             // Timeouts (echo mode; the transport times out its own), every ~1 ms.
             if now.wrapping_sub(last_scan) > hz_ticks / 1000 {
                 last_scan = now;
+                self.revive_failed(now_ns);
                 if self.transport.is_none() {
                     in_flight -= self.gen.expire(now, timeout).min(in_flight);
                 }

@@ -7,7 +7,8 @@
 # 127.0.0.3, which the kernel drops as a martian instead of answering). Every
 # command is checked for its output and exit code: put/get of text and hex values,
 # get of a missing key (1), del (0 then 1), incr, cas that swaps and one that does
-# not, the vector ops (vput, vget, vadd, vupdate, vapply, reduce, filter, update)
+# not, the vector ops (vput, vget, vadd, vupdate, vapply, reduce, filter, update),
+# transactions (commit, abort on a stale condition changing nothing, --json)
 # and their server errors (BAD_LENGTH, UNKNOWN_FUNCTION -> 2), stats, --json
 # (parsed with python3's json), input errors (2, before any connection), a piped
 # interactive session, --iface nosuch0 (2, naming the interface), and after the
@@ -142,6 +143,23 @@ check_json incr_json 0 "d['cmd']=='incr' and d['old']==11 and d['value']==12" in
 check_json cas_json 0 "d['swapped'] is False and d['old']==12" cas ctr 0 1
 check_json vadd_json 0 "d['old']==[5,5,5] and d['new']==[6,6,6] and d['width']==4" vadd vec 1 --width 4
 check_json error_json 2 "d['cmd']=='put' and d['exit']==2 and 'hex' in d['error']" put k 0xzz
+
+# Transactions (docs/CLIENTS.md's example, exactly).
+check tx_setup_a 0 "OK" put alice 100
+check tx_setup_b 0 "OK" put bob 20
+check tx_commit 0 "committed
+0 get alice: 100
+1 get bob: 20
+2 put alice: OK
+3 put bob: OK" tx get alice =100 , get bob =20 , put alice 90 , put bob 30
+check tx_abort 1 "aborted: condition_failed at op 0 (ok); nothing changed
+0 get alice: 90
+1 put alice: ABORTED" tx get alice =100 , put alice 80
+check tx_unchanged 0 "90" get alice
+check tx_setup_c 0 "OK" put txctr 0x0000000000000000
+check_json tx_json 0 "d['cmd']=='tx' and d['committed'] is True and d['results'][1]['old']==0" tx get nobody absent , incr txctr , get alice =90 , put txctr2 1
+check tx_after 0 "1" incr txctr 0
+check_err tx_bad 2 "ops are" tx frob alice
 
 # Bad input: exit 2 with a message naming the limit, before any connection.
 check_err bad_hex 2 "'z' is not a hex digit" put k 0xzz
