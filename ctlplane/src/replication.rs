@@ -76,6 +76,19 @@ fn render(v: &Value) -> String {
             ""
         }
     );
+    if let Some(l) = v["log_file"].as_object() {
+        let f = |k: &str| match &l[k] {
+            Value::String(x) => x.clone(),
+            other => other.to_string(),
+        };
+        out += &format!(
+            "  log file {}  synced offset {}  blocks {}  errors {}\n",
+            f("file"),
+            f("synced_offset"),
+            f("blocks"),
+            f("errors")
+        );
+    }
     if let Some(peers) = v["peers"].as_object() {
         for (i, p) in peers {
             let f = |k: &str| match &p[k] {
@@ -124,5 +137,16 @@ mod tests {
             "{r}"
         );
         assert!(!r.contains("writes refused"));
+        assert!(!r.contains("log file"));
+        let v: Value = serde_json::from_str(
+            r#"{"role":"replica","log_file":{"file":"n1.aof","synced_offset":"77",
+                "blocks":"3","errors":"0"}}"#,
+        )
+        .unwrap();
+        let r = render(&v);
+        assert!(
+            r.contains("log file n1.aof  synced offset 77  blocks 3"),
+            "{r}"
+        );
     }
 }

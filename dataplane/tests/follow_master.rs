@@ -120,6 +120,11 @@ impl PacketIo for Switch {
 }
 
 fn client(sw: Switch) -> Client<Switch> {
+    client_at(sw, request_params())
+}
+
+/// A client sending with `params` (its first node), quick to give a request up.
+fn client_at(sw: Switch, params: kvwire::FrameParams) -> Client<Switch> {
     let clock = sw.clock.clone();
     let cfg = ClientConfig {
         transport: Config {
@@ -224,20 +229,10 @@ fn a_node_that_stops_answering_makes_the_client_try_the_next_one() {
     let sw = Switch::new(&qps);
     // Node 1 is master, node 0 a replica naming it; the client starts at node 1.
     sw.make_replica(0, 1, 5);
-    let clock = sw.clock.clone();
-    let cfg = ClientConfig {
-        transport: Config {
-            rto_initial_ns: 300_000,
-            rto_max_ns: 2_000_000,
-            max_retries: 5,
-            ..Config::default()
-        },
-        ..ClientConfig::default()
-    };
     let mut params = request_params();
     params.dst_mac = MASTER_MAC;
     params.dst_ip = MASTER_IP;
-    let mut c = Client::new(sw, cfg, &qps, params, Box::new(move || clock.get()));
+    let mut c = client_at(sw, params);
     c.set_nodes(&[(SERVER_MAC, common::SERVER_IP), (MASTER_MAC, MASTER_IP)]);
     c.put(b"before", b"1").unwrap();
     // The master crashes; node 0 is elected (epoch 6) and takes writes.

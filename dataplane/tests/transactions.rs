@@ -11,8 +11,8 @@ use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
-use kvwire::payload::{write_tx_header, AbortReason, CondKind, Condition, TxAbort, MAX_TX_OPS};
-use kvwire::{func, parse_response, Atomic, BatchWriter, KvOp, MasterHint, ResponseReader, Status};
+use kvwire::payload::{write_tx, AbortReason, CondKind, Condition, TxAbort, MAX_TX_OPS};
+use kvwire::{func, parse_response, Atomic, KvOp, MasterHint, ResponseReader, Status};
 use std::net::Ipv4Addr;
 use std::sync::{Arc, Mutex};
 
@@ -20,13 +20,8 @@ const QPN: u32 = 17;
 
 fn tx(conds: &[Condition<'_>], ops: &[KvOp<'_>], id: u32) -> Vec<u8> {
     let mut buf = vec![0u8; 1400];
-    let n = write_tx_header(&mut buf, conds).unwrap();
-    let mut w = BatchWriter::new(&mut buf[n..], id).unwrap();
-    for op in ops {
-        w.push(op).unwrap();
-    }
-    let m = w.finish();
-    buf.truncate(n + m);
+    let n = write_tx(&mut buf, id, conds, ops).unwrap();
+    buf.truncate(n);
     buf
 }
 

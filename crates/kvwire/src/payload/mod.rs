@@ -55,8 +55,9 @@ pub use master_hint::{MasterHint, MASTER_HINT_LEN};
 pub use response::{copy_small, put_result, KvResult, ResponseReader, ResponseWriter};
 pub use status::{PayloadError, Status};
 pub use txn::{
-    is_tx_payload, tx_batch_id, write_tx_header, AbortReason, CondKind, Condition, TxAbort,
-    TxReader, CONDITION_HEADER_LEN, MAX_TX_OPS, TX_ABORT_LEN, TX_HEADER_LEN, TX_MAGIC, TX_VERSION,
+    is_tx_payload, tx_batch_id, write_tx, write_tx_header, AbortReason, CondKind, Condition,
+    TxAbort, TxReader, CONDITION_HEADER_LEN, MAX_TX_OPS, TX_ABORT_LEN, TX_HEADER_LEN, TX_MAGIC,
+    TX_VERSION,
 };
 
 /// Magic byte of a request batch (`'K'`).

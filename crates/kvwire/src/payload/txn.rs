@@ -220,6 +220,22 @@ pub fn write_tx_header(buf: &mut [u8], conds: &[Condition<'_>]) -> Result<usize,
     Ok(pos)
 }
 
+/// Writes a whole transaction — header, `conds`, and the batch of `ops` with batch id
+/// `batch_id` — into `buf`; returns its length.
+pub fn write_tx(
+    buf: &mut [u8],
+    batch_id: u32,
+    conds: &[Condition<'_>],
+    ops: &[super::KvOp<'_>],
+) -> Result<usize, PayloadError> {
+    let n = write_tx_header(buf, conds)?;
+    let mut w = super::BatchWriter::new(&mut buf[n..], batch_id)?;
+    for op in ops {
+        w.push(op)?;
+    }
+    Ok(n + w.finish())
+}
+
 /// Why a transaction aborted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum AbortReason {
@@ -293,18 +309,13 @@ impl TxAbort {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{BatchWriter, KvOp};
+    use super::super::KvOp;
     use super::*;
 
     fn tx(conds: &[Condition<'_>], ops: &[KvOp<'_>], id: u32) -> Vec<u8> {
         let mut buf = vec![0u8; 4096];
-        let n = write_tx_header(&mut buf, conds).unwrap();
-        let mut w = BatchWriter::new(&mut buf[n..], id).unwrap();
-        for op in ops {
-            w.push(op).unwrap();
-        }
-        let m = w.finish();
-        buf.truncate(n + m);
+        let n = write_tx(&mut buf, id, conds, ops).unwrap();
+        buf.truncate(n);
         buf
     }
 
