@@ -136,13 +136,7 @@ fn client_at(sw: Switch, params: kvwire::FrameParams) -> Client<Switch> {
         ..ClientConfig::default()
     };
     let qps = [(100, RKEY), (101, RKEY)];
-    Client::new(
-        sw,
-        cfg,
-        &qps,
-        request_params(),
-        Box::new(move || clock.get()),
-    )
+    Client::new(sw, cfg, &qps, params, Box::new(move || clock.get()))
 }
 
 #[test]
@@ -235,6 +229,7 @@ fn a_node_that_stops_answering_makes_the_client_try_the_next_one() {
     let mut c = client_at(sw, params);
     c.set_nodes(&[(SERVER_MAC, common::SERVER_IP), (MASTER_MAC, MASTER_IP)]);
     c.put(b"before", b"1").unwrap();
+    assert_eq!(c.redirects(), 0, "started at the master");
     // The master crashes; node 0 is elected (epoch 6) and takes writes.
     c.io_mut().nodes[1].dead = true;
     c.io_mut().nodes[0].gate.set_master_hint(None);
