@@ -46,13 +46,15 @@ case "$suite" in
     # Replication (issue 14): PUT/GET with 0-3 async replicas, value-size sweep,
     # replica-failure timeline, Redis 7 master + replica side by side; then offload vs
     # inline replication (SKV Fig. 7/11) and sync mode; failover through etcd (kill -9
-    # of a sync master: failover_ms, lost_acked_writes). --quick and --no-huge pass on.
+    # of a sync master: failover_ms, lost_acked_writes); the replica log file's cost per
+    # fsync policy (results/replica_log.json). --quick and --no-huge pass on.
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     python3 scripts/bench_replication.py "$@" || exit 1
     more=()
     for x in "$@"; do case "$x" in --quick|--no-huge) more+=("$x") ;; esac; done
     python3 scripts/bench_offload.py "${more[@]}" || exit 1
+    python3 scripts/bench_replica_log.py "${more[@]}" || exit 1
     cargo build --release -q -p ctlplane
     exec python3 scripts/bench_failover.py "${more[@]}" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication ;;
