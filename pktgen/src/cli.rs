@@ -174,6 +174,16 @@ pub struct Args {
     /// A label for the summary and JSON.
     #[arg(long)]
     pub label: Option<String>,
+    /// Transactions instead of the KV workload (docs/TRANSACTIONS.md): `R,W` = reads
+    /// and writes per transaction, run one at a time for `--duration` s on `--keys`
+    /// accounts of `--value-size` bytes (the first 8 a balance); writes move 1 between
+    /// accounts, so the total never changes (checked at the end).
+    #[arg(long, value_name = "R,W")]
+    pub tx: Option<String>,
+    /// With `--tx`: the HyperLoop-style baseline — every op its own round trip, keys
+    /// locked and unlocked by the client with CAS on lock words.
+    #[arg(long, requires = "tx")]
+    pub tx_baseline: bool,
     /// Live fuzzer: send this many mutated request frames alongside the workload, on
     /// the config's client QPs the workload does not use (docs/OPERATIONS.md).
     #[arg(long, default_value_t = 0)]

@@ -34,6 +34,7 @@ mod qp;
 mod report;
 mod spec;
 mod steer;
+mod txbench;
 mod ycsb;
 
 use clap::Parser;
@@ -125,18 +126,23 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         let f = fuzz::Fuzzer::new(args.fuzz, seed, params, &fuzz_qps, guard);
         io.set_fuzz(f, args.fuzz_per_flush);
     }
-    let transport = (!ph.echo).then(|| {
-        let tcfg = kvclient::Config {
-            mtu: DEFAULT_MTU,
-            rto_initial_ns: ph.rto_us * 1000,
-            rto_min_ns: ph.rto_min_us * 1000,
-            rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
-            max_retries: 8,
-            connect_timeout_ns: 20_000_000,
-            max_outstanding: ph.slots,
-        };
-        Transport::new(tcfg, &spec.qps.qps, params)
-    });
+    let tcfg = kvclient::Config {
+        mtu: DEFAULT_MTU,
+        rto_initial_ns: ph.rto_us * 1000,
+        rto_min_ns: ph.rto_min_us * 1000,
+        rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
+        max_retries: 8,
+        connect_timeout_ns: 20_000_000,
+        max_outstanding: ph.slots,
+    };
+    if let Some(t) = &args.tx {
+        let tx = txbench::TxArgs::parse(t, args.tx_baseline)?;
+        let code = txbench::run(io, &spec, tcfg, params, &tx)?;
+        let _ = port.stop();
+        drop(eal);
+        return Ok(code);
+    }
+    let transport = (!ph.echo).then(|| Transport::new(tcfg, &spec.qps.qps, params));
     let gen = Gen::new(&spec, qps, tsc::hz(), request_payload_capacity(DEFAULT_MTU));
     let mut d = Driver::new(gen, io, transport, &spec);
     d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;

@@ -1,0 +1,358 @@
+//! `pktgen --tx R,W [--tx-baseline]`: transaction latency (docs/TRANSACTIONS.md).
+//!
+//! One client, one transaction at a time (so the latency is the design's, not a
+//! queue's), on `--keys` accounts whose values are `--value-size` bytes with the
+//! balance in the first 8 (LE). Each transaction reads R accounts and writes W: the
+//! first two writes move 1 from one account to the other, further ones rewrite their
+//! account unchanged, so the total of all balances never changes.
+//!
+//! * design: one request — the R GETs (each with an EQUALS condition on the value the
+//!   client knows: it is the only writer) and the W PUTs, committed or aborted whole;
+//! * baseline (`--tx-baseline`, HyperLoop-style): every op its own round trip — CAS
+//!   0→1 on each key's lock word (in key order), the GETs, the PUTs, CAS 1→0 on the
+//!   lock words.
+//!
+//! At the end every balance is read back: the total must be unchanged and each
+//! balance what the committed transactions imply (exit 1 otherwise).
+
+use crate::io::PortIo;
+use crate::spec::RunSpec;
+use hdrhistogram::Histogram;
+use kvclient::{Client, ClientConfig, Op, TxCondition};
+use kvwire::payload::{func, Atomic, Width};
+use kvwire::FrameParams;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+/// Initial balance of every account.
+const START_BALANCE: u64 = 1000;
+
+/// What `--tx` asked for.
+pub struct TxArgs {
+    /// Reads per transaction.
+    pub reads: usize,
+    /// Writes per transaction.
+    pub writes: usize,
+    /// One round trip per op, client-side locks.
+    pub baseline: bool,
+}
+
+impl TxArgs {
+    /// Parses `R,W`.
+    pub fn parse(s: &str, baseline: bool) -> Result<TxArgs, String> {
+        let (r, w) = s
+            .split_once(',')
+            .ok_or_else(|| format!("--tx {s:?}: want R,W (e.g. 4,2)"))?;
+        let reads: usize = r.trim().parse().map_err(|_| format!("--tx: bad R {r:?}"))?;
+        let writes: usize = w.trim().parse().map_err(|_| format!("--tx: bad W {w:?}"))?;
+        if reads + writes == 0 || reads + writes > 32 {
+            return Err(format!("--tx {s}: 1..=32 keys per transaction"));
+        }
+        Ok(TxArgs {
+            reads,
+            writes,
+            baseline,
+        })
+    }
+}
+
+fn key(i: u64, size: usize) -> Vec<u8> {
+    let mut k = format!("a{i:0>w$}", w = size.saturating_sub(1)).into_bytes();
+    k.truncate(size.max(1));
+    k
+}
+
+fn lock_key(k: &[u8]) -> Vec<u8> {
+    let mut l = b"L".to_vec();
+    l.extend_from_slice(k);
+    l
+}
+
+fn value(balance: u64, size: usize) -> Vec<u8> {
+    let mut v = vec![0x5a; size.max(8)];
+    v[..8].copy_from_slice(&balance.to_le_bytes());
+    v
+}
+
+fn cas() -> Atomic {
+    Atomic {
+        func: func::CAS,
+        width: Width::W8,
+        signed: false,
+    }
+}
+
+/// The port for the blocking client: `PortIo` queues frames into tx bursts; they go
+/// out before each receive (the client always receives after it sends).
+struct Flushing(PortIo);
+
+impl kvclient::PacketIo for Flushing {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        self.0.send(frame)
+    }
+    fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        self.0.flush();
+        self.0.recv(f)
+    }
+}
+
+/// Runs the transaction benchmark on `io`; returns the exit code.
+pub fn run(
+    io: PortIo,
+    spec: &RunSpec,
+    tcfg: kvclient::Config,
+    params: FrameParams,
+    tx: &TxArgs,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let w = &spec.workload;
+    let vsize: usize = w
+        .value_size
+        .parse()
+        .map_err(|_| format!("--tx needs one --value-size N (not {:?})", w.value_size))?;
+    let (n, ksize) = (w.keys.max(2), w.key_size.max(4));
+    let need = tx.reads + tx.writes;
+    if (n as usize) < need {
+        return Err(format!("--tx needs at least {need} --keys").into());
+    }
+    // Wall-clock based: connection nonces must grow across pktgen runs (PROTOCOL.md §6.1).
+    let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let clock = move || wall0 + t0.elapsed().as_nanos() as u64;
+    let cfg = ClientConfig {
+        transport: tcfg,
+        partitions: spec.qps.partitions,
+        op_timeout_ns: 5_000_000_000,
+        connect_timeout_ns: spec.phases.connect_timeout_ms * 1_000_000,
+        ..ClientConfig::default()
+    };
+    let mut c = Client::new(Flushing(io), cfg, &spec.qps.qps, params, Box::new(clock));
+    c.connect()?;
+    // Accounts (and, for the baseline, their lock words at 0).
+    let mut bal = vec![START_BALANCE; n as usize];
+    let mut load = Vec::new();
+    for i in 0..n {
+        let k = key(i, ksize);
+        if tx.baseline {
+            load.push(Op::Put {
+                key: lock_key(&k),
+                value: 0u64.to_le_bytes().to_vec(),
+            });
+        }
+        load.push(Op::Put {
+            key: k,
+            value: value(START_BALANCE, vsize),
+        });
+    }
+    for r in pipelined(&mut c, load)? {
+        r.ok()?;
+    }
+    let mut rng = w.seed | 1;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let (mut committed, mut aborted, mut round_trips) = (0u64, 0u64, 0u64);
+    let warm_end = Instant::now() + Duration::from_secs_f64(spec.phases.warmup);
+    let end = warm_end + Duration::from_secs_f64(spec.phases.duration);
+    let mut picked: Vec<u64> = Vec::with_capacity(need);
+    while Instant::now() < end && !crate::phases::QUIT.load(Ordering::Relaxed) {
+        // Distinct accounts: the reads, then the writes.
+        picked.clear();
+        while picked.len() < need {
+            let a = next() % n;
+            if !picked.contains(&a) {
+                picked.push(a);
+            }
+        }
+        let (reads, writes) = picked.split_at(tx.reads);
+        let mut newbal: Vec<(u64, u64)> = writes.iter().map(|&a| (a, bal[a as usize])).collect();
+        if newbal.len() >= 2 && newbal[0].1 > 0 {
+            newbal[0].1 -= 1;
+            newbal[1].1 += 1;
+        }
+        let start = Instant::now();
+        let ok = if tx.baseline {
+            let (ok, rts) = baseline(&mut c, reads, &newbal, &bal, ksize, vsize)?;
+            round_trips += rts;
+            ok
+        } else {
+            round_trips += 1;
+            design(&mut c, reads, &newbal, &bal, ksize, vsize)?
+        };
+        let ns = start.elapsed().as_nanos() as u64;
+        if ok {
+            for &(a, b) in &newbal {
+                bal[a as usize] = b;
+            }
+            committed += 1;
+        } else {
+            aborted += 1;
+        }
+        if start >= warm_end {
+            hist.record(ns.max(1))?;
+        }
+    }
+    // Read back: every balance as the committed transactions imply.
+    let mut wrong = 0u64;
+    let mut total = 0u64;
+    let gets = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
+    for (i, r) in pipelined(&mut c, gets)?.into_iter().enumerate() {
+        let v = r.ok().unwrap_or_default();
+        let b = v.get(..8).map_or(u64::MAX, |x| {
+            u64::from_le_bytes(x.try_into().unwrap_or_default())
+        });
+        total = total.wrapping_add(b);
+        if b != bal[i] {
+            wrong += 1;
+        }
+    }
+    let secs = spec.phases.duration;
+    let measured = hist.len();
+    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
+    let label = if tx.baseline { "baseline" } else { "design" };
+    println!(
+        "tx {},{} {label}, {vsize} B values, {n} accounts: {measured} transactions measured, \
+         {committed} committed, {aborted} aborted; avg {:.2} us p50 {:.2} us p99 {:.2} us; \
+         {:.0} tx/s; {:.1} round trips per transaction",
+        tx.reads,
+        tx.writes,
+        hist.mean() / 1e3,
+        us(0.5),
+        us(0.99),
+        measured as f64 / secs,
+        round_trips as f64 / (committed + aborted).max(1) as f64
+    );
+    let invariant = total == START_BALANCE * n && wrong == 0;
+    println!(
+        "tx read-back: total {total} (want {}), {wrong} balances differ from the committed transactions",
+        START_BALANCE * n
+    );
+    if let Some(path) = &spec.json {
+        let j = serde_json::json!({
+            "mode": label,
+            "reads": tx.reads,
+            "writes": tx.writes,
+            "value_size": vsize,
+            "accounts": n,
+            "measured": measured,
+            "committed": committed,
+            "aborted": aborted,
+            "avg_us": hist.mean() / 1e3,
+            "p50_us": us(0.5),
+            "p99_us": us(0.99),
+            "max_us": hist.max() as f64 / 1e3,
+            "tx_per_s": measured as f64 / secs,
+            "round_trips_per_tx": round_trips as f64 / (committed + aborted).max(1) as f64,
+            "invariant_holds": invariant,
+            "transport": serde_json::json!({
+                "retransmitted": c.transport().stats().retransmitted,
+                "failed": c.transport().stats().failed,
+            }),
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
+    }
+    Ok(if invariant && aborted == 0 { 0 } else { 1 })
+}
+
+/// Runs `ops` pipelined (many per packet, a window in flight); their replies in order.
+fn pipelined<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    ops: Vec<Op>,
+) -> Result<Vec<kvclient::Reply>, kvclient::Error> {
+    const WINDOW: usize = 4096;
+    let mut out = Vec::with_capacity(ops.len());
+    let mut it = ops.into_iter().peekable();
+    while it.peek().is_some() {
+        let tickets: Vec<_> = it.by_ref().take(WINDOW).map(|op| c.submit(op)).collect();
+        c.flush();
+        for t in tickets {
+            out.push(c.wait(t)?);
+        }
+    }
+    Ok(out)
+}
+
+/// One transaction request; whether it committed.
+fn design<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    reads: &[u64],
+    writes: &[(u64, u64)],
+    bal: &[u64],
+    ksize: usize,
+    vsize: usize,
+) -> Result<bool, kvclient::Error> {
+    let mut ops = Vec::with_capacity(reads.len() + writes.len());
+    let mut conds = Vec::with_capacity(reads.len());
+    for (i, &a) in reads.iter().enumerate() {
+        ops.push(Op::Get { key: key(a, ksize) });
+        conds.push(TxCondition {
+            op: i as u8,
+            expect: Some(value(bal[a as usize], vsize)),
+        });
+    }
+    for &(a, b) in writes {
+        ops.push(Op::Put {
+            key: key(a, ksize),
+            value: value(b, vsize),
+        });
+    }
+    Ok(c.transact(&conds, &ops)?.committed())
+}
+
+/// The baseline: locks, reads, writes, unlocks, one round trip each; (whether every
+/// read saw what the client knew, round trips).
+fn baseline<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    reads: &[u64],
+    writes: &[(u64, u64)],
+    bal: &[u64],
+    ksize: usize,
+    vsize: usize,
+) -> Result<(bool, u64), kvclient::Error> {
+    let mut keys: Vec<u64> = reads
+        .iter()
+        .copied()
+        .chain(writes.iter().map(|w| w.0))
+        .collect();
+    keys.sort_unstable();
+    let mut rts = 0u64;
+    for &a in &keys {
+        // Spin until the lock word goes 0 -> 1 (one client: at once).
+        loop {
+            rts += 1;
+            let old = c.exec(Op::UpdateS2S {
+                key: lock_key(&key(a, ksize)),
+                atomic: cas(),
+                param: 0,
+                param2: 1,
+            })?;
+            if old.ok()? == 0u64.to_le_bytes() {
+                break;
+            }
+        }
+    }
+    let mut ok = true;
+    for &a in reads {
+        rts += 1;
+        ok &= c.get(&key(a, ksize))? == Some(value(bal[a as usize], vsize));
+    }
+    for &(a, b) in writes {
+        rts += 1;
+        c.put(&key(a, ksize), &value(b, vsize))?;
+    }
+    for &a in &keys {
+        rts += 1;
+        c.exec(Op::UpdateS2S {
+            key: lock_key(&key(a, ksize)),
+            atomic: cas(),
+            param: 1,
+            param2: 0,
+        })?;
+    }
+    Ok((ok, rts))
+}

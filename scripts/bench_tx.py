@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Transaction latency (docs/TRANSACTIONS.md), Orca's comparison on this appliance:
+`pktgen --tx R,W` (the whole transaction in one request, executed by the worker) vs
+`pktgen --tx R,W --tx-baseline` (HyperLoop-style: every op its own round trip, keys
+locked and unlocked by the client with CAS on lock words), one transaction at a time.
+
+Cases: (R, W) = (0, 1) and (4, 2) with 64 B values, (0, 1) with 1024 B values ((4, 2)
+with 1024 B values does not fit one request packet: the protocol's limit, not run).
+Two set-ups: one node (no replication), and a master with one replica in `mode: sync`
+(min_replicas 1: a write is answered after the replica acknowledged it — the analog of
+a chain of 2 answering after the tail's acknowledgement; it is primary-backup, not a
+chain). Every run ends with the bank invariant checked by pktgen (total unchanged,
+every balance as the committed transactions imply). Medians of --reps runs; ratios
+design/baseline inside each rep. Writes results/tx.json.
+
+Usage: scripts/bench_tx.py [--reps 3] [--duration 2] [--no-huge] [--quick]
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, log  # noqa: E402
+import bench_replication as br  # noqa: E402
+
+CASES = [(0, 1, 64), (4, 2, 64), (0, 1, 1024)]
+
+
+class SyncPair(br.Cluster):
+    """A master and one replica in mode sync, min_replicas 1."""
+
+    def __init__(self, tmp, tag, huge):
+        super().__init__(tmp, tag, 1, huge)
+        for k in range(self.n):
+            c = json.load(open(self.cfg(k)))
+            c["replication"]["mode"] = "sync"
+            c["replication"]["min_replicas"] = 1
+            json.dump(c, open(self.cfg(k), "w"), indent=2)
+
+
+def one_setup(tmp, a, setup, rep):
+    """Every case, design and baseline, on one fresh cluster; {case: {mode: result}}."""
+    for attempt in range(2):
+        tag = f"{setup}-r{rep}"
+        c = (SyncPair(tmp, tag, a.huge) if setup == "sync_replica"
+             else br.Cluster(tmp, tag, 0, a.huge, standalone=True))
+        try:
+            c.up()
+            if setup == "sync_replica":
+                c.wait_online()
+            out = {}
+            for r, w, v in CASES:
+                for mode in ("design", "baseline"):
+                    # 1 KiB values: fewer accounts, so that they fit the node's memory
+                    # beside what the 64 B cases left in other slab classes.
+                    keys = a.keys if v <= 64 else min(a.keys, 10000)
+                    args = ["--tx", f"{r},{w}", "--keys", str(keys), "--value-size", str(v),
+                            "--warmup", str(a.warmup), "--duration", str(a.duration),
+                            "--seed", str(rep + 1)]
+                    if mode == "baseline":
+                        args.append("--tx-baseline")
+                    res = c.pktgen(args, f"tx-{r}-{w}-{v}-{mode}")
+                    if not res.get("invariant_holds"):
+                        raise RuntimeError(f"{tag} {r},{w} {v} B {mode}: invariant broken: {res}")
+                    out.setdefault(f"{r}_{w}_{v}", {})[mode] = res
+            return out
+        except RuntimeError as e:
+            if attempt == 1:
+                raise
+            log(f"  {tag}: failed, retrying: {str(e).splitlines()[0]}")
+        finally:
+            c.down()
+
+
+def med(v):
+    v = [x for x in v if x is not None]
+    return round(statistics.median(v), 3) if v else None
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=2.0)
+    ap.add_argument("--warmup", type=float, default=0.3)
+    ap.add_argument("--keys", type=int, default=50000)
+    ap.add_argument("--no-huge", dest="huge", action="store_false")
+    ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
+    ap.add_argument("--quiet-below", type=float, default=0.25)
+    ap.add_argument("--quiet-wait", type=float, default=240)
+    ap.add_argument("--out", default=os.path.join(ROOT, "results/tx.json"))
+    a = ap.parse_args()
+    if a.quick:
+        a.reps, a.duration, a.warmup, a.keys, a.quiet_wait = 1, 0.5, 0.1, 10000, 0
+    tmp = tempfile.mkdtemp(prefix="kvd-bench-tx-")
+    setups = ["one_node", "sync_replica"]
+    runs = {s: [] for s in setups}
+    t0 = time.monotonic()
+    for rep in range(a.reps):
+        br.wait_quiet(a)
+        with br.dpdk_lock():
+            for s in setups:
+                runs[s].append(one_setup(tmp, a, s, rep))
+        for s in setups:
+            x = runs[s][-1]["4_2_64"]
+            log(f"  rep {rep} {s}: (4,2) 64 B avg design {x['design']['avg_us']:.2f} us, "
+                f"baseline {x['baseline']['avg_us']:.2f} us")
+    res = {
+        "what": "one transaction at a time from one client (pktgen --tx), design = one request "
+                "executed whole by the worker, baseline = one round trip per op with client CAS "
+                "locks (HyperLoop-style); 50K accounts (Orca: 100K KVs; the cluster configs give a node 128 MB)",
+        "reps": a.reps,
+        "hugepages": a.huge,
+        "placement": "pktgen CPU 0, the dataplane worker CPU 1 (2-core host); with a replica, "
+                     "its lcores share the cores",
+        "accounts_1024": "min(--keys, 10000) with 1024 B values (memory of a node)",
+        "not_run": "(4, 2) with 1024 B values: 2 KiB of writes do not fit one request packet "
+                   "(MTU 1500); chain replication (a chain of 2 and of 3) is not built: "
+                   "sync_replica is primary-backup with one synchronous replica",
+        "setups": {},
+        "wall_s": None,
+        "runs": runs,
+    }
+    for s in setups:
+        d = {}
+        for r, w, v in CASES:
+            k = f"{r}_{w}_{v}"
+            cell = {}
+            for mode in ("design", "baseline"):
+                for f in ("avg_us", "p50_us", "p99_us", "tx_per_s", "round_trips_per_tx"):
+                    cell[f"{mode}_{f}"] = med([x[k][mode][f] for x in runs[s]])
+            cell["avg_vs_baseline"] = med([x[k]["design"]["avg_us"] / x[k]["baseline"]["avg_us"]
+                                           for x in runs[s]])
+            cell["p99_vs_baseline"] = med([x[k]["design"]["p99_us"] / x[k]["baseline"]["p99_us"]
+                                           for x in runs[s]])
+            d[k] = cell
+        res["setups"][s] = d
+    one = res["setups"]["one_node"]
+    res["avg_vs_baseline_4_2_64"] = one["4_2_64"]["avg_vs_baseline"]
+    res["p99_vs_baseline_4_2_64"] = one["4_2_64"]["p99_vs_baseline"]
+    res["avg_vs_baseline_0_1_64"] = one["0_1_64"]["avg_vs_baseline"]
+    res["avg_vs_baseline_0_1_1024"] = one["0_1_1024"]["avg_vs_baseline"]
+    res["sync_replica_avg_vs_baseline_4_2_64"] = res["setups"]["sync_replica"]["4_2_64"]["avg_vs_baseline"]
+    res["sync_replica_p99_vs_baseline_4_2_64"] = res["setups"]["sync_replica"]["4_2_64"]["p99_vs_baseline"]
+    res["goal"] = "avg and p99 design/baseline for (4,2) <= 0.33 (Orca: 63-67 % lower)"
+    res["wall_s"] = round(time.monotonic() - t0, 1)
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=2)
+    log(f"tx: (4,2) 64 B design/baseline avg {res['avg_vs_baseline_4_2_64']} p99 "
+        f"{res['p99_vs_baseline_4_2_64']}; (0,1) avg {res['avg_vs_baseline_0_1_64']}; with a sync "
+        f"replica (4,2) avg {res['sync_replica_avg_vs_baseline_4_2_64']} -> {os.path.relpath(a.out, ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
