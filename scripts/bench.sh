@@ -57,6 +57,12 @@ case "$suite" in
     python3 scripts/bench_replica_log.py "${more[@]}" || exit 1
     cargo build --release -q -p ctlplane
     exec python3 scripts/bench_failover.py "${more[@]}" ;;
-  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|paper|all}" >&2; exit 2 ;;
+  tx)
+    # Transactions (issue 15): pktgen --tx vs --tx-baseline (HyperLoop-style), one
+    # node and with a sync replica (results/tx.json).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    exec python3 scripts/bench_tx.py "$@" ;;
+  all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|paper|all}" >&2; exit 2 ;;
 esac
