@@ -16,7 +16,6 @@ Usage: scripts/bench_replica_log.py [--reps 3] [--no-huge] [--quick]
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -25,6 +24,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
 import bench_replication as br  # noqa: E402
+from bench_offload import med, ratio  # noqa: E402
 
 POLICIES = ["none", "no", "everysec", "always"]
 
@@ -78,16 +78,6 @@ def run(tmp, a, policy, sync, rep):
             if not lf or int(lf.get("errors", 1)) != 0:
                 raise RuntimeError(f"{tag}: log file status {lf}")
         return out
-
-
-def ratio(num, den, f):
-    v = [n[f] / d[f] for n, d in zip(num, den) if n.get(f) and d.get(f)]
-    return round(statistics.median(v), 3) if v else None
-
-
-def med(runs, f):
-    v = [r[f] for r in runs if r.get(f) is not None]
-    return round(statistics.median(v), 3) if v else None
 
 
 def main():

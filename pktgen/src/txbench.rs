@@ -74,12 +74,25 @@ fn value(balance: u64, size: usize) -> Vec<u8> {
     v
 }
 
-fn cas() -> Atomic {
-    Atomic {
-        func: func::CAS,
-        width: Width::W8,
-        signed: false,
-    }
+/// CAS `from` -> `to` on account `a`'s lock word; the word's old value.
+fn cas_lock<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    a: u64,
+    ksize: usize,
+    from: u64,
+    to: u64,
+) -> Result<Vec<u8>, kvclient::Error> {
+    c.exec(Op::UpdateS2S {
+        key: lock_key(&key(a, ksize)),
+        atomic: Atomic {
+            func: func::CAS,
+            width: Width::W8,
+            signed: false,
+        },
+        param: from,
+        param2: to,
+    })?
+    .ok()
 }
 
 /// The port for the blocking client: `PortIo` queues frames into tx bursts; they go
@@ -325,13 +338,7 @@ fn baseline<I: kvclient::PacketIo>(
         // Spin until the lock word goes 0 -> 1 (one client: at once).
         loop {
             rts += 1;
-            let old = c.exec(Op::UpdateS2S {
-                key: lock_key(&key(a, ksize)),
-                atomic: cas(),
-                param: 0,
-                param2: 1,
-            })?;
-            if old.ok()? == 0u64.to_le_bytes() {
+            if cas_lock(c, a, ksize, 0, 1)? == 0u64.to_le_bytes() {
                 break;
             }
         }
@@ -347,12 +354,7 @@ fn baseline<I: kvclient::PacketIo>(
     }
     for &a in &keys {
         rts += 1;
-        c.exec(Op::UpdateS2S {
-            key: lock_key(&key(a, ksize)),
-            atomic: cas(),
-            param: 1,
-            param2: 0,
-        })?;
+        cas_lock(c, a, ksize, 1, 0)?;
     }
     Ok((ok, rts))
 }
