@@ -113,14 +113,15 @@ class Cluster:
     """A master with `replicas` replicas (0 and standalone=True: one standalone node),
     fresh configs in their own directory, placement as in the module doc."""
 
-    def __init__(self, tmp, tag, replicas, huge, standalone=False, probe_ms=100, waiting_ms=500):
+    def __init__(self, tmp, tag, replicas, huge, standalone=False, probe_ms=100, waiting_ms=500,
+                 topology="star"):
         self.dir = os.path.join(tmp, tag)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.huge = huge
         self.n = 1 + replicas
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.dir,
                         str(replicas), "--prefix", PREFIX, "--probe-ms", str(probe_ms),
-                        "--waiting-ms", str(waiting_ms),
+                        "--waiting-ms", str(waiting_ms), "--topology", topology,
                         "--base", os.path.join(ROOT, "configs/memif.json")],
                        check=True, stdout=subprocess.DEVNULL)
         for k in range(self.n):
@@ -188,6 +189,26 @@ class Cluster:
                 return time.monotonic() - t0
             time.sleep(0.05)
         raise RuntimeError(f"replicas not online within {timeout} s: {json.dumps(st)}")
+
+    def wait_chain_online(self, timeout=60):
+        """A chain: each node's successor Online on it (the head's peer on link 0, a
+        middle node's relay peer on its link to the next node); returns the seconds."""
+        t0 = time.monotonic()
+        st = {}
+        while time.monotonic() - t0 < timeout:
+            ok = True
+            for k in range(self.n - 1):
+                st = telemetry(self.prefix(k), "/kvd/replication")
+                view = st if k == 0 else (st.get("relay") or {})
+                # Node k's links go to the other nodes in order, skipping itself:
+                # its successor k+1 is on link k.
+                if view.get("peers", {}).get(str(k), {}).get("state") != "online":
+                    ok = False
+                    break
+            if ok:
+                return time.monotonic() - t0
+            time.sleep(0.05)
+        raise RuntimeError(f"chain not online within {timeout} s: {json.dumps(st)}")
 
     def wait_drained(self, timeout=30):
         """Every replica acknowledged the whole stream; returns (seconds, status)."""

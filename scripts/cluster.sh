@@ -4,7 +4,7 @@
 # (scripts/cluster_config.py writes their configs).
 #
 #   scripts/cluster.sh up [--replicas N] [--mode async|sync] [--min-replicas K]
-#                         [--etcd] [--dir DIR] [--no-huge]
+#                         [--topology star|chain] [--etcd] [--dir DIR] [--no-huge]
 #   scripts/cluster.sh status [--dir DIR]
 #   scripts/cluster.sh down [--dir DIR]
 #
@@ -20,6 +20,7 @@ dir="${KVD_CLUSTER_DIR:-/tmp/kvd-cluster}"
 replicas=2
 mode=async
 min_replicas=0
+topology=star
 etcd=0
 etcd_port="${KVD_ETCD_PORT:-23790}"
 extra=()
@@ -28,6 +29,7 @@ while [ $# -gt 0 ]; do
     --replicas) replicas=$2; shift 2 ;;
     --mode) mode=$2; shift 2 ;;
     --min-replicas) min_replicas=$2; shift 2 ;;
+    --topology) topology=$2; shift 2 ;;
     --etcd) etcd=1; shift ;;
     --dir) dir=$2; shift 2 ;;
     --no-huge) extra+=(--no-huge); shift ;;
@@ -73,7 +75,7 @@ up() {
     url="http://127.0.0.1:$etcd_port"
   fi
   python3 scripts/cluster_config.py "$dir" "$replicas" --mode "$mode" \
-    --min-replicas "$min_replicas" ${url:+--etcd "$url"} >/dev/null
+    --min-replicas "$min_replicas" --topology "$topology" ${url:+--etcd "$url"} >/dev/null
   : >"$dir/pids"
   local k
   # One after the other: a node is the memif server of its links to later nodes, and a
@@ -87,7 +89,7 @@ up() {
       wait_role 0 master 15
     fi
   done
-  echo "cluster up in $dir: node0 master, $replicas replicas, mode $mode, min_replicas $min_replicas"
+  echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas"
 }
 
 status() {

@@ -9,6 +9,7 @@ Node 0 starts as master, nodes 1..N as replicas. Every node has:
   * two lcores: the worker (main lcore) and the replication lcore.
 Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
        [--etcd URL [--cluster NAME] [--lease-ms MS]] [--base configs/memif.json]
+       [--topology star|chain]
        [--log-fsync always|everysec|no]  (every node but a fixed master logs the
                                           stream it applies to DIR/nodeK.aof)
 """
@@ -56,8 +57,18 @@ def node_config(base, d, k, n, args):
         "backlog_mb": args.backlog_mb,
         "waiting_time_ms": args.waiting_ms,
     }
-    if k != 0:
-        repl["master"] = {"mac": "02:00:00:00:10:00", "ip": "10.77.0.1"}
+    def addr(j):
+        return {"mac": f"02:00:00:00:10:{j:02x}", "ip": f"10.77.0.{j + 1}"}
+
+    if args.topology == "chain":
+        # Node k follows node k-1 and relays to node k+1; when its predecessor is
+        # silent it joins the one before (the chain closes over a failed node).
+        repl["topology"] = "chain"
+        if k != 0:
+            repl["master"] = addr(k - 1)
+            repl["fallback"] = [addr(j) for j in range(k - 2, -1, -1)]
+    elif k != 0:
+        repl["master"] = addr(0)
     if args.log_fsync and (k != 0 or args.etcd):
         repl["log_file"] = os.path.join(d, f"node{k}.aof")
         repl["fsync"] = args.log_fsync
@@ -87,6 +98,8 @@ def main():
     ap.add_argument("--base", default="configs/memif.json")
     ap.add_argument("--log-fsync", default="", choices=["", "always", "everysec", "no"],
                     help="replicas append the stream to DIR/nodeK.aof with this policy")
+    ap.add_argument("--topology", default="star", choices=["star", "chain"],
+                    help="chain: node k follows node k-1 (docs/TRANSACTIONS.md)")
     ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
     args = ap.parse_args()
     with open(args.base) as f:

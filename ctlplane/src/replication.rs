@@ -89,28 +89,48 @@ fn render(v: &Value) -> String {
             f("errors")
         );
     }
-    if let Some(peers) = v["peers"].as_object() {
-        for (i, p) in peers {
-            let f = |k: &str| match &p[k] {
-                Value::String(x) => x.clone(),
-                other => other.to_string(),
-            };
-            let heard = match f("last_heard_ms_ago").parse::<u64>() {
-                Ok(u64::MAX) | Err(_) => "never".to_string(),
-                Ok(ms) => format!("{ms} ms ago"),
-            };
-            out += &format!(
-                "  link {i} {:<12} {:<13} acked {:>12}  lag {:>10} B  heard {heard}  syncs full {} partial {}  invalidations {}  resent {}\n",
-                f("link"),
-                f("state"),
-                f("acked_offset"),
-                f("lag_bytes"),
-                f("full_syncs"),
-                f("partial_syncs"),
-                f("invalidations"),
-                f("resent"),
-            );
-        }
+    out += &render_peers(&v["peers"], "link");
+    if v["relay"].is_object() {
+        let t = |x: &Value| match x {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        out += &format!(
+            "  relay (chain): offset {}  backlog_start {}\n",
+            t(&v["relay"]["offset"]),
+            t(&v["relay"]["backlog_start"])
+        );
+        out += &render_peers(&v["relay"]["peers"], "  successor link");
+    }
+    out
+}
+
+/// One line per peer of a `peers` object, each starting with `label` and its link.
+fn render_peers(peers: &Value, label: &str) -> String {
+    let mut out = String::new();
+    let Some(peers) = peers.as_object() else {
+        return out;
+    };
+    for (i, p) in peers {
+        let f = |k: &str| match &p[k] {
+            Value::String(x) => x.clone(),
+            other => other.to_string(),
+        };
+        let heard = match f("last_heard_ms_ago").parse::<u64>() {
+            Ok(u64::MAX) | Err(_) => "never".to_string(),
+            Ok(ms) => format!("{ms} ms ago"),
+        };
+        out += &format!(
+            "  {label} {i} {:<12} {:<13} acked {:>12}  lag {:>10} B  heard {heard}  syncs full {} partial {}  invalidations {}  resent {}\n",
+            f("link"),
+            f("state"),
+            f("acked_offset"),
+            f("lag_bytes"),
+            f("full_syncs"),
+            f("partial_syncs"),
+            f("invalidations"),
+            f("resent"),
+        );
     }
     out
 }
@@ -148,5 +168,19 @@ mod tests {
             r.contains("log file n1.aof  synced offset 77  blocks 3"),
             "{r}"
         );
+        assert!(!r.contains("relay"));
+        let v: Value = serde_json::from_str(
+            r#"{"role":"replica","relay":{"offset":"500","backlog_start":"0",
+                "peers":{"1":{"link":"net_memif12","state":"full_sync","acked_offset":"0",
+                "lag_bytes":"500","last_heard_ms_ago":"2","full_syncs":"1",
+                "partial_syncs":"0","invalidations":"0","resent":"0"}}}}"#,
+        )
+        .unwrap();
+        let r = render(&v);
+        assert!(
+            r.contains("relay (chain): offset 500  backlog_start 0"),
+            "{r}"
+        );
+        assert!(r.contains("successor link 1 net_memif12  full_sync"), "{r}");
     }
 }

@@ -113,7 +113,7 @@ pub fn setup(
         names.push(name.to_string());
         ports.push(port);
     }
-    let _ = status.link_names.set(names);
+    let _ = status.link_names.set(names.clone());
     let gate = Arc::new(WriteGate::writable());
     for s in stores.iter_mut() {
         s.server.set_write_gate(gate.clone());
@@ -175,6 +175,33 @@ pub fn setup(
                 let (rings, consumed) = replica_rings(stores, &mut apply);
                 let mut node =
                     ReplicaNode::new(rc, links.len(), rings, consumed, status.clone(), gate)?;
+                if r.topology == kvconf::Topology::Chain {
+                    // A chain node relays what it applies to its successor. Its
+                    // workers' log rings carry only scans (a successor's full sync):
+                    // their live logging stays paused.
+                    let (logs, scans) = master_rings(stores, &lost, ReplMode::Async);
+                    for s in &scans {
+                        s.paused.store(true, std::sync::atomic::Ordering::Release);
+                    }
+                    let rs = Arc::new(ReplStatus::default());
+                    let _ = rs.link_names.set(names.clone());
+                    let mut relay_cfg = mc.clone();
+                    relay_cfg.gate.mode = kvrepl::progress::Mode::Async;
+                    relay_cfg.gate.min_replicas = 0;
+                    relay_cfg.chain = false;
+                    let relay = MasterNode::new(
+                        relay_cfg,
+                        links.len(),
+                        logs,
+                        scans,
+                        rs.clone(),
+                        Arc::new(WriteGate::writable()),
+                        0,
+                    )?
+                    .into_relay();
+                    let _ = status.relay.set(rs);
+                    node.set_relay(relay);
+                }
                 if let Some(LogStart { feed, resume }) = log {
                     node.set_log(feed);
                     if let Some((id, epoch, offset)) = resume {
@@ -326,6 +353,7 @@ fn master_config(
             waiting_time_ns: r.waiting_time_ms * MS,
         },
         shipper: ShipperConfig::default(),
+        chain: r.topology == kvconf::Topology::Chain,
     }
 }
 
@@ -347,6 +375,12 @@ fn replica_config(
         mac,
         ip,
         master,
+        fallback: r
+            .fallback
+            .iter()
+            .map(|a| Ok((kvconf::parse_mac(&a.mac)?, a.ip)))
+            .collect::<Result<_, kvconf::ConfigError>>()?,
+        waiting_time_ns: r.waiting_time_ms * MS,
         ack_interval_ns: r.ack_interval_ms * MS,
         hello_interval_ns: HELLO_INTERVAL_MS * MS,
         slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,

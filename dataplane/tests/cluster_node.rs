@@ -93,12 +93,15 @@ impl Node {
                 rto_ns: 5 * MS,
                 ..ShipperConfig::default()
             },
+            chain: false,
         };
         let replica = ReplicaConfig {
             node_id: u64::from(k) + 1,
             mac,
             ip,
             master: None,
+            fallback: Vec::new(),
+            waiting_time_ns: 60 * MS,
             ack_interval_ns: 2 * MS,
             hello_interval_ns: 10 * MS,
             slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,

@@ -92,6 +92,7 @@ impl Master {
                 rto_ns: 5 * MS,
                 ..ShipperConfig::default()
             },
+            chain: false,
         };
         let node = MasterNode::new(
             cfg,
@@ -165,6 +166,8 @@ impl Replica {
             mac: [2, 0, 0, 0, 0x10, 1],
             ip: Ipv4Addr::new(10, 77, 0, 2),
             master: Some(([2, 0, 0, 0, 0x10, 0], Ipv4Addr::new(10, 77, 0, 1))),
+            fallback: Vec::new(),
+            waiting_time_ns: 60 * MS,
             ack_interval_ns: 2 * MS,
             hello_interval_ns: 10 * MS,
             slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,

@@ -17,6 +17,7 @@
 
 use crate::io::PortIo;
 use crate::spec::RunSpec;
+use dpdk::IdleBackoff;
 use hdrhistogram::Histogram;
 use kvclient::{Client, ClientConfig, Op, TxCondition};
 use kvwire::payload::{func, Atomic, Width};
@@ -96,8 +97,12 @@ fn cas_lock<I: kvclient::PacketIo>(
 }
 
 /// The port for the blocking client: `PortIo` queues frames into tx bursts; they go
-/// out before each receive (the client always receives after it sends).
-struct Flushing(PortIo);
+/// out before each receive (the client always receives after it sends). Waiting for
+/// an answer, it yields the CPU after `idle_yield_polls` empty receives, as the
+/// other pktgen loops do: on a host where the server's lcores share this CPU (a
+/// replicated cluster on 2 cores), spinning would keep them off it until the
+/// scheduler preempts this thread, milliseconds later.
+struct Flushing(PortIo, IdleBackoff);
 
 impl kvclient::PacketIo for Flushing {
     fn send(&mut self, frame: &[u8]) -> bool {
@@ -105,7 +110,9 @@ impl kvclient::PacketIo for Flushing {
     }
     fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
         self.0.flush();
-        self.0.recv(f)
+        let n = self.0.recv(f);
+        self.1.poll(n == 0);
+        n
     }
 }
 
@@ -140,7 +147,13 @@ pub fn run(
         connect_timeout_ns: spec.phases.connect_timeout_ms * 1_000_000,
         ..ClientConfig::default()
     };
-    let mut c = Client::new(Flushing(io), cfg, &spec.qps.qps, params, Box::new(clock));
+    let mut c = Client::new(
+        Flushing(io, IdleBackoff::new(spec.phases.idle_yield_polls)),
+        cfg,
+        &spec.qps.qps,
+        params,
+        Box::new(clock),
+    );
     c.connect()?;
     // Accounts (and, for the baseline, their lock words at 0).
     let mut bal = vec![START_BALANCE; n as usize];

@@ -59,6 +59,20 @@ pub enum FsyncPolicy {
     No,
 }
 
+/// How the replicas are arranged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Topology {
+    /// Every replica follows the master directly (the default).
+    #[default]
+    Star,
+    /// Chain replication: each replica follows its predecessor (`master` names it)
+    /// and relays the stream to the node after it; a node acknowledges an offset
+    /// upstream only once its successor did, so the head answers a synchronous write
+    /// after the tail has it (docs/TRANSACTIONS.md, "Chain replication").
+    Chain,
+}
+
 /// A node's address on the replication link.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,6 +138,14 @@ pub struct ReplicationSection {
     /// A replica without etcd: the master's address on the link.
     #[serde(default)]
     pub master: Option<LinkAddr>,
+    /// How the replicas are arranged.
+    #[serde(default)]
+    pub topology: Topology,
+    /// A replica of a chain: the nodes before its predecessor, nearest first. When its
+    /// upstream is silent for `waiting_time_ms` the replica joins the next one (the
+    /// chain closes over a failed node), resuming from its offset.
+    #[serde(default)]
+    pub fallback: Vec<LinkAddr>,
     /// A replica appends the stream it applies to this file.
     #[serde(default)]
     pub log_file: Option<PathBuf>,
@@ -150,6 +172,8 @@ impl Default for ReplicationSection {
             vdevs: Vec::new(),
             link: None,
             master: None,
+            topology: Topology::Star,
+            fallback: Vec::new(),
             log_file: None,
             fsync: FsyncPolicy::Everysec,
             etcd: None,
@@ -198,6 +222,13 @@ impl ReplicationSection {
         parse_mac(&link.mac).map_err(|e| ConfigError(format!("replication.link.mac: {e}")))?;
         if let Some(m) = &self.master {
             parse_mac(&m.mac).map_err(|e| ConfigError(format!("replication.master.mac: {e}")))?;
+        }
+        for (i, m) in self.fallback.iter().enumerate() {
+            parse_mac(&m.mac)
+                .map_err(|e| ConfigError(format!("replication.fallback[{i}].mac: {e}")))?;
+        }
+        if self.topology == Topology::Chain && self.etcd.is_some() {
+            return err("topology chain has fixed roles: it does not take etcd".into());
         }
         if role == ReplRole::Replica && self.master.is_none() && self.etcd.is_none() {
             return err("master (or etcd) is needed to find the master".into());

@@ -63,6 +63,37 @@ pub struct MasterConfig {
     pub probe: ProbeConfig,
     /// Segment size, window and retransmission.
     pub shipper: ShipperConfig,
+    /// Chain topology: a replica counts for `min_replicas` and the sync quorum by
+    /// the offset it reports applied (PROGRESS, which in a chain means its
+    /// successors have it too), never by what it merely received.
+    pub chain: bool,
+}
+
+/// A chain node's relay state: its stream is the one it receives, with the same
+/// replication id and offsets ([`MasterNode::relay_append`]), so a successor can
+/// resume from any node before it.
+#[derive(Debug, Default)]
+struct Relay {
+    /// The live offset this node's workers applied (`None` while it is not
+    /// streaming itself).
+    applied: Option<u64>,
+    /// The live offset the next full sync's scan starts at, once the workers
+    /// applied that much: a scan must see everything before its start offset.
+    sync_from: Option<u64>,
+}
+
+impl Relay {
+    /// The live offset a scan session may start at now, `end` being the stream's end.
+    fn scan_start(&mut self, end: u64) -> Option<u64> {
+        let from = *self.sync_from.get_or_insert(end);
+        match self.applied {
+            Some(a) if a >= from => {
+                self.sync_from = None;
+                Some(from)
+            }
+            _ => None,
+        }
+    }
 }
 
 /// One replica (one link).
@@ -93,6 +124,8 @@ pub struct MasterNode {
     durable: Option<DurableCursor>,
     gate: Arc<WriteGate>,
     status: Arc<ReplStatus>,
+    /// `Some` on a chain node relaying its stream to its successor.
+    relay: Option<Relay>,
     /// Records that could not enter the stream (a bug: never expected).
     pub stream_errors: u64,
 }
@@ -149,6 +182,7 @@ impl MasterNode {
             durable: (cfg.gate.mode == Mode::Sync).then(|| DurableCursor::new(nw, DURABLE_DEPTH)),
             gate,
             status,
+            relay: None,
             stream_errors: 0,
             cfg,
         };
@@ -169,6 +203,74 @@ impl MasterNode {
     /// The replication ids it serves.
     pub fn ids(&self) -> ReplIds {
         self.cfg.ids
+    }
+
+    /// Makes this a chain node's relay: the live stream is what [`Self::relay_append`]
+    /// appends (the workers' rings carry only their scans), it starts with
+    /// [`Self::relay_restart`], and a full sync's scan waits until the workers
+    /// applied the stream up to its start offset ([`Self::relay_applied`]).
+    pub fn into_relay(mut self) -> MasterNode {
+        self.relay = Some(Relay::default());
+        self.status.set_role(RoleCode::Replica);
+        self
+    }
+
+    /// A relay's upstream welcomed it: the stream is now `repl_id` at `epoch`, from
+    /// `start`. Every successor is told to join again (WELCOME refused: it resumes
+    /// from its offset when the new stream still has it).
+    pub fn relay_restart(&mut self, repl_id: u64, epoch: u64, start: u64, tx: &mut dyn LinkTx) {
+        let Some(r) = self.relay.as_mut() else { return };
+        *r = Relay::default();
+        self.cfg.ids = ReplIds {
+            current: repl_id,
+            previous: None,
+        };
+        self.cfg.epoch = epoch;
+        self.live.reset(start);
+        self.sync.end();
+        self.status.epoch.store(epoch, Ordering::Relaxed);
+        self.status.repl_id.store(repl_id, Ordering::Relaxed);
+        for link in 0..self.peers.len() {
+            let p = &mut self.peers[link];
+            if p.hello.is_none() {
+                continue;
+            }
+            p.shipper.stop();
+            // Not connected: its next PROGRESS is answered with a refusal too.
+            p.state = ReplicaState::Connecting;
+            self.welcome(tx, link, WelcomeMode::Refused, 0);
+        }
+    }
+
+    /// A relay's record of the live stream, in stream order.
+    pub fn relay_append(&mut self, rec: &kvrepl::Record<'_>) {
+        if self.live.append_record(rec).is_err() {
+            self.stream_errors += 1;
+        }
+        self.status.records.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A relay's workers applied the live stream up to `offset` (`None`: this node is
+    /// not streaming).
+    pub fn relay_applied(&mut self, offset: Option<u64>) {
+        if let Some(r) = self.relay.as_mut() {
+            r.applied = offset;
+        }
+    }
+
+    /// The least live offset the online successors acknowledged, `None` when none
+    /// is online: what a chain node may acknowledge upstream.
+    pub fn downstream_floor(&self) -> Option<u64> {
+        self.peers
+            .iter()
+            .filter(|p| p.state.counted())
+            .map(|p| p.applied)
+            .min()
+    }
+
+    /// The status this node publishes (a relay's own, beside its replica status).
+    pub fn status(&self) -> &Arc<ReplStatus> {
+        &self.status
     }
 
     /// Gives back the workers' log rings and scan states (the node changes role).
@@ -265,9 +367,13 @@ impl MasterNode {
             .peers
             .iter()
             .any(|p| p.state == ReplicaState::WaitFullSync && p.hello.is_some());
-        if !self.sync.is_active() && waiting {
+        let live_from = match (&mut self.relay, !self.sync.is_active() && waiting) {
+            (_, false) => None,
+            (None, true) => Some(self.live.end()),
+            (Some(r), true) => r.scan_start(self.live.end()),
+        };
+        if let Some(live_from) = live_from {
             self.session = self.session.wrapping_add(1).max(1);
-            let live_from = self.live.end();
             self.sync.begin(self.session, live_from);
             for w in &self.scans {
                 w.request.store(self.session, Ordering::Release);
@@ -415,7 +521,7 @@ impl MasterNode {
             // Sync mode counts what a replica has *received*: it acknowledges a
             // segment (RC ACK) only once its records are in its workers' rings, in
             // its memory; PROGRESS (what they applied) comes only every ack interval.
-            acked: if sync {
+            acked: if sync && !self.cfg.chain {
                 p.applied.max(p.shipper.acked_live())
             } else {
                 p.applied

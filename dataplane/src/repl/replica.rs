@@ -10,6 +10,7 @@
 
 use super::apply::ApplyStats;
 use super::link::{send_control, LinkTx, ReplLogic};
+use super::master::MasterNode;
 use super::replica_log::LogFeed;
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
@@ -40,6 +41,11 @@ const RNR_TIMER: u8 = 12;
 const CHECKPOINTS: usize = 1024;
 /// Workers a replica routes to at most.
 pub const MAX_WORKERS: usize = 16;
+/// Least gap between two PROGRESS reports sent because the applied offset moved
+/// (a synchronous write waits for one: sending it at once instead of at the next
+/// `ack_interval` takes milliseconds off a lone write; the gap bounds the reports to
+/// 50 000/s under load).
+const EAGER_PROGRESS_GAP_NS: u64 = 20_000;
 
 /// Settings of a replica node.
 #[derive(Clone, Debug)]
@@ -50,8 +56,14 @@ pub struct ReplicaConfig {
     pub mac: MacAddr,
     /// Its IPv4 address there.
     pub ip: Ipv4Addr,
-    /// The master's link address, when known (else HELLO is broadcast).
+    /// The master's link address, when known (else HELLO is broadcast). In a chain:
+    /// the predecessor.
     pub master: Option<(MacAddr, Ipv4Addr)>,
+    /// A chain node: the nodes before its predecessor, nearest first. The replica
+    /// joins the next one when its upstream is silent for `waiting_time_ns`.
+    pub fallback: Vec<(MacAddr, Ipv4Addr)>,
+    /// How long an upstream may be silent before a chain node tries the next one.
+    pub waiting_time_ns: u64,
     /// PROGRESS period.
     pub ack_interval_ns: u64,
     /// HELLO period while not connected.
@@ -63,10 +75,11 @@ pub struct ReplicaConfig {
 }
 
 /// Routes records to the workers' rings by key partition, and copies them into the
-/// log file's feed when there is one.
+/// log file's feed and (live records of a chain node) the relay's stream.
 struct Route<'a> {
     rings: &'a mut [LogProducer],
     log: Option<&'a mut LogFeed>,
+    relay: Option<&'a mut MasterNode>,
 }
 
 impl Sink for Route<'_> {
@@ -80,7 +93,12 @@ impl Sink for Route<'_> {
     fn apply(&mut self, rec: Record<'_>) -> Result<(), SinkError> {
         let key = match rec {
             Record::Put { key, .. } | Record::Delete { key } => key,
-            Record::QpState { .. } => return Ok(()),
+            Record::QpState { .. } => {
+                if let Some(r) = self.relay.as_deref_mut() {
+                    r.relay_append(&rec);
+                }
+                return Ok(());
+            }
         };
         let n = self.rings.len() as u32;
         let p = partition_of_hash(kvengine::key_hash(key), n) as usize;
@@ -90,6 +108,9 @@ impl Sink for Route<'_> {
         }
         if let Some(l) = self.log.as_deref_mut() {
             l.record(&rec);
+        }
+        if let Some(r) = self.relay.as_deref_mut() {
+            r.relay_append(&rec);
         }
         Ok(())
     }
@@ -116,8 +137,18 @@ pub struct ReplicaNode {
     nonce: u64,
     last_hello_ns: u64,
     last_progress_ns: u64,
+    /// The applied offset the last PROGRESS reported.
+    last_reported: u64,
     /// The link and frame parameters of the master, once welcomed.
     master_link: Option<(usize, FrameParams)>,
+    /// A chain node: the relay shipping what it receives to its successor.
+    relay: Option<Box<MasterNode>>,
+    /// Which upstream it follows: 0 the configured master, then `fallback[i - 1]`.
+    upstream: usize,
+    /// When it last heard from its upstream (or started trying it).
+    upstream_heard_ns: u64,
+    /// Upstreams given up for silence (a chain closing over a failed node).
+    pub upstream_switches: u64,
     links: usize,
     epoch_seen: u64,
     /// The master refused our connection (it declared us invalid): join again from
@@ -169,7 +200,12 @@ impl ReplicaNode {
             nonce: 0,
             last_hello_ns: 0,
             last_progress_ns: 0,
+            last_reported: 0,
             master_link: None,
+            relay: None,
+            upstream: 0,
+            upstream_heard_ns: 0,
+            upstream_switches: 0,
             links,
             epoch_seen: 0,
             rejoin: false,
@@ -226,6 +262,25 @@ impl ReplicaNode {
         self.rejoin = true;
     }
 
+    /// Makes this node a chain node relaying its stream to its successor through
+    /// `relay` (a [`MasterNode::into_relay`] over the same links).
+    pub fn set_relay(&mut self, relay: MasterNode) {
+        self.relay = Some(Box::new(relay));
+    }
+
+    /// The relay's status (a chain node's view of its successor).
+    pub fn relay_status(&self) -> Option<&Arc<ReplStatus>> {
+        self.relay.as_ref().map(|r| r.status())
+    }
+
+    /// The upstream it follows now (the master, or a fallback of a chain).
+    fn upstream_addr(&self) -> Option<(MacAddr, Ipv4Addr)> {
+        match self.upstream {
+            0 => self.cfg.master,
+            i => self.cfg.fallback.get(i - 1).copied().or(self.cfg.master),
+        }
+    }
+
     /// Appends what the node applies to a log file through `feed` from now on.
     pub fn set_log(&mut self, feed: LogFeed) {
         self.log = Some(feed);
@@ -247,15 +302,19 @@ impl ReplicaNode {
 
     fn progress(&self) -> Progress {
         let (repl_id, epoch) = self.applier.master();
+        // Under `fsync: always`, no more than the log file holds on disk.
+        let own = self
+            .log
+            .as_ref()
+            .map_or(self.applied_live, |l| l.durable(self.applied_live));
+        // A chain node: no more than its online successors have (the head answers a
+        // synchronous write only once the tail has it).
+        let floor = self.relay.as_ref().and_then(|r| r.downstream_floor());
         Progress {
             nonce: self.nonce,
             repl_id,
             epoch,
-            // Under `fsync: always`, no more than the log file holds on disk.
-            applied: self
-                .log
-                .as_ref()
-                .map_or(self.applied_live, |l| l.durable(self.applied_live)),
+            applied: floor.map_or(own, |f| own.min(f)),
             sync_applied: self.applied_sync,
             state: self.applier.report(),
         }
@@ -277,7 +336,9 @@ impl ReplicaNode {
             credits: RING_CREDITS,
             first_psn: (self.nonce as u32) & kvwire::ib::MASK_24,
         });
-        let (mac, ip) = self.cfg.master.unwrap_or(([0xff; 6], Ipv4Addr::BROADCAST));
+        let (mac, ip) = self
+            .upstream_addr()
+            .unwrap_or(([0xff; 6], Ipv4Addr::BROADCAST));
         let params = self.params_to(mac, ip);
         for l in 0..self.links {
             send_control(tx, l, &params, &h);
@@ -361,10 +422,13 @@ impl ReplicaNode {
             });
             return;
         }
+        let live = kvrepl::parse_segment(payload, imm)
+            .is_ok_and(|(h, _)| h.kind == kvrepl::SegmentKind::Live);
         let (outcome, reply) = {
             let mut sink = Route {
                 rings: &mut self.rings,
                 log: self.log.as_mut(),
+                relay: self.relay.as_deref_mut().filter(|_| live),
             };
             self.applier
                 .on_segment(hdr.psn, hdr.ack_req, imm, payload, &mut sink)
@@ -455,6 +519,7 @@ impl ReplLogic for ReplicaNode {
                     self.status.peers[0]
                         .last_heard_ns
                         .store(now_ns, Ordering::Relaxed);
+                    self.upstream_heard_ns = now_ns;
                     self.on_segment(link, &w.link, w.imm, w.payload, tx);
                 }
                 ReplFrame::Send(s) => {
@@ -474,6 +539,13 @@ impl ReplLogic for ReplicaNode {
                             self.rejoin = true;
                         }
                         Control::Welcome(w)
+                            if w.nonce == self.nonce
+                                && w.mode == kvrepl::control::WelcomeMode::Refused =>
+                        {
+                            // Mid full sync: start again (HELLO at the next interval).
+                            self.master_link = None;
+                        }
+                        Control::Welcome(w)
                             if w.nonce == self.nonce && w.epoch < self.epoch_seen =>
                         {
                             self.stale_epoch += 1;
@@ -490,8 +562,13 @@ impl ReplLogic for ReplicaNode {
                             let mut sink = Route {
                                 rings: &mut self.rings,
                                 log: None,
+                                relay: None,
                             };
                             self.applier.on_welcome(&w, &mut sink);
+                            self.upstream_heard_ns = now_ns;
+                            if let Some(r) = &mut self.relay {
+                                r.relay_restart(w.repl_id, w.epoch, w.offset, tx);
+                            }
                             self.checkpoints.clear();
                             if w.mode == kvrepl::control::WelcomeMode::Partial {
                                 self.applied_live = w.offset;
@@ -508,7 +585,19 @@ impl ReplLogic for ReplicaNode {
                             }
                             self.master_link = Some((link, params));
                         }
+                        Control::Hello(_) | Control::Progress(_) | Control::ProbeReply(_) => {
+                            // A successor's: the relay's business.
+                            if let Some(r) = &mut self.relay {
+                                r.on_frames(link, &[*f], now_ns, tx);
+                            }
+                        }
                         Control::Probe(p) => {
+                            if self
+                                .upstream_addr()
+                                .is_some_and(|(m, _)| m == s.link.src_mac)
+                            {
+                                self.upstream_heard_ns = now_ns;
+                            }
                             self.epoch_seen = self.epoch_seen.max(p.epoch);
                             self.status.peers[0]
                                 .last_heard_ns
@@ -523,7 +612,12 @@ impl ReplLogic for ReplicaNode {
                         _ => {}
                     }
                 }
-                ReplFrame::Ack(_) => {}
+                ReplFrame::Ack(_) => {
+                    // Acknowledgements of the relay's segments by its successor.
+                    if let Some(r) = &mut self.relay {
+                        r.on_frames(link, &[*f], now_ns, tx);
+                    }
+                }
             }
         }
     }
@@ -531,6 +625,21 @@ impl ReplLogic for ReplicaNode {
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.advance();
         let mut busy = false;
+        // A chain node whose upstream went silent joins the next one before it.
+        if !self.cfg.fallback.is_empty()
+            && now_ns.saturating_sub(self.upstream_heard_ns) > self.cfg.waiting_time_ns
+        {
+            self.upstream = (self.upstream + 1) % (1 + self.cfg.fallback.len());
+            self.upstream_heard_ns = now_ns;
+            self.upstream_switches += 1;
+            self.master_link = None;
+            self.rejoin = true;
+        }
+        if let Some(r) = &mut self.relay {
+            let streaming = self.applier.applied_live().is_some();
+            r.relay_applied(streaming.then_some(self.applied_live));
+            busy |= r.poll(now_ns, tx);
+        }
         // Not welcomed yet (or the master changed): HELLO again every interval until
         // a master answers — the node that will answer may not be master yet.
         if self.rejoin || self.applier.needs_hello() || self.master_link.is_none() {
@@ -557,9 +666,14 @@ impl ReplLogic for ReplicaNode {
                     .unwrap_or(0)
                 });
             }
-            if now_ns.saturating_sub(self.last_progress_ns) >= self.cfg.ack_interval_ns {
+            let since = now_ns.saturating_sub(self.last_progress_ns);
+            let p = self.progress();
+            let moved = p.applied != self.last_reported;
+            if since >= self.cfg.ack_interval_ns || (moved && since >= EAGER_PROGRESS_GAP_NS) {
                 self.last_progress_ns = now_ns;
-                send_control(tx, link, &params, &Control::Progress(self.progress()));
+                self.last_reported = p.applied;
+                send_control(tx, link, &params, &Control::Progress(p));
+                busy |= moved;
             }
         }
         self.publish(now_ns);

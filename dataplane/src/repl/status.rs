@@ -121,6 +121,8 @@ pub struct ReplStatus {
     pub demotions: AtomicU64,
     /// A replica's log file writer (config `replication.log_file`), when there is one.
     pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
+    /// A chain node's relay: its view of the successors it ships to.
+    pub relay: std::sync::OnceLock<std::sync::Arc<ReplStatus>>,
 }
 
 impl ReplStatus {
@@ -163,6 +165,24 @@ impl ReplStatus {
                 "errors": l.errors.load(Relaxed),
             })
         });
+        let relay = self.relay.get().map_or(Value::Null, |r| {
+            let mut j = r.to_json();
+            if let Some(o) = j.as_object_mut() {
+                // The relay's role, epoch and id are its own node's.
+                for k in [
+                    "role",
+                    "epoch",
+                    "repl_id",
+                    "promotions",
+                    "demotions",
+                    "relay",
+                    "log_file",
+                ] {
+                    o.remove(k);
+                }
+            }
+            j
+        });
         json!({
             "role": RoleCode::name(self.role.load(Relaxed)),
             "epoch": self.epoch.load(Relaxed),
@@ -176,6 +196,7 @@ impl ReplStatus {
             "demotions": self.demotions.load(Relaxed),
             "peers": Value::Object(peers),
             "log_file": log,
+            "relay": relay,
         })
     }
 }
