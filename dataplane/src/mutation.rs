@@ -69,6 +69,12 @@ pub trait MutationSink: Send {
     /// `key` was deleted.
     fn delete(&mut self, key: &[u8]);
 
+    /// The next post-images, `bytes` of records ([`record_cost`] each), are one
+    /// transaction's: a replica applies them together. Costs
+    /// `kvrepl::GROUP_RECORD_LEN`. The default ignores it (sinks that do not
+    /// replicate).
+    fn group(&mut self, _bytes: u32) {}
+
     /// Called by the worker between bursts with read access to its engine: a sink
     /// that walks the engine (a full sync's scan) does a bounded step here. Returns
     /// whether it did work. The default does nothing.
@@ -163,9 +169,11 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
 /// for a packet full of UPDATE_S2V on 1-byte keys.
 pub fn worst_case(payload: &[u8], max_value_len: usize) -> usize {
     if kvwire::payload::is_tx_payload(payload) {
-        // A transaction: the worst case of its batch (each key at most once per op).
-        return kvwire::payload::TxReader::new(payload)
-            .map_or(0, |t| worst_case(t.batch_bytes(), max_value_len));
+        // A transaction: the worst case of its batch (each key at most once per op),
+        // and its GROUP record.
+        return kvwire::payload::TxReader::new(payload).map_or(0, |t| {
+            worst_case(t.batch_bytes(), max_value_len) + kvrepl::GROUP_RECORD_LEN
+        });
     }
     let Ok(reader) = BatchReader::new(payload) else {
         return 0;

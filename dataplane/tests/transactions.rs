@@ -381,3 +381,110 @@ fn bank_transfers_over_a_lossy_link_commit_exactly_once() {
         "some transactions were answered from the cache"
     );
 }
+
+#[test]
+fn conflicting_transactions_on_one_hot_key_run_one_at_a_time_in_arrival_order() {
+    // Eight QPs, each with one transaction "read the hot key, write my id into it",
+    // all in one burst in a scrambled QP order: each must read the id written by the
+    // transaction that arrived just before it (FIFO, one at a time, no lost update).
+    let qps: Vec<(u32, u32)> = (0..8).map(|i| (QPN + i, RKEY)).collect();
+    let mut s = Server::new(identity(), &qps, common::engine(4 << 20));
+    s.engine_mut().put(b"hot", &u64v(1000));
+    let st = WorkerStats::default();
+    let clients: Vec<_> = (0..8).map(|i| connect(&mut s, QPN + i, RKEY)).collect();
+    let order = [5usize, 2, 7, 0, 3, 6, 1, 4];
+    let mut psn = [0u32; 8];
+    let mut burst = |ids: &dyn Fn(usize) -> u32, s: &mut Server| {
+        let frames: Vec<Vec<u8>> = order
+            .iter()
+            .map(|&q| {
+                let me = ids(q);
+                let v = u64v(u64::from(me));
+                let t = tx(
+                    &[],
+                    &[
+                        KvOp::Get { key: b"hot" },
+                        KvOp::Put {
+                            key: b"hot",
+                            value: &v,
+                        },
+                    ],
+                    me,
+                );
+                psn[q] += 1;
+                clients[q].raw_request(&t, psn[q] - 1)
+            })
+            .collect();
+        let out = run(s, &st, &frames);
+        let mut seen = std::collections::HashMap::new();
+        for f in &out {
+            let (id, r) = results(f);
+            assert_eq!(r[0].0, Status::Ok, "committed: {r:?}");
+            seen.insert(id, u64::from_le_bytes(r[1].1[..8].try_into().unwrap()));
+        }
+        seen
+    };
+    let seen = burst(&|q| 100 + q as u32, &mut s);
+    let mut prev = 1000u64;
+    for &q in &order {
+        let id = 100 + q as u32;
+        assert_eq!(
+            seen[&id], prev,
+            "transaction {id} read its predecessor's write"
+        );
+        prev = u64::from(id);
+    }
+    assert_eq!(
+        balance(&mut s, b"hot"),
+        Some(prev),
+        "the last one's write stands"
+    );
+
+    // The same eight, each now conditional on the value the key had before the burst:
+    // the first to arrive commits, every later one aborts (CONDITION_FAILED) and
+    // changes nothing.
+    let start = prev;
+    let frames: Vec<Vec<u8>> = order
+        .iter()
+        .map(|&q| {
+            let me = 200 + q as u32;
+            let v = u64v(u64::from(me));
+            let want = u64v(start);
+            let t = tx(
+                &[Condition {
+                    op: 0,
+                    kind: CondKind::Equals,
+                    value: &want,
+                }],
+                &[
+                    KvOp::Get { key: b"hot" },
+                    KvOp::Put {
+                        key: b"hot",
+                        value: &v,
+                    },
+                ],
+                me,
+            );
+            psn[q] += 1;
+            clients[q].raw_request(&t, psn[q] - 1)
+        })
+        .collect();
+    let out = run(&mut s, &st, &frames);
+    let mut committed = Vec::new();
+    for f in &out {
+        let (id, r) = results(f);
+        if r[0].0 == Status::Ok {
+            committed.push(id);
+        } else {
+            assert_eq!(r[0].0, Status::Aborted, "{id}: {r:?}");
+            let a = TxAbort::decode(&r[0].1).unwrap();
+            assert_eq!(a.reason, AbortReason::ConditionFailed, "{id}");
+        }
+    }
+    assert_eq!(
+        committed,
+        vec![200 + order[0] as u32],
+        "only the first arrival commits"
+    );
+    assert_eq!(balance(&mut s, b"hot"), Some(200 + order[0] as u64));
+}

@@ -48,8 +48,8 @@ pub use control::{Control, Hello, Probe, ProbeReply, Progress, Welcome, WelcomeM
 pub use log::{log_ring, LogConsumer, LogItem, LogProducer, PushError};
 pub use progress::{DurableCursor, Gate, GateConfig, Liveness, Mode, ProbeConfig, WriteGate};
 pub use record::{
-    Record, RecordError, RecordReader, KIND_DELETE, KIND_PUT, KIND_QP_STATE, MAX_RECORD_KEY_LEN,
-    MAX_RECORD_LEN, MAX_RECORD_VALUE_LEN, RECORD_HEADER_LEN,
+    Record, RecordError, RecordReader, GROUP_RECORD_LEN, KIND_DELETE, KIND_GROUP, KIND_PUT,
+    KIND_QP_STATE, MAX_RECORD_KEY_LEN, MAX_RECORD_LEN, MAX_RECORD_VALUE_LEN, RECORD_HEADER_LEN,
 };
 pub use replica_state::{ReplicaEvent, ReplicaState};
 pub use resync::{decide, Decision, FullSync, ReplIds};

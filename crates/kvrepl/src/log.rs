@@ -31,6 +31,8 @@ use rtrb::{Consumer, Producer, RingBuffer};
 
 /// Kind-byte bit marking a scan record inside the ring.
 const SCAN_BIT: u8 = 0x80;
+/// Bytes a scan marker takes in the ring ([`LogItem::ScanBegin`], [`LogItem::ScanEnd`]).
+pub const MARKER_LEN: usize = RECORD_HEADER_LEN + 4;
 /// Ring-only kind: a scan session begins (key = session id, u32 LE).
 const KIND_SCAN_BEGIN: u8 = 0xFE;
 /// Ring-only kind: a scan session ended (key = session id, u32 LE).
@@ -144,6 +146,7 @@ impl LogProducer {
     }
 
     fn push_marker(&mut self, kind: u8, session: u32) -> Result<(), PushError> {
+        // MARKER_LEN bytes: the header and the session.
         let s = session.to_le_bytes();
         self.write_parts([kind, 4, 0, 0], [&s, &[]])
     }
@@ -377,6 +380,65 @@ fn classify(bytes: &[u8], scan: bool) -> Result<LogItem<'_>, RecordError> {
     } else {
         LogItem::Live(bytes)
     })
+}
+
+/// Drains a log ring without splitting a transaction: the GROUP record of one
+/// ([`Record::Group`]) and the records it covers are taken together, past the
+/// item budget if need be, and only once all of them are in the ring. Feed it
+/// every item [`LogConsumer::drain`] hands out; it says whether to take it.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupWindow {
+    avail: usize,
+    max: usize,
+    seen: usize,
+    group_end: usize,
+    items: usize,
+}
+
+impl GroupWindow {
+    /// A window over `avail` pending bytes ([`LogConsumer::pending_bytes`], read
+    /// before the drain) taking about `max` items.
+    pub fn new(avail: usize, max: usize) -> GroupWindow {
+        GroupWindow {
+            avail,
+            max,
+            seen: 0,
+            group_end: 0,
+            items: 0,
+        }
+    }
+
+    /// True while the items taken are inside a transaction.
+    pub fn in_group(&self) -> bool {
+        self.seen < self.group_end
+    }
+
+    /// Whether to take `item` now (`false`: stop, it stays in the ring).
+    /// `room(bytes)` says whether the consumer can take a whole group of that
+    /// many bytes.
+    pub fn admit(&mut self, item: &LogItem<'_>, room: impl FnOnce(usize) -> bool) -> bool {
+        if self.items >= self.max && !self.in_group() {
+            return false;
+        }
+        let len = match item {
+            LogItem::Live(b) | LogItem::Scan(b) => b.len(),
+            LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => MARKER_LEN,
+        };
+        if let LogItem::Live(b) = item {
+            if b.first() == Some(&crate::record::KIND_GROUP) {
+                if let Ok((Record::Group { bytes }, _)) = Record::decode(b) {
+                    let end = self.seen + len + bytes as usize;
+                    if end > self.avail || !room(bytes as usize) {
+                        return false;
+                    }
+                    self.group_end = end;
+                }
+            }
+        }
+        self.seen += len;
+        self.items += 1;
+        true
+    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //!
 //! ```text
 //! offset  size  field
-//! 0       1     kind   1 = PUT, 2 = DELETE, 3 = QP_STATE (others: invalid)
+//! 0       1     kind   1 = PUT, 2 = DELETE, 3 = QP_STATE, 4 = GROUP (others: invalid)
 //! 1       1     klen   key length (0..=255)
 //! 2       2     vlen   value length (0..=65535), u16 LE
 //! 4       klen  key
@@ -24,6 +24,11 @@
 //! * `QP_STATE`: an opaque per-QP completion blob for exactly-once retries
 //!   across a failover; `klen` must be 4 and the "key" is the QPN (u32 LE,
 //!   the upper 8 bits must be 0: QPNs are 24-bit), the "value" is the blob.
+//! * `GROUP`: the records in the next `bytes` bytes (a u32 LE value, `klen` 0,
+//!   `vlen` 4) are one transaction's post-images: a replica applies them
+//!   together, so that no read sees part of them. They follow the GROUP record
+//!   in its worker's order (other workers' records may come between them in the
+//!   stream; a transaction's keys are all in one partition).
 //!
 //! The widths hold the wire's limits exactly: `kvwire::MAX_KEY_LEN` is 255
 //! and `kvwire::MAX_VALUE_LEN` is 65535 (the engine's own limits are lower:
@@ -51,6 +56,10 @@ pub const KIND_PUT: u8 = 1;
 pub const KIND_DELETE: u8 = 2;
 /// Record kind byte: QP_STATE (opaque per-QP completion state).
 pub const KIND_QP_STATE: u8 = 3;
+/// Record kind byte: GROUP (the next records form one transaction).
+pub const KIND_GROUP: u8 = 4;
+/// Encoded length of a GROUP record.
+pub const GROUP_RECORD_LEN: usize = RECORD_HEADER_LEN + 4;
 
 /// Length of the QPN "key" of a QP_STATE record.
 const QPN_LEN: usize = 4;
@@ -82,6 +91,12 @@ pub enum Record<'a> {
         qpn: u32,
         /// The state blob; its format belongs to the transport.
         bytes: &'a [u8],
+    },
+    /// The records in the next `bytes` bytes of this partition's stream are one
+    /// transaction: applied together or not yet at all.
+    Group {
+        /// Encoded bytes of the group's records (this record excluded).
+        bytes: u32,
     },
 }
 
@@ -155,6 +170,7 @@ impl<'a> Record<'a> {
             Self::Put { .. } => KIND_PUT,
             Self::Delete { .. } => KIND_DELETE,
             Self::QpState { .. } => KIND_QP_STATE,
+            Self::Group { .. } => KIND_GROUP,
         }
     }
 
@@ -164,6 +180,7 @@ impl<'a> Record<'a> {
             Self::Put { key, value } => (key.len(), value.len()),
             Self::Delete { key } => (key.len(), 0),
             Self::QpState { bytes, .. } => (QPN_LEN, bytes.len()),
+            Self::Group { .. } => (0, 4),
         }
     }
 
@@ -228,12 +245,14 @@ impl<'a> Record<'a> {
                 body[..QPN_LEN].copy_from_slice(&qpn.to_le_bytes());
                 body[QPN_LEN..].copy_from_slice(bytes);
             }
+            Self::Group { bytes } => body.copy_from_slice(&bytes.to_le_bytes()),
         }
         Ok(need)
     }
 
     /// The record as its header plus two body pieces (key, value; for
-    /// QP_STATE the QPN bytes, written into `qpn`, and the blob), for writers
+    /// QP_STATE the QPN bytes, written into `qpn`, and the blob; for GROUP
+    /// nothing and its length, written into `qpn`), for writers
     /// that scatter it without an intermediate copy (e.g. across a ring's
     /// wrap). The record must be valid ([`Record::validate`]).
     pub fn parts<'s>(&'s self, qpn: &'s mut [u8; 4]) -> ([u8; RECORD_HEADER_LEN], [&'s [u8]; 2]) {
@@ -244,6 +263,10 @@ impl<'a> Record<'a> {
             Self::QpState { qpn: q, bytes } => {
                 *qpn = q.to_le_bytes();
                 (hdr, [&qpn[..], bytes])
+            }
+            Self::Group { bytes } => {
+                *qpn = bytes.to_le_bytes();
+                (hdr, [&[], &qpn[..]])
             }
         }
     }
@@ -270,12 +293,13 @@ fn decode_with(
     let kind = hdr[0];
     let klen = usize::from(hdr[1]);
     let vlen = usize::from(u16::from_le_bytes([hdr[2], hdr[3]]));
-    if !matches!(kind, KIND_PUT | KIND_DELETE | KIND_QP_STATE) {
+    if !matches!(kind, KIND_PUT | KIND_DELETE | KIND_QP_STATE | KIND_GROUP) {
         return Err(RecordError::BadKind(kind));
     }
     match kind {
         KIND_DELETE if vlen != 0 => return Err(RecordError::BadLayout),
         KIND_QP_STATE if klen != QPN_LEN => return Err(RecordError::BadLayout),
+        KIND_GROUP if klen != 0 || vlen != 4 => return Err(RecordError::BadLayout),
         _ => {}
     }
     if kind != KIND_QP_STATE && klen > max_key {
@@ -301,6 +325,9 @@ fn decode_with(
     let rec = match kind {
         KIND_PUT => Record::Put { key, value },
         KIND_DELETE => Record::Delete { key },
+        KIND_GROUP => Record::Group {
+            bytes: u32::from_le_bytes([value[0], value[1], value[2], value[3]]),
+        },
         _ => {
             let qpn = u32::from_le_bytes([key[0], key[1], key[2], key[3]]);
             if qpn > QPN_MAX {
@@ -387,6 +414,7 @@ mod tests {
         Put(Vec<u8>, Vec<u8>),
         Delete(Vec<u8>),
         Qp(u32, Vec<u8>),
+        Group(u32),
     }
 
     impl Owned {
@@ -395,6 +423,7 @@ mod tests {
                 Owned::Put(k, v) => Record::Put { key: k, value: v },
                 Owned::Delete(k) => Record::Delete { key: k },
                 Owned::Qp(q, b) => Record::QpState { qpn: *q, bytes: b },
+                Owned::Group(n) => Record::Group { bytes: *n },
             }
         }
     }
@@ -409,6 +438,7 @@ mod tests {
             prop::collection::vec(any::<u8>(), 0..=255).prop_map(Owned::Delete),
             (0..=QPN_MAX, prop::collection::vec(any::<u8>(), 0..100))
                 .prop_map(|(q, b)| Owned::Qp(q, b)),
+            any::<u32>().prop_map(Owned::Group),
         ]
     }
 

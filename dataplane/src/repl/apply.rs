@@ -9,8 +9,8 @@
 
 use crate::mutation::MutationSink;
 use kvengine::Engine;
-use kvrepl::log::{LogConsumer, LogItem};
-use kvrepl::Record;
+use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
+use kvrepl::{Record, KIND_GROUP};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -54,7 +54,24 @@ impl Applier {
             return 0;
         }
         let (mut ok, mut failed) = (0u64, 0u64);
-        let r = self.ring.drain(max, |item| {
+        // A transaction's records (after its GROUP record) are applied in one go, past
+        // `max` if need be, and only once all of them are in the ring: between two
+        // calls the worker serves reads, which must never see part of a transaction.
+        let mut win = GroupWindow::new(self.ring.pending_bytes(), max);
+        let r = self.ring.drain(usize::MAX, |item| {
+            // Outside a transaction, a record the tap cannot take waits; a transaction
+            // enters only when the tap can take all of it.
+            if let (false, LogItem::Live(b) | LogItem::Scan(b), Some(t)) =
+                (win.in_group(), &item, tap.as_deref())
+            {
+                if b.first() != Some(&KIND_GROUP) && t.room() < b.len() {
+                    return false;
+                }
+            }
+            let room = |n: usize| tap.as_deref().is_none_or(|t| t.room() >= n);
+            if !win.admit(&item, room) {
+                return false;
+            }
             let bytes = match item {
                 LogItem::Live(b) | LogItem::Scan(b) => b,
                 // A full sync begins: the replica's data is replaced by the master's.
@@ -64,10 +81,8 @@ impl Applier {
                 }
                 LogItem::ScanEnd(_) => return true,
             };
-            if let Some(t) = tap.as_deref() {
-                if t.room() < bytes.len() {
-                    return false;
-                }
+            if bytes.first() == Some(&KIND_GROUP) {
+                return true;
             }
             let status = match Record::decode(bytes) {
                 Ok((Record::Put { key, value }, _)) => {
@@ -90,6 +105,7 @@ impl Applier {
                 },
                 // Completion records are the transport's business, not the engine's.
                 Ok((Record::QpState { .. }, _)) => kvengine::Status::Ok,
+                Ok((Record::Group { .. }, _)) => kvengine::Status::Ok,
                 Err(_) => kvengine::Status::ValueTooLarge,
             };
             if status == kvengine::Status::Ok {
@@ -150,6 +166,55 @@ mod tests {
     use super::*;
     use kvengine::{EngineConfig, Region};
     use kvrepl::log::log_ring;
+
+    #[test]
+    fn a_transaction_is_applied_whole_or_not_yet() {
+        let cfg = EngineConfig {
+            mem_bytes: 1 << 20,
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(Region::owned(1 << 20), &cfg).unwrap();
+        let (mut p, c) = log_ring(4096);
+        let mut a = Applier::new(c, Arc::new(ApplyStats::default()));
+        let recs = [
+            Record::Put {
+                key: b"alice",
+                value: b"70",
+            },
+            Record::Put {
+                key: b"bob",
+                value: b"130",
+            },
+            Record::Delete { key: b"carol" },
+        ];
+        let bytes: usize = recs.iter().map(|r| r.encoded_len()).sum();
+        p.try_push(&Record::Put {
+            key: b"before",
+            value: b"1",
+        })
+        .unwrap();
+        p.try_push(&Record::Group {
+            bytes: bytes as u32,
+        })
+        .unwrap();
+        // Only part of the transaction has arrived: the record before it is applied,
+        // nothing of the transaction.
+        p.try_push(&recs[0]).unwrap();
+        p.try_push(&recs[1]).unwrap();
+        let mut out = [0u8; 16];
+        assert_eq!(a.apply(&mut e, None, 100), 1);
+        assert!(e.get(b"before", &mut out).is_ok());
+        assert!(
+            e.get(b"alice", &mut out).is_err(),
+            "no part of the transaction"
+        );
+        // The rest arrives: all of it at once, even with a budget of one record.
+        p.try_push(&recs[2]).unwrap();
+        assert_eq!(a.apply(&mut e, None, 1), 3);
+        assert_eq!(e.get(b"alice", &mut out), Ok(2));
+        assert_eq!(e.get(b"bob", &mut out), Ok(3));
+        assert_eq!(a.apply(&mut e, None, 100), 0);
+    }
 
     #[test]
     fn applies_in_order_and_publishes_progress() {

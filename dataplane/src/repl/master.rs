@@ -13,7 +13,7 @@ use super::status::{PeerState, ReplStatus, RoleCode, MAX_PEERS};
 use crate::gate::WriteGate;
 use kvrepl::backlog::Backlog;
 use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode};
-use kvrepl::log::{LogConsumer, LogItem};
+use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
 use kvrepl::progress::{
     DurableCursor, GateConfig, Liveness, LivenessAction, Mode, ProbeConfig, ReplicaView,
 };
@@ -302,7 +302,13 @@ impl MasterNode {
         for (w, log) in self.logs.iter_mut().enumerate() {
             let (live, sync, errors) = (&mut self.live, &mut self.sync, &mut self.stream_errors);
             let records = &self.status.records;
-            let r = log.drain(DRAIN_PER_POLL, |item| {
+            // A transaction's records stay together in the stream (a replica applies
+            // them as one: docs/REPLICATION.md §2).
+            let mut win = GroupWindow::new(log.pending_bytes(), DRAIN_PER_POLL);
+            let r = log.drain(usize::MAX, |item| {
+                if !win.admit(&item, |_| true) {
+                    return false;
+                }
                 let r = match item {
                     LogItem::Live(b) => {
                         if live.append(b).is_err() {

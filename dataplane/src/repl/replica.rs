@@ -93,6 +93,22 @@ impl Sink for Route<'_> {
     fn apply(&mut self, rec: Record<'_>) -> Result<(), SinkError> {
         let key = match rec {
             Record::Put { key, .. } | Record::Delete { key } => key,
+            Record::Group { .. } => {
+                // A transaction's records follow, contiguous in the stream; with one
+                // worker they are contiguous in its ring too and it applies them as
+                // one. With several, the master's partitions need not be ours: the
+                // marker is dropped and the records are applied one by one.
+                if let [ring] = self.rings {
+                    ring.try_push(&rec).map_err(|_| SinkError)?;
+                }
+                if let Some(l) = self.log.as_deref_mut() {
+                    l.record(&rec);
+                }
+                if let Some(r) = self.relay.as_deref_mut() {
+                    r.relay_append(&rec);
+                }
+                return Ok(());
+            }
             Record::QpState { .. } => {
                 if let Some(r) = self.relay.as_deref_mut() {
                     r.relay_append(&rec);

@@ -64,6 +64,10 @@ impl MutationSink for ReplLog {
         self.push(&Record::Delete { key });
     }
 
+    fn group(&mut self, bytes: u32) {
+        self.push(&Record::Group { bytes });
+    }
+
     fn position(&self) -> u64 {
         self.live_end
     }

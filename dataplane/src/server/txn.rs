@@ -7,6 +7,7 @@
 
 use super::Server;
 use crate::chunk::Chunk;
+use crate::mutation::record_cost;
 use crate::packet::{PktCtx, MAX_BURST, RESPONSE_UDP_SRC_PORT};
 use crate::replay::Entry;
 use crate::respond::{Ctx, Responder};
@@ -78,6 +79,15 @@ impl Server {
                 let o = tx_exec.execute(r, engine, station.registry(), key_ok, *write_status);
                 if o == Outcome::Committed {
                     if let Some(t) = tap.as_deref_mut() {
+                        // More than one post-image: a replica must apply them as one.
+                        let (mut n, mut bytes) = (0usize, 0usize);
+                        for (k, v) in tx_exec.post_images() {
+                            n += 1;
+                            bytes += record_cost(k.len(), v.map_or(0, <[u8]>::len));
+                        }
+                        if n > 1 {
+                            t.group(bytes as u32);
+                        }
                         for (k, v) in tx_exec.post_images() {
                             match v {
                                 Some(v) => t.put(k, v),

@@ -73,6 +73,8 @@ fn apply(
             }
             // Per-QP transport state belongs to a replication stream, not a store.
             Record::QpState { .. } => (&[][..], Status::Ok),
+            // Transaction boundaries matter to a live replica only.
+            Record::Group { .. } => (&[][..], Status::Ok),
         };
         records += 1;
         if status == Status::Ok {

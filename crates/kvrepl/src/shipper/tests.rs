@@ -23,7 +23,7 @@ impl Sink for Map {
             Record::Delete { key } => {
                 self.kv.remove(key);
             }
-            Record::QpState { .. } => {}
+            Record::QpState { .. } | Record::Group { .. } => {}
         }
         Ok(())
     }

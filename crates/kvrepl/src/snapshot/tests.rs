@@ -20,7 +20,9 @@ impl Rec {
         match r {
             Record::Put { key, value } => Rec::Put(key.to_vec(), value.to_vec()),
             Record::Delete { key } => Rec::Delete(key.to_vec()),
-            Record::QpState { .. } => panic!("no QP state in these tests"),
+            Record::QpState { .. } | Record::Group { .. } => {
+                panic!("no QP state or groups in these tests")
+            }
         }
     }
 }

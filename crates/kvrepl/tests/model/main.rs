@@ -47,7 +47,7 @@ impl Sink for MapSink {
             Record::Delete { key } => {
                 self.0.remove(key);
             }
-            Record::QpState { .. } => {}
+            Record::QpState { .. } | Record::Group { .. } => {}
         }
         Ok(())
     }

@@ -223,7 +223,9 @@ impl Master {
                                     Rec::Put(key.to_vec(), value.to_vec())
                                 }
                                 Record::Delete { key } => Rec::Del(key.to_vec()),
-                                Record::QpState { .. } => unreachable!(),
+                                Record::QpState { .. } | Record::Group { .. } => {
+                                    unreachable!()
+                                }
                             };
                             history.push((at, rec));
                         }
