@@ -10,7 +10,8 @@ Three set-ups: one node (no replication), and chains of 2 (Orca's) and 3 nodes
 (`replication.topology: chain`, `mode: sync`: the head answers a write once the tail
 applied it; the middle relays the stream). Every run ends with the bank invariant checked by pktgen (total unchanged,
 every balance as the committed transactions imply). Medians of --reps runs; ratios
-design/baseline inside each rep. Writes results/tx.json.
+design/baseline inside each rep. Writes results/tx.json and results/tx.png (the
+latency comparison in the style of Orca's figure).
 
 Usage: scripts/bench_tx.py [--reps 3] [--duration 2] [--no-huge] [--quick]
 """
@@ -18,6 +19,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -152,6 +154,9 @@ def main():
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)
+    # Orca-style latency figure next to the JSON (pktgen's tx_plot binary).
+    subprocess.run([os.path.join(br.BIN, "tx_plot"), a.out, a.out.replace(".json", ".png")],
+                   check=False)
     log(f"tx: chain of 2, (4,2) 64 B design/baseline avg {res['avg_vs_baseline_4_2_64']} p99 "
         f"{res['p99_vs_baseline_4_2_64']}; (0,1) avg {res['avg_vs_baseline_0_1_64']}; chain of 3 "
         f"(4,2) avg {res['chain_3_avg_vs_baseline_4_2_64']}; one node (4,2) avg "

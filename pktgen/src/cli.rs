@@ -184,6 +184,11 @@ pub struct Args {
     /// locked and unlocked by the client with CAS on lock words.
     #[arg(long, requires = "tx")]
     pub tx_baseline: bool,
+    /// Read-only transactions over all `--keys` accounts (at most 64), each checking
+    /// that the balances add up (run on a replica, e.g. a chain's tail, while `--tx`
+    /// transfers run on the head); exit 1 if one does not.
+    #[arg(long, conflicts_with = "tx")]
+    pub tx_audit: bool,
     /// Live fuzzer: send this many mutated request frames alongside the workload, on
     /// the config's client QPs the workload does not use (docs/OPERATIONS.md).
     #[arg(long, default_value_t = 0)]

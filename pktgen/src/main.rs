@@ -135,6 +135,12 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         connect_timeout_ns: 20_000_000,
         max_outstanding: ph.slots,
     };
+    if args.tx_audit {
+        let code = txbench::audit(io, &spec, tcfg, params)?;
+        let _ = port.stop();
+        drop(eal);
+        return Ok(code);
+    }
     if let Some(t) = &args.tx {
         let tx = txbench::TxArgs::parse(t, args.tx_baseline)?;
         let code = txbench::run(io, &spec, tcfg, params, &tx)?;

@@ -14,6 +14,10 @@
 //!
 //! At the end every balance is read back: the total must be unchanged and each
 //! balance what the committed transactions imply (exit 1 otherwise).
+//!
+//! `--tx-audit` runs beside them, typically on a replica (the tail of a chain):
+//! read-only transactions over every account (at most 64), each checking that the
+//! balances add up to the starting total — a transfer seen half applied breaks it.
 
 use crate::io::PortIo;
 use crate::spec::RunSpec;
@@ -301,6 +305,93 @@ fn pipelined<I: kvclient::PacketIo>(
         }
     }
     Ok(out)
+}
+
+/// Audits the bank invariant in read-only transactions until `--duration` ends;
+/// returns the exit code (1 if any transaction saw a wrong total).
+pub fn audit(
+    io: PortIo,
+    spec: &RunSpec,
+    tcfg: kvclient::Config,
+    params: FrameParams,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let w = &spec.workload;
+    let (n, ksize) = (w.keys, w.key_size.max(4));
+    if !(1..=kvwire::payload::MAX_TX_OPS as u64).contains(&n) {
+        return Err(format!(
+            "--tx-audit reads every account in one transaction: 1..={} --keys",
+            kvwire::payload::MAX_TX_OPS
+        )
+        .into());
+    }
+    let t0 = Instant::now();
+    let wall0 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    let clock = move || wall0 + t0.elapsed().as_nanos() as u64;
+    let cfg = ClientConfig {
+        transport: tcfg,
+        partitions: spec.qps.partitions,
+        op_timeout_ns: 5_000_000_000,
+        connect_timeout_ns: spec.phases.connect_timeout_ms * 1_000_000,
+        ..ClientConfig::default()
+    };
+    let mut c = Client::new(
+        Flushing(io, IdleBackoff::new(spec.phases.idle_yield_polls)),
+        cfg,
+        &spec.qps.qps,
+        params,
+        Box::new(clock),
+    );
+    c.connect()?;
+    let ops: Vec<Op> = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
+    let want = START_BALANCE * n;
+    let (mut audits, mut wrong, mut incomplete) = (0u64, 0u64, 0u64);
+    let mut worst: Option<u64> = None;
+    let end = Instant::now() + Duration::from_secs_f64(spec.phases.warmup + spec.phases.duration);
+    while Instant::now() < end && !crate::phases::QUIT.load(Ordering::Relaxed) {
+        let o = c.transact(&[], &ops)?;
+        if !o.committed() {
+            incomplete += 1;
+            continue;
+        }
+        let mut total = 0u64;
+        let mut all = true;
+        for r in &o.results {
+            match r.value.get(..8) {
+                Some(b) if r.status == kvwire::Status::Ok => {
+                    total += u64::from_le_bytes(b.try_into().unwrap_or_default())
+                }
+                _ => all = false,
+            }
+        }
+        if !all {
+            // Not loaded yet (or not replicated yet): nothing to check.
+            incomplete += 1;
+            continue;
+        }
+        audits += 1;
+        if total != want {
+            wrong += 1;
+            worst.get_or_insert(total);
+        }
+    }
+    println!(
+        "tx audit: {audits} read-only transactions over {n} accounts, {wrong} with a total \
+         other than {want}{}, {incomplete} before every account was there",
+        worst.map_or(String::new(), |t| format!(" (first: {t})"))
+    );
+    if let Some(path) = &spec.json {
+        let j = serde_json::json!({
+            "mode": "audit",
+            "accounts": n,
+            "audits": audits,
+            "wrong_totals": wrong,
+            "incomplete": incomplete,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
+    }
+    Ok(if wrong == 0 && audits > 0 { 0 } else { 1 })
 }
 
 /// One transaction request; whether it committed.
