@@ -488,3 +488,138 @@ fn conflicting_transactions_on_one_hot_key_run_one_at_a_time_in_arrival_order() 
     );
     assert_eq!(balance(&mut s, b"hot"), Some(200 + order[0] as u64));
 }
+
+/// Several transfers in flight at once (`Client::submit_tx`, on the QPs of their first
+/// keys) over a lossy link, on accounts the client does not track: each reads its two
+/// accounts, then commits only if both are unchanged. Transfers in flight together
+/// conflict; whatever interleaving the server saw, no committed transfer is lost or
+/// applied twice: the final total equals the start, and each account's balance is the
+/// start plus what the committed transfers moved in and out of it.
+#[test]
+fn concurrent_optimistic_transfers_over_a_lossy_link_keep_the_total() {
+    use common::ServerIo;
+    use kvclient::sim::Faults;
+    use kvclient::{Client, ClientConfig, Config, Op, TxCondition, TxTicket};
+    const ACCOUNTS: u64 = 5;
+    const INFLIGHT: usize = 6;
+    let faults = Faults {
+        drop: 0.03,
+        duplicate: 0.03,
+        reorder: 0.03,
+        reorder_depth: 4,
+    };
+    let qps = [(100, RKEY), (101, RKEY), (102, RKEY), (103, RKEY)];
+    let mut io = ServerIo::new(9, faults, &qps);
+    let acct = |i: u64| format!("acct{i}").into_bytes();
+    for i in 0..ACCOUNTS {
+        io.server.engine_mut().put(&acct(i), &u64v(50));
+    }
+    let clock = io.clock.clone();
+    let cfg = ClientConfig {
+        transport: Config {
+            rto_initial_ns: 300_000,
+            rto_max_ns: 5_000_000,
+            max_retries: 30,
+            ..Config::default()
+        },
+        ..ClientConfig::default()
+    };
+    let mut c = Client::new(
+        io,
+        cfg,
+        &qps,
+        common::request_params(),
+        Box::new(move || clock.get()),
+    );
+    enum Slot {
+        Idle,
+        Reading(TxTicket, u64, u64),
+        Moving(TxTicket, u64, u64),
+    }
+    let mut slots: Vec<Slot> = (0..INFLIGHT).map(|_| Slot::Idle).collect();
+    let mut moved = vec![0i64; ACCOUNTS as usize];
+    let (mut started, mut committed, mut conflicts) = (0, 0, 0);
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    while started < 400 || slots.iter().any(|s| !matches!(s, Slot::Idle)) {
+        c.poll();
+        for s in slots.iter_mut() {
+            match s {
+                Slot::Idle if started < 400 => {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let (a, b) = (x % ACCOUNTS, (x >> 16) % ACCOUNTS);
+                    if a == b {
+                        continue;
+                    }
+                    let ops = [Op::Get { key: acct(a) }, Op::Get { key: acct(b) }];
+                    *s = Slot::Reading(c.submit_tx(&[], &ops).unwrap(), a, b);
+                    started += 1;
+                }
+                Slot::Idle => {}
+                Slot::Reading(t, a, b) => {
+                    let Some(o) = c.tx_outcome(*t) else { continue };
+                    let o = o.expect("read outcome");
+                    assert!(o.committed());
+                    let va = o.results[0].value.clone();
+                    let vb = o.results[1].value.clone();
+                    let ba = u64::from_le_bytes(va[..8].try_into().unwrap());
+                    let bb = u64::from_le_bytes(vb[..8].try_into().unwrap());
+                    if ba == 0 {
+                        *s = Slot::Idle;
+                        continue;
+                    }
+                    let conds = [
+                        TxCondition {
+                            op: 0,
+                            expect: Some(va),
+                        },
+                        TxCondition {
+                            op: 1,
+                            expect: Some(vb),
+                        },
+                    ];
+                    let ops = [
+                        Op::Get { key: acct(*a) },
+                        Op::Get { key: acct(*b) },
+                        Op::Put {
+                            key: acct(*a),
+                            value: u64v(ba - 1).to_vec(),
+                        },
+                        Op::Put {
+                            key: acct(*b),
+                            value: u64v(bb + 1).to_vec(),
+                        },
+                    ];
+                    *s = Slot::Moving(c.submit_tx(&conds, &ops).unwrap(), *a, *b);
+                }
+                Slot::Moving(t, a, b) => {
+                    let Some(o) = c.tx_outcome(*t) else { continue };
+                    let o = o.expect("transfer outcome");
+                    if o.committed() {
+                        moved[*a as usize] -= 1;
+                        moved[*b as usize] += 1;
+                        committed += 1;
+                    } else {
+                        let why = o.abort.unwrap();
+                        assert_eq!(why.reason, AbortReason::ConditionFailed);
+                        conflicts += 1;
+                    }
+                    *s = Slot::Idle;
+                }
+            }
+        }
+    }
+    assert!(
+        committed > 100 && conflicts > 10,
+        "committed {committed}, conflicts {conflicts}"
+    );
+    let io = c.io_mut();
+    let mut total = 0;
+    for i in 0..ACCOUNTS {
+        let b = balance(&mut io.server, &acct(i)).unwrap();
+        assert_eq!(b as i64, 50 + moved[i as usize], "account {i}");
+        total += b;
+    }
+    assert_eq!(total, 50 * ACCOUNTS);
+}

@@ -189,6 +189,14 @@ pub struct Args {
     /// transfers run on the head); exit 1 if one does not.
     #[arg(long, conflicts_with = "tx")]
     pub tx_audit: bool,
+    /// With `--tx`: accounts shared with other clients — each transfer reads its
+    /// accounts, then commits only if they are unchanged (a conflict aborts it);
+    /// keys from `--dist`. The total is checked at the end.
+    #[arg(long, requires = "tx", conflicts_with = "tx_baseline")]
+    pub tx_shared: bool,
+    /// With `--tx-shared`: transfers in flight at once (each on its first key's QP).
+    #[arg(long, default_value_t = 1, requires = "tx_shared")]
+    pub tx_inflight: usize,
     /// Live fuzzer: send this many mutated request frames alongside the workload, on
     /// the config's client QPs the workload does not use (docs/OPERATIONS.md).
     #[arg(long, default_value_t = 0)]

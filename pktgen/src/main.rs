@@ -35,6 +35,7 @@ mod report;
 mod spec;
 mod steer;
 mod txbench;
+mod txshared;
 mod ycsb;
 
 use clap::Parser;
@@ -142,7 +143,9 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         return Ok(code);
     }
     if let Some(t) = &args.tx {
-        let tx = txbench::TxArgs::parse(t, args.tx_baseline)?;
+        let mut tx = txbench::TxArgs::parse(t, args.tx_baseline)?;
+        tx.shared = args.tx_shared;
+        tx.inflight = args.tx_inflight;
         let code = txbench::run(io, &spec, tcfg, params, &tx)?;
         let _ = port.stop();
         drop(eal);

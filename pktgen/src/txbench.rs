@@ -30,7 +30,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// Initial balance of every account.
-const START_BALANCE: u64 = 1000;
+pub(crate) const START_BALANCE: u64 = 1000;
 
 /// What `--tx` asked for.
 pub struct TxArgs {
@@ -40,6 +40,10 @@ pub struct TxArgs {
     pub writes: usize,
     /// One round trip per op, client-side locks.
     pub baseline: bool,
+    /// Accounts shared with other clients: optimistic transfers (`crate::txshared`).
+    pub shared: bool,
+    /// Transfers in flight at once (shared mode).
+    pub inflight: usize,
 }
 
 impl TxArgs {
@@ -57,11 +61,13 @@ impl TxArgs {
             reads,
             writes,
             baseline,
+            shared: false,
+            inflight: 1,
         })
     }
 }
 
-fn key(i: u64, size: usize) -> Vec<u8> {
+pub(crate) fn key(i: u64, size: usize) -> Vec<u8> {
     let mut k = format!("a{i:0>w$}", w = size.saturating_sub(1)).into_bytes();
     k.truncate(size.max(1));
     k
@@ -73,7 +79,7 @@ fn lock_key(k: &[u8]) -> Vec<u8> {
     l
 }
 
-fn value(balance: u64, size: usize) -> Vec<u8> {
+pub(crate) fn value(balance: u64, size: usize) -> Vec<u8> {
     let mut v = vec![0x5a; size.max(8)];
     v[..8].copy_from_slice(&balance.to_le_bytes());
     v
@@ -159,6 +165,9 @@ pub fn run(
         Box::new(clock),
     );
     c.connect()?;
+    if tx.shared {
+        return crate::txshared::run(&mut c, spec, tx, tx.inflight);
+    }
     // Accounts (and, for the baseline, their lock words at 0).
     let mut bal = vec![START_BALANCE; n as usize];
     let mut load = Vec::new();

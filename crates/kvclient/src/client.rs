@@ -10,7 +10,7 @@ use kvwire::{FrameParams, Status, MAX_OPS_PER_BATCH};
 use std::collections::VecDeque;
 
 mod txn;
-pub use txn::{TxCondition, TxOutcome};
+pub use txn::{TxCondition, TxOutcome, TxTicket};
 
 /// Configuration of a [`Client`].
 #[derive(Debug, Clone, Copy)]

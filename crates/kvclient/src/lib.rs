@@ -91,7 +91,7 @@ mod qp;
 pub mod sim;
 mod transport;
 
-pub use client::{Client, ClientConfig, Op, Reply, Ticket, TxCondition, TxOutcome};
+pub use client::{Client, ClientConfig, Op, Reply, Ticket, TxCondition, TxOutcome, TxTicket};
 pub use endpoint::{kernel_client_config, Endpoint, EndpointError};
 pub use kernel::{KernelError, KernelIo};
 pub use qp::QpState;

@@ -34,11 +34,17 @@ impl TxOutcome {
     }
 }
 
+/// Names a transaction submitted with [`Client::submit_tx`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TxTicket(u64);
+
 /// A transaction in flight: the results received so far, and the end.
 #[derive(Debug, Default)]
 pub(super) struct TxWait {
     results: Vec<(Status, Vec<u8>)>,
     pub(super) done: Option<Result<(), Error>>,
+    /// Client clock when it was submitted.
+    start: u64,
 }
 
 impl TxWait {
@@ -57,6 +63,21 @@ impl<I: PacketIo> Client<I> {
     /// must belong to one partition (the server aborts `CROSS_PARTITION` otherwise);
     /// the transaction goes on that partition's QP, after what that QP already sent.
     pub fn transact(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxOutcome, Error> {
+        let t = self.submit_tx(conds, ops)?;
+        loop {
+            if let Some(o) = self.tx_outcome(t) {
+                return o;
+            }
+            let now = (self.clock)();
+            self.pump(now);
+        }
+    }
+
+    /// Sends `ops` as one transaction with `conds` (as [`Client::transact`]) without
+    /// waiting for its outcome: blocks only until its QP can take it (the QP is the
+    /// first key's, so transactions on different keys go out on different QPs and
+    /// run concurrently). Poll with [`Client::tx_outcome`].
+    pub fn submit_tx(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxTicket, Error> {
         let first = ops
             .first()
             .ok_or(Error::Invalid(PayloadError::TooManyOps))?;
@@ -99,36 +120,51 @@ impl<I: PacketIo> Client<I> {
             }
             self.pump(now);
         }
-        self.txs.insert(tag, TxWait::default());
-        let end = loop {
-            if let Some(done) = self.txs.get(&tag).and_then(|w| w.done) {
-                break done;
-            }
-            let now = (self.clock)();
-            if now.saturating_sub(start) > self.cfg.op_timeout_ns {
-                self.txs.remove(&tag);
-                return Err(Error::Deadline);
-            }
-            self.pump(now);
-        };
-        let w = self.txs.remove(&tag).unwrap_or_default();
-        end?;
-        let mut it = w.results.into_iter();
-        let (status, value) = it.next().ok_or(Error::BadResponse)?;
-        let (abort, master) = match status {
-            Status::Ok => (None, None),
-            Status::Aborted => (
-                Some(TxAbort::decode(&value).ok_or(Error::BadResponse)?),
-                TxAbort::hint(&value),
-            ),
-            s => return Err(Error::Status(s)),
-        };
-        Ok(TxOutcome {
-            abort,
-            master,
-            results: it.map(|(status, value)| Reply { status, value }).collect(),
-        })
+        self.txs.insert(
+            tag,
+            TxWait {
+                start,
+                ..TxWait::default()
+            },
+        );
+        Ok(TxTicket(tag))
     }
+
+    /// The outcome of transaction `t` once it is known (`None`: still in flight;
+    /// [`Client::poll`] or [`Client::flush`] move it on). After `op_timeout_ns`:
+    /// [`Error::Deadline`], outcome unknown. An outcome is handed out once.
+    pub fn tx_outcome(&mut self, t: TxTicket) -> Option<Result<TxOutcome, Error>> {
+        let w = self.txs.get(&t.0)?;
+        if w.done.is_none() {
+            if (self.clock)().saturating_sub(w.start) > self.cfg.op_timeout_ns {
+                self.txs.remove(&t.0);
+                return Some(Err(Error::Deadline));
+            }
+            return None;
+        }
+        let w = self.txs.remove(&t.0)?;
+        Some(outcome(w))
+    }
+}
+
+/// A finished transaction's outcome from its results.
+fn outcome(w: TxWait) -> Result<TxOutcome, Error> {
+    w.done.unwrap_or(Err(Error::BadResponse))?;
+    let mut it = w.results.into_iter();
+    let (status, value) = it.next().ok_or(Error::BadResponse)?;
+    let (abort, master) = match status {
+        Status::Ok => (None, None),
+        Status::Aborted => (
+            Some(TxAbort::decode(&value).ok_or(Error::BadResponse)?),
+            TxAbort::hint(&value),
+        ),
+        s => return Err(Error::Status(s)),
+    };
+    Ok(TxOutcome {
+        abort,
+        master,
+        results: it.map(|(status, value)| Reply { status, value }).collect(),
+    })
 }
 
 /// Writes the transaction payload (batch id `id`) into `buf`.
