@@ -268,6 +268,40 @@ fn only_committed_transactions_reach_the_replication_tap() {
     );
 }
 
+/// A client (patient retransmission) of a server over a link with `faults`, whose
+/// engine holds accounts `acct0..acct{n}` with `balance` each.
+fn lossy_client(
+    seed: u64,
+    faults: kvclient::sim::Faults,
+    qps: &[(u32, u32)],
+    n: u64,
+    balance: u64,
+) -> kvclient::Client<common::ServerIo> {
+    let mut io = common::ServerIo::new(seed, faults, qps);
+    for i in 0..n {
+        io.server
+            .engine_mut()
+            .put(format!("acct{i}").as_bytes(), &u64v(balance));
+    }
+    let clock = io.clock.clone();
+    let cfg = kvclient::ClientConfig {
+        transport: kvclient::Config {
+            rto_initial_ns: 300_000,
+            rto_max_ns: 5_000_000,
+            max_retries: 30,
+            ..kvclient::Config::default()
+        },
+        ..kvclient::ClientConfig::default()
+    };
+    kvclient::Client::new(
+        io,
+        cfg,
+        qps,
+        common::request_params(),
+        Box::new(move || clock.get()),
+    )
+}
+
 /// Bank transfers through `kvclient::Client::transact` over a link that drops,
 /// duplicates and reorders frames: each transfer reads both balances with conditions
 /// and moves 1 when the source has money; the client retries a stale read. Every
@@ -275,9 +309,8 @@ fn only_committed_transactions_reach_the_replication_tap() {
 /// the committed outcomes imply, and their sum never changes.
 #[test]
 fn bank_transfers_over_a_lossy_link_commit_exactly_once() {
-    use common::ServerIo;
     use kvclient::sim::Faults;
-    use kvclient::{Client, ClientConfig, Config, Op, TxCondition};
+    use kvclient::{Op, TxCondition};
     const ACCOUNTS: u64 = 6;
     let faults = Faults {
         drop: 0.05,
@@ -285,29 +318,8 @@ fn bank_transfers_over_a_lossy_link_commit_exactly_once() {
         reorder: 0.05,
         reorder_depth: 4,
     };
-    let qps = [(100, RKEY), (101, RKEY)];
-    let mut io = ServerIo::new(3, faults, &qps);
     let acct = |i: u64| format!("acct{i}").into_bytes();
-    for i in 0..ACCOUNTS {
-        io.server.engine_mut().put(&acct(i), &u64v(10));
-    }
-    let clock = io.clock.clone();
-    let cfg = ClientConfig {
-        transport: Config {
-            rto_initial_ns: 300_000,
-            rto_max_ns: 5_000_000,
-            max_retries: 30,
-            ..Config::default()
-        },
-        ..ClientConfig::default()
-    };
-    let mut c = Client::new(
-        io,
-        cfg,
-        &qps,
-        common::request_params(),
-        Box::new(move || clock.get()),
-    );
+    let mut c = lossy_client(3, faults, &[(100, RKEY), (101, RKEY)], ACCOUNTS, 10);
     let mut model = vec![10u64; ACCOUNTS as usize];
     let (mut committed, mut stale) = (0, 0);
     let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -497,9 +509,8 @@ fn conflicting_transactions_on_one_hot_key_run_one_at_a_time_in_arrival_order() 
 /// start plus what the committed transfers moved in and out of it.
 #[test]
 fn concurrent_optimistic_transfers_over_a_lossy_link_keep_the_total() {
-    use common::ServerIo;
     use kvclient::sim::Faults;
-    use kvclient::{Client, ClientConfig, Config, Op, TxCondition, TxTicket};
+    use kvclient::{Op, TxCondition, TxTicket};
     const ACCOUNTS: u64 = 5;
     const INFLIGHT: usize = 6;
     let faults = Faults {
@@ -508,29 +519,9 @@ fn concurrent_optimistic_transfers_over_a_lossy_link_keep_the_total() {
         reorder: 0.03,
         reorder_depth: 4,
     };
-    let qps = [(100, RKEY), (101, RKEY), (102, RKEY), (103, RKEY)];
-    let mut io = ServerIo::new(9, faults, &qps);
     let acct = |i: u64| format!("acct{i}").into_bytes();
-    for i in 0..ACCOUNTS {
-        io.server.engine_mut().put(&acct(i), &u64v(50));
-    }
-    let clock = io.clock.clone();
-    let cfg = ClientConfig {
-        transport: Config {
-            rto_initial_ns: 300_000,
-            rto_max_ns: 5_000_000,
-            max_retries: 30,
-            ..Config::default()
-        },
-        ..ClientConfig::default()
-    };
-    let mut c = Client::new(
-        io,
-        cfg,
-        &qps,
-        common::request_params(),
-        Box::new(move || clock.get()),
-    );
+    let qps = [(100, RKEY), (101, RKEY), (102, RKEY), (103, RKEY)];
+    let mut c = lossy_client(9, faults, &qps, ACCOUNTS, 50);
     enum Slot {
         Idle,
         Reading(TxTicket, u64, u64),

@@ -126,24 +126,13 @@ impl kvclient::PacketIo for Flushing {
     }
 }
 
-/// Runs the transaction benchmark on `io`; returns the exit code.
-pub fn run(
+/// The blocking client over `io`, every QP connected.
+fn connect(
     io: PortIo,
     spec: &RunSpec,
     tcfg: kvclient::Config,
     params: FrameParams,
-    tx: &TxArgs,
-) -> Result<i32, Box<dyn std::error::Error>> {
-    let w = &spec.workload;
-    let vsize: usize = w
-        .value_size
-        .parse()
-        .map_err(|_| format!("--tx needs one --value-size N (not {:?})", w.value_size))?;
-    let (n, ksize) = (w.keys.max(2), w.key_size.max(4));
-    let need = tx.reads + tx.writes;
-    if (n as usize) < need {
-        return Err(format!("--tx needs at least {need} --keys").into());
-    }
+) -> Result<Client<Flushing>, kvclient::Error> {
     // Wall-clock based: connection nonces must grow across pktgen runs (PROTOCOL.md §6.1).
     let t0 = Instant::now();
     let wall0 = std::time::SystemTime::now()
@@ -165,6 +154,28 @@ pub fn run(
         Box::new(clock),
     );
     c.connect()?;
+    Ok(c)
+}
+
+/// Runs the transaction benchmark on `io`; returns the exit code.
+pub fn run(
+    io: PortIo,
+    spec: &RunSpec,
+    tcfg: kvclient::Config,
+    params: FrameParams,
+    tx: &TxArgs,
+) -> Result<i32, Box<dyn std::error::Error>> {
+    let w = &spec.workload;
+    let vsize: usize = w
+        .value_size
+        .parse()
+        .map_err(|_| format!("--tx needs one --value-size N (not {:?})", w.value_size))?;
+    let (n, ksize) = (w.keys.max(2), w.key_size.max(4));
+    let need = tx.reads + tx.writes;
+    if (n as usize) < need {
+        return Err(format!("--tx needs at least {need} --keys").into());
+    }
+    let mut c = connect(io, spec, tcfg, params)?;
     if tx.shared {
         return crate::txshared::run(&mut c, spec, tx, tx.inflight);
     }
@@ -333,26 +344,7 @@ pub fn audit(
         )
         .into());
     }
-    let t0 = Instant::now();
-    let wall0 = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    let clock = move || wall0 + t0.elapsed().as_nanos() as u64;
-    let cfg = ClientConfig {
-        transport: tcfg,
-        partitions: spec.qps.partitions,
-        op_timeout_ns: 5_000_000_000,
-        connect_timeout_ns: spec.phases.connect_timeout_ms * 1_000_000,
-        ..ClientConfig::default()
-    };
-    let mut c = Client::new(
-        Flushing(io, IdleBackoff::new(spec.phases.idle_yield_polls)),
-        cfg,
-        &spec.qps.qps,
-        params,
-        Box::new(clock),
-    );
-    c.connect()?;
+    let mut c = connect(io, spec, tcfg, params)?;
     let ops: Vec<Op> = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
     let want = START_BALANCE * n;
     let (mut audits, mut wrong, mut incomplete) = (0u64, 0u64, 0u64);
