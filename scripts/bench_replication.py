@@ -241,9 +241,10 @@ class Cluster:
                 with contextlib.suppress(OSError):
                     os.remove(f)
 
-    def pktgen(self, args, name, timeout=300, wait=True):
+    def pktgen(self, args, name, timeout=300, wait=True, node=0):
+        """pktgen on node `node`'s client port (node 0: the master's)."""
         out = os.path.join(self.dir, f"{name}.json")
-        cmd = [PG, "--config", self.cfg(0), "--json", out] + args
+        cmd = [PG, "--config", self.cfg(node), "--json", out] + args
         if not self.huge:
             cmd.append("--no-huge")
         logf = open(os.path.join(self.dir, f"{name}.out"), "w")

@@ -48,6 +48,30 @@ class Chain(br.Cluster):
             json.dump(c, open(self.cfg(k), "w"), indent=2)
 
 
+def read_only(c, a, slow):
+    """Pure-read transactions (every one of 16 accounts read) at the head and at the
+    tail of a chain, idle, and at the tail while optimistic transfers run on the head
+    (the head's own port then carries the transfers: one pktgen per port)."""
+    acc = ["--keys", "16", "--key-size", "10", "--value-size", "64"]
+    # Creates the 16 accounts (and moves some money between them).
+    c.pktgen(["--tx", "0,2", "--duration", "0.2", "--warmup", "0"] + acc + slow, "ro-load")
+    audit = ["--tx-audit", "--warmup", str(a.warmup), "--duration", str(a.duration)] + acc + slow
+    out = {}
+    for where, node in (("head", 0), ("tail", c.n - 1)):
+        out[f"read_only_{where}"] = c.pktgen(audit, f"ro-{where}", node=node)
+    p, wout = c.pktgen(["--tx", "0,2", "--tx-shared", "--tx-inflight", "4", "--qps", "4",
+                        "--duration", str(a.duration + 1.0), "--warmup", "0"] + acc + slow,
+                       "ro-writer", wait=False)
+    time.sleep(0.5)
+    out["read_only_tail_under_writes"] = c.pktgen(audit, "ro-tail-busy", node=c.n - 1)
+    if p.wait(120) != 0:
+        raise RuntimeError("ro-writer: pktgen failed")
+    for k, r in out.items():
+        if r.get("wrong_totals", 1) != 0 or r.get("audits", 0) == 0:
+            raise RuntimeError(f"{k}: audit failed: {r}")
+    return out
+
+
 def one_setup(tmp, a, setup, rep):
     """Every case, design and baseline, on one fresh cluster; {case: {mode: result}}."""
     for attempt in range(2):
@@ -90,6 +114,8 @@ def one_setup(tmp, a, setup, rep):
             if not res.get("invariant_holds"):
                 raise RuntimeError(f"{tag} shared: invariant broken: {res}")
             out["concurrent_4_2_64"] = res
+            if setup in CHAINS:
+                out.update(read_only(c, a, slow))
             return out
         except RuntimeError as e:
             if attempt == 1:
@@ -165,6 +191,12 @@ def main():
             for f in ("transfers_per_s", "avg_us", "p99_us", "committed", "conflicts")
         }
         d["concurrent_4_2_64"]["inflight"] = CONCURRENT
+        if s in CHAINS:
+            d["read_only_16_accounts"] = {
+                where: {f: med([x[f"read_only_{where}"][f] for x in runs[s]])
+                        for f in ("avg_us", "p50_us", "p99_us", "tx_per_s")}
+                for where in ("head", "tail", "tail_under_writes")
+            }
         d["concurrent_vs_one_at_a_time_tx_per_s"] = round(
             d["concurrent_4_2_64"]["transfers_per_s"] / d["4_2_64"]["design_tx_per_s"], 2)
         res["setups"][s] = d

@@ -348,10 +348,16 @@ pub fn audit(
     let ops: Vec<Op> = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
     let want = START_BALANCE * n;
     let (mut audits, mut wrong, mut incomplete) = (0u64, 0u64, 0u64);
+    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
+    let warm_end = Instant::now() + Duration::from_secs_f64(spec.phases.warmup);
     let mut worst: Option<u64> = None;
     let end = Instant::now() + Duration::from_secs_f64(spec.phases.warmup + spec.phases.duration);
     while Instant::now() < end && !crate::phases::QUIT.load(Ordering::Relaxed) {
+        let start = Instant::now();
         let o = c.transact(&[], &ops)?;
+        if start >= warm_end {
+            hist.record((start.elapsed().as_nanos() as u64).max(1))?;
+        }
         if !o.committed() {
             incomplete += 1;
             continue;
@@ -378,6 +384,11 @@ pub fn audit(
         }
     }
     println!(
+        "tx audit: read-only transaction latency avg {:.2} us p99 {:.2} us",
+        hist.mean() / 1e3,
+        hist.value_at_quantile(0.99) as f64 / 1e3
+    );
+    println!(
         "tx audit: {audits} read-only transactions over {n} accounts, {wrong} with a total \
          other than {want}{}, {incomplete} before every account was there",
         worst.map_or(String::new(), |t| format!(" (first: {t})"))
@@ -389,6 +400,10 @@ pub fn audit(
             "audits": audits,
             "wrong_totals": wrong,
             "incomplete": incomplete,
+            "avg_us": hist.mean() / 1e3,
+            "p50_us": hist.value_at_quantile(0.5) as f64 / 1e3,
+            "p99_us": hist.value_at_quantile(0.99) as f64 / 1e3,
+            "tx_per_s": hist.len() as f64 / spec.phases.duration,
         });
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
