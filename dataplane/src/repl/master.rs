@@ -268,11 +268,6 @@ impl MasterNode {
             .min()
     }
 
-    /// The status this node publishes (a relay's own, beside its replica status).
-    pub fn status(&self) -> &Arc<ReplStatus> {
-        &self.status
-    }
-
     /// Gives back the workers' log rings and scan states (the node changes role).
     pub fn into_parts(self) -> (Vec<LogConsumer>, Vec<Arc<ScanShared>>) {
         (self.logs, self.scans)

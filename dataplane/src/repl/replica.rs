@@ -284,11 +284,6 @@ impl ReplicaNode {
         self.relay = Some(Box::new(relay));
     }
 
-    /// The relay's status (a chain node's view of its successor).
-    pub fn relay_status(&self) -> Option<&Arc<ReplStatus>> {
-        self.relay.as_ref().map(|r| r.status())
-    }
-
     /// The upstream it follows now (the master, or a fallback of a chain).
     fn upstream_addr(&self) -> Option<(MacAddr, Ipv4Addr)> {
         match self.upstream {
@@ -438,8 +433,10 @@ impl ReplicaNode {
             });
             return;
         }
-        let live = kvrepl::parse_segment(payload, imm)
-            .is_ok_and(|(h, _)| h.kind == kvrepl::SegmentKind::Live);
+        // Only a chain node needs the kind (the applier parses the header itself).
+        let live = self.relay.is_some()
+            && kvrepl::parse_segment(payload, imm)
+                .is_ok_and(|(h, _)| h.kind == kvrepl::SegmentKind::Live);
         let (outcome, reply) = {
             let mut sink = Route {
                 rings: &mut self.rings,
