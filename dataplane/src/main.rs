@@ -305,6 +305,13 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             sync: None,
         });
     }
+    // Several partitions: transactions may span them (docs/TRANSACTIONS.md).
+    if nw > 1 && nw <= dataplane::server::MAX_PARTITIONS {
+        let table = dataplane::server::PartitionTable::new(nw)?;
+        for s in &mut stores {
+            s.server.set_partition_table(table.clone())?;
+        }
+    }
     if let Some(path) = &args.load {
         let t0 = Instant::now();
         let mut engines: Vec<&mut Engine> =

@@ -75,6 +75,13 @@ pub trait MutationSink: Send {
     /// replicate).
     fn group(&mut self, _bytes: u32) {}
 
+    /// What this sink takes from now on must reach the replicas after everything
+    /// worker `ring`'s sink had taken up to its [`MutationSink::position`]
+    /// `position` (a cross-partition transaction wrote there: its response, held
+    /// for this sink's position in sync mode, then covers those writes too). The
+    /// default ignores it (sinks whose order across workers does not matter).
+    fn wait_for(&mut self, _ring: u32, _position: u64) {}
+
     /// Called by the worker between bursts with read access to its engine: a sink
     /// that walks the engine (a full sync's scan) does a bounded step here. Returns
     /// whether it did work. The default does nothing.
@@ -119,6 +126,10 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         self.0.delete(key);
         self.1.delete(key);
     }
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        self.0.wait_for(ring, position);
+        self.1.wait_for(ring, position);
+    }
     fn tick(&mut self, engine: &Engine) -> bool {
         let a = self.0.tick(engine);
         self.1.tick(engine) || a
@@ -137,6 +148,12 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn delete(&mut self, key: &[u8]) {
         (**self).delete(key)
+    }
+    fn group(&mut self, bytes: u32) {
+        (**self).group(bytes)
+    }
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        (**self).wait_for(ring, position)
     }
     fn tick(&mut self, engine: &Engine) -> bool {
         (**self).tick(engine)

@@ -29,9 +29,11 @@
 //! is answered with an error is counted under its status.
 
 mod conn;
+mod cross;
 mod txn;
 
 pub use conn::{first_psns, Transport, RNR_TIMER};
+pub use cross::{PartitionTable, MAX_PARTITIONS};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
@@ -108,6 +110,9 @@ pub struct Server {
     tap_budget: usize,
     /// Runs transaction requests (docs/TRANSACTIONS.md).
     tx_exec: kvtx::TxExecutor,
+    /// The node's partitions, for transactions over several (`cross`); `None`: one
+    /// partition, or transactions stay in theirs.
+    cross: Option<Arc<PartitionTable>>,
 }
 
 impl Server {
@@ -182,6 +187,7 @@ impl Server {
             tap: None,
             tap_budget: 0,
             tx_exec: kvtx::TxExecutor::new(),
+            cross: None,
         })
     }
 

@@ -388,7 +388,7 @@ fn write_rings(
                             false
                         }
                     },
-                    LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => true,
+                    LogItem::ScanBegin(_) | LogItem::ScanEnd(_) | LogItem::Wait { .. } => true,
                 })
                 .map_err(|e| format!("worker ring: {e}"))?;
             if let Some(e) = err.take() {

@@ -95,6 +95,9 @@ pub struct WorkerStats {
     pub tx_committed: Counter,
     /// Transactions aborted (nothing of them changed).
     pub tx_aborted: Counter,
+    /// Transactions this worker coordinated over other partitions too (committed or
+    /// not; docs/TRANSACTIONS.md).
+    pub tx_cross_partition: Counter,
     /// Chunks executed (each straight by the engine or through the station).
     pub batches: Counter,
     /// Chunks that went through the reservation station (they held a read-modify-write
@@ -246,6 +249,7 @@ impl WorkerStats {
             ("op_errors", &self.op_errors),
             ("tx_committed", &self.tx_committed),
             ("tx_aborted", &self.tx_aborted),
+            ("tx_cross_partition", &self.tx_cross_partition),
             ("batches", &self.batches),
             ("station_chunks", &self.station_chunks),
             ("forwarded", &self.forwarded),

@@ -156,6 +156,7 @@ fn counters(ws: &[&WorkerStats]) -> (Vec<(&'static str, u64)>, Vec<u64>) {
         ("filters", sum(&|s| s.filters.get())),
         ("tx_committed", sum(&|s| s.tx_committed.get())),
         ("tx_aborted", sum(&|s| s.tx_aborted.get())),
+        ("tx_cross_partition", sum(&|s| s.tx_cross_partition.get())),
         ("batches", sum(&|s| s.batches.get())),
         ("station_chunks", sum(&|s| s.station_chunks.get())),
         ("station_forwarded", sum(&|s| s.forwarded.get())),

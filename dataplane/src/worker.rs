@@ -417,6 +417,8 @@ pub fn run(
 
     loop {
         let iter_start = tsc::now();
+        // A cross-partition transaction of another worker may need this partition.
+        store.server.park_point();
         // Admission changes take effect before the next rx burst (one atomic load).
         ctl.poll_clients(|clients| store.server.set_clients(clients));
         let n = rxq.rx_burst(&mut rx);
@@ -525,6 +527,7 @@ pub fn run(
             }
         }
     }
+    store.server.leave_partition_table();
     snap.stop(&mut store.server);
     tx.close(handoff.me);
     store

@@ -59,12 +59,28 @@ struct Master {
     node: MasterNode,
     gate: Arc<WriteGate>,
     status: Arc<ReplStatus>,
+    /// A second worker (its engine stays empty unless a test writes it): log, scan.
+    second: Option<(Engine, LogProducer, ScanDriver, Arc<ScanShared>)>,
 }
 
 impl Master {
     fn new(min_replicas: usize) -> Master {
+        Master::with_workers(min_replicas, 1)
+    }
+
+    /// A master of 1 or 2 workers.
+    fn with_workers(min_replicas: usize, workers: usize) -> Master {
         let (log, cons) = log_ring(1 << 20);
         let shared = Arc::new(ScanShared::default());
+        let mut logs = vec![cons];
+        let mut scans = vec![shared.clone()];
+        let second = (workers > 1).then(|| {
+            let (log, cons) = log_ring(1 << 20);
+            let shared = Arc::new(ScanShared::default());
+            logs.push(cons);
+            scans.push(shared.clone());
+            (engine(), log, ScanDriver::default(), shared)
+        });
         let gate = Arc::new(WriteGate::writable());
         let status = Arc::new(ReplStatus::default());
         let cfg = MasterConfig {
@@ -94,16 +110,7 @@ impl Master {
             },
             chain: false,
         };
-        let node = MasterNode::new(
-            cfg,
-            1,
-            vec![cons],
-            vec![shared.clone()],
-            status.clone(),
-            gate.clone(),
-            0,
-        )
-        .unwrap();
+        let node = MasterNode::new(cfg, 1, logs, scans, status.clone(), gate.clone(), 0).unwrap();
         Master {
             engine: engine(),
             log,
@@ -112,6 +119,7 @@ impl Master {
             node,
             gate,
             status,
+            second,
         }
     }
 
@@ -239,6 +247,9 @@ impl World {
         self.m
             .scan
             .step(&self.m.shared, &self.m.engine, &mut self.m.log);
+        if let Some((e, log, scan, shared)) = self.m.second.as_mut() {
+            scan.step(shared, e, log);
+        }
         self.m.node.poll(self.now, &mut self.to_r);
         self.r.node.poll(self.now, &mut self.to_m);
         self.r
@@ -284,6 +295,45 @@ impl World {
             self.r.status.to_json()
         );
     }
+}
+
+/// A cross-partition transaction's wait marker (`MutationSink::wait_for`): what a
+/// worker's ring holds after a wait for another worker's ring enters the stream
+/// only once that ring was drained up to the position waited for — here the second
+/// worker's write of a key reaches the ring after the first worker's later write of
+/// it, and the replica still ends with the later one. Without the wait the stream
+/// would carry them in the other order.
+#[test]
+fn a_wait_marker_orders_two_workers_rings_in_the_stream() {
+    let mut w = World::new(5, 0);
+    w.m = Master::with_workers(0, 2);
+    w.settle(20_000);
+    let first = Record::Put {
+        key: b"k",
+        value: b"first",
+    };
+    let (_, second_log, _, _) = w.m.second.as_mut().unwrap();
+    let at = second_log.pushed() + first.encoded_len() as u64;
+    w.m.log.try_push_wait(1, at).unwrap();
+    w.m.log
+        .try_push(&Record::Put {
+            key: b"k",
+            value: b"later",
+        })
+        .unwrap();
+    for _ in 0..200 {
+        w.step(0, 1);
+    }
+    let mut out = [0u8; 16];
+    assert!(
+        w.r.engine.get(b"k", &mut out).is_err(),
+        "nothing after the wait left the first ring before the second ring got there"
+    );
+    let (_, second_log, _, _) = w.m.second.as_mut().unwrap();
+    second_log.try_push(&first).unwrap();
+    w.settle(20_000);
+    let n = w.r.engine.get(b"k", &mut out).unwrap();
+    assert_eq!(&out[..n], b"later");
 }
 
 #[test]

@@ -23,8 +23,12 @@
 //!
 //! Inside the ring the top bit of the kind byte marks a record of a full-sync
 //! scan ([`LogItem::Scan`]), and kind `0xFE`/`0xFF` with a 4-byte session id
-//! as key mark a scan's begin and end. These never leave the ring: the
-//! consumer hands out the plain record encoding.
+//! as key mark a scan's begin and end. Kind `0xFD` with a 12-byte key (ring
+//! index u32 LE, position u64 LE) is a [`LogItem::Wait`]: the records after it
+//! may enter the stream only once that other ring was drained up to that
+//! position (a cross-partition transaction's order, see
+//! [`LogProducer::try_push_wait`]). These never leave the ring: the consumer
+//! hands out the plain record encoding.
 
 use crate::record::{Record, RecordError, MAX_RECORD_LEN, RECORD_HEADER_LEN};
 use rtrb::{Consumer, Producer, RingBuffer};
@@ -37,6 +41,10 @@ pub const MARKER_LEN: usize = RECORD_HEADER_LEN + 4;
 const KIND_SCAN_BEGIN: u8 = 0xFE;
 /// Ring-only kind: a scan session ended (key = session id, u32 LE).
 const KIND_SCAN_END: u8 = 0xFF;
+/// Ring-only kind: wait for another ring (key = ring u32 LE, position u64 LE).
+const KIND_WAIT: u8 = 0xFD;
+/// Bytes a wait marker takes in the ring ([`LogItem::Wait`]).
+pub const WAIT_LEN: usize = RECORD_HEADER_LEN + 12;
 /// Smallest ring: the largest record must always fit.
 pub const MIN_LOG_CAPACITY: usize = MAX_RECORD_LEN;
 
@@ -120,6 +128,19 @@ impl LogProducer {
     /// Marks the end of scan session `session` (after its last record).
     pub fn try_push_scan_end(&mut self, session: u32) -> Result<(), PushError> {
         self.push_marker(KIND_SCAN_END, session)
+    }
+
+    /// Marks that what this ring holds from here on must enter the stream after
+    /// everything ring `ring` held up to its position `position`
+    /// ([`LogProducer::pushed`] there). A worker that wrote into other workers'
+    /// rings for a cross-partition transaction pushes one per such ring, so that
+    /// its own later records (and the responses held for them in sync mode)
+    /// cannot overtake theirs. Takes [`WAIT_LEN`] bytes.
+    pub fn try_push_wait(&mut self, ring: u32, position: u64) -> Result<(), PushError> {
+        let mut key = [0u8; 12];
+        key[..4].copy_from_slice(&ring.to_le_bytes());
+        key[4..].copy_from_slice(&position.to_le_bytes());
+        self.write_parts([KIND_WAIT, 12, 0, 0], [&key, &[]])
     }
 
     /// Free bytes in the ring now (the consumer may free more meanwhile).
@@ -213,6 +234,26 @@ pub enum LogItem<'a> {
     ScanBegin(u32),
     /// The worker finished scan session `0`.
     ScanEnd(u32),
+    /// Take nothing more from this ring until ring `ring` was drained up to
+    /// `position` ([`LogConsumer::popped`] there); see
+    /// [`LogProducer::try_push_wait`].
+    Wait {
+        /// The ring waited for (the worker's index).
+        ring: u32,
+        /// Its position that must have been drained.
+        position: u64,
+    },
+}
+
+impl LogItem<'_> {
+    /// Bytes the item takes in the ring.
+    pub fn ring_len(&self) -> usize {
+        match self {
+            LogItem::Live(b) | LogItem::Scan(b) => b.len(),
+            LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => MARKER_LEN,
+            LogItem::Wait { .. } => WAIT_LEN,
+        }
+    }
 }
 
 /// Why draining stopped with an error: the ring holds bytes that are not a
@@ -338,7 +379,7 @@ impl LogConsumer {
 
 /// True for the ring-only marker kinds.
 fn is_marker(kind: u8) -> bool {
-    matches!(kind, KIND_SCAN_BEGIN | KIND_SCAN_END)
+    matches!(kind, KIND_SCAN_BEGIN | KIND_SCAN_END | KIND_WAIT)
 }
 
 /// Copies `out.len()` bytes starting at logical position `at` of the two
@@ -362,6 +403,21 @@ fn copy_out(a: &[u8], b: &[u8], at: usize, out: &mut [u8]) -> Result<(), ()> {
 /// Turns a whole ring entry (scan bit already cleared) into a [`LogItem`].
 fn classify(bytes: &[u8], scan: bool) -> Result<LogItem<'_>, RecordError> {
     let kind = bytes[0];
+    if kind == KIND_WAIT {
+        let k = bytes
+            .get(RECORD_HEADER_LEN..)
+            .ok_or(RecordError::BadLayout)?;
+        let (Ok(r), Ok(p)) = (
+            <[u8; 4]>::try_from(k.get(..4).unwrap_or_default()),
+            <[u8; 8]>::try_from(k.get(4..).unwrap_or_default()),
+        ) else {
+            return Err(RecordError::BadLayout);
+        };
+        return Ok(LogItem::Wait {
+            ring: u32::from_le_bytes(r),
+            position: u64::from_le_bytes(p),
+        });
+    }
     if is_marker(kind) {
         let k: [u8; 4] = bytes
             .get(RECORD_HEADER_LEN..)
@@ -420,10 +476,7 @@ impl GroupWindow {
         if self.items >= self.max && !self.in_group() {
             return false;
         }
-        let len = match item {
-            LogItem::Live(b) | LogItem::Scan(b) => b.len(),
-            LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => MARKER_LEN,
-        };
+        let len = item.ring_len();
         if let LogItem::Live(b) = item {
             if b.first() == Some(&crate::record::KIND_GROUP) {
                 if let Ok((Record::Group { bytes }, _)) = Record::decode(b) {
@@ -612,5 +665,40 @@ mod tests {
             }),
             Err(PushError::Invalid(RecordError::BadQpn(1 << 24)))
         );
+    }
+
+    #[test]
+    fn wait_marker_round_trips_and_stays_when_refused() {
+        let (mut p, mut c) = log_ring(0);
+        p.try_push(&Record::Delete { key: b"k" }).unwrap();
+        p.try_push_wait(3, 0x0102_0304_0506).unwrap();
+        p.try_push(&Record::Delete { key: b"z" }).unwrap();
+        assert_eq!(p.pushed(), 5 + WAIT_LEN as u64 + 5);
+        let mut items = Vec::new();
+        // The consumer stops at the wait (its ring is not there yet)...
+        c.drain(10, |item| {
+            let stop = matches!(item, LogItem::Wait { .. });
+            if !stop {
+                items.push(format!("{item:?}"));
+            }
+            !stop
+        })
+        .unwrap();
+        assert_eq!(c.popped(), 5);
+        // ...and finds it again on the next drain.
+        c.drain(10, |item| {
+            items.push(format!("{item:?}"));
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            items,
+            [
+                "Live([2, 1, 0, 0, 107])",
+                "Wait { ring: 3, position: 1108152157446 }",
+                "Live([2, 1, 0, 0, 122])"
+            ]
+        );
+        assert_eq!(c.popped(), p.pushed());
     }
 }

@@ -100,6 +100,11 @@ const STAT_COUNTERS: &[(&str, &str, &str)] = &[
         "Transactions aborted (nothing of them changed).",
     ),
     (
+        "tx_cross_partition",
+        "kvd_transactions_cross_partition_total",
+        "Transactions coordinated over more than one partition (committed or not).",
+    ),
+    (
         "station_chunks",
         "kvd_station_chunks_total",
         "Chunks of operations through the reservation station.",

@@ -79,7 +79,8 @@ impl Applier {
                     clear(engine);
                     return true;
                 }
-                LogItem::ScanEnd(_) => return true,
+                // Only a master's worker rings carry waits; nothing to apply.
+                LogItem::ScanEnd(_) | LogItem::Wait { .. } => return true,
             };
             if bytes.first() == Some(&KIND_GROUP) {
                 return true;

@@ -31,6 +31,9 @@ use std::sync::Arc;
 
 /// Log items drained per worker per poll at most.
 const DRAIN_PER_POLL: usize = 4096;
+/// Worker rings a wait marker can name (the most partitions a cross-partition
+/// transaction spans: `crate::server::cross::MAX_PARTITIONS`).
+const MAX_WAIT_RINGS: usize = 64;
 /// Drained batches remembered per worker for sync mode (older ones merge: a write
 /// then waits a little longer, never less).
 const DURABLE_DEPTH: usize = 4096;
@@ -290,48 +293,75 @@ impl MasterNode {
         send_control(tx, link, &params, &w);
     }
 
-    /// Moves the workers' records into the live stream and the scan buffer.
+    /// Moves the workers' records into the live stream and the scan buffer. A ring
+    /// whose next item is a wait for another ring (a cross-partition transaction,
+    /// `kvrepl::log::LogItem::Wait`) stops there until that ring was drained far
+    /// enough; the rings are passed over again while one waits and another moved.
     fn drain_logs(&mut self) -> bool {
         let mut any = false;
         let mut broken = false;
-        for (w, log) in self.logs.iter_mut().enumerate() {
-            let (live, sync, errors) = (&mut self.live, &mut self.sync, &mut self.stream_errors);
-            let records = &self.status.records;
-            // A transaction's records stay together in the stream (a replica applies
-            // them as one: docs/REPLICATION.md §2).
-            let mut win = GroupWindow::new(log.pending_bytes(), DRAIN_PER_POLL);
-            let r = log.drain(usize::MAX, |item| {
-                if !win.admit(&item, |_| true) {
-                    return false;
-                }
-                let r = match item {
-                    LogItem::Live(b) => {
-                        if live.append(b).is_err() {
-                            *errors += 1;
-                        }
-                        records.fetch_add(1, Ordering::Relaxed);
-                        Ok(())
+        // Positions drained so far, by ring: what a wait is checked against.
+        let mut popped = [0u64; MAX_WAIT_RINGS];
+        for (p, log) in popped.iter_mut().zip(&self.logs) {
+            *p = log.popped();
+        }
+        for _pass in 0..self.logs.len().max(2) {
+            let mut waiting = false;
+            let mut moved = false;
+            for (w, log) in self.logs.iter_mut().enumerate() {
+                let (live, sync, errors) =
+                    (&mut self.live, &mut self.sync, &mut self.stream_errors);
+                let records = &self.status.records;
+                // A transaction's records stay together in the stream (a replica
+                // applies them as one: docs/REPLICATION.md §2).
+                let mut win = GroupWindow::new(log.pending_bytes(), DRAIN_PER_POLL);
+                let r = log.drain(usize::MAX, |item| {
+                    if let LogItem::Wait { ring, position } = item {
+                        // A ring index beyond the table was never pushed: not waited.
+                        let ready = popped.get(ring as usize).is_none_or(|&p| p >= position);
+                        waiting |= !ready;
+                        return ready;
                     }
-                    LogItem::Scan(b) => sync.on_scan(w, b),
-                    LogItem::ScanBegin(s) => sync.on_scan_begin(w, s),
-                    LogItem::ScanEnd(s) => sync.on_scan_end(w, s),
-                };
-                broken |= r.is_err();
-                true
-            });
-            match r {
-                Ok(n) => {
-                    any |= n > 0;
-                    if n > 0 {
-                        if let Some(c) = self.durable.as_mut() {
-                            c.on_drained(w, log.popped(), live.end());
+                    if !win.admit(&item, |_| true) {
+                        return false;
+                    }
+                    let r = match item {
+                        LogItem::Live(b) => {
+                            if live.append(b).is_err() {
+                                *errors += 1;
+                            }
+                            records.fetch_add(1, Ordering::Relaxed);
+                            Ok(())
+                        }
+                        LogItem::Scan(b) => sync.on_scan(w, b),
+                        LogItem::ScanBegin(s) => sync.on_scan_begin(w, s),
+                        LogItem::ScanEnd(s) => sync.on_scan_end(w, s),
+                        LogItem::Wait { .. } => Ok(()),
+                    };
+                    broken |= r.is_err();
+                    true
+                });
+                match r {
+                    Ok(n) => {
+                        any |= n > 0;
+                        moved |= n > 0;
+                        if n > 0 {
+                            if let Some(c) = self.durable.as_mut() {
+                                c.on_drained(w, log.popped(), live.end());
+                            }
                         }
                     }
+                    Err(_) => self.stream_errors += 1,
                 }
-                Err(_) => self.stream_errors += 1,
+                if let Some(p) = popped.get_mut(w) {
+                    *p = log.popped();
+                }
+                let failed = self.scans[w].failed.load(Ordering::Acquire);
+                broken |= self.sync.is_active() && failed == self.session && failed != 0;
             }
-            let failed = self.scans[w].failed.load(Ordering::Acquire);
-            broken |= self.sync.is_active() && failed == self.session && failed != 0;
+            if !(waiting && moved) {
+                break;
+            }
         }
         if broken {
             self.abandon_sync();

@@ -68,6 +68,17 @@ impl MutationSink for ReplLog {
         self.push(&Record::Group { bytes });
     }
 
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        if self.shared.paused.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.log.try_push_wait(ring, position).is_err() {
+            self.lost.fetch_add(1, Ordering::Relaxed);
+        }
+        // A response held for this position is released only after the wait.
+        self.live_end = self.log.pushed();
+    }
+
     fn position(&self) -> u64 {
         self.live_end
     }

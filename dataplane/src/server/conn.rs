@@ -75,7 +75,7 @@ impl Transport {
 /// Takes the worst case of `payload`'s post-images from `budget`; `false` (budget
 /// unchanged) if it does not fit.
 #[inline]
-fn reserve(budget: &mut usize, payload: &[u8], max_value_len: usize) -> bool {
+pub(super) fn reserve(budget: &mut usize, payload: &[u8], max_value_len: usize) -> bool {
     let need = crate::mutation::worst_case(payload, max_value_len);
     match budget.checked_sub(need) {
         Some(left) => {

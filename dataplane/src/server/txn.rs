@@ -58,46 +58,11 @@ impl Server {
             psn: req.psn,
             batch_id,
         });
-        let Server {
-            id,
-            clients,
-            engine,
-            station,
-            tx_exec,
-            tap,
-            hint,
-            hint_len,
-            partition,
-            partitions,
-            write_status,
-            ..
-        } = self;
-        let (me, n) = (*partition, *partitions);
         let outcome = match &parsed {
-            Ok(r) => {
-                let key_ok = |k: &[u8]| n <= 1 || partition_of_hash(kvengine::key_hash(k), n) == me;
-                let o = tx_exec.execute(r, engine, station.registry(), key_ok, *write_status);
-                if o == Outcome::Committed {
-                    if let Some(t) = tap.as_deref_mut() {
-                        // More than one post-image: a replica must apply them as one.
-                        let (mut n, mut bytes) = (0usize, 0usize);
-                        for (k, v) in tx_exec.post_images() {
-                            n += 1;
-                            bytes += record_cost(k.len(), v.map_or(0, <[u8]>::len));
-                        }
-                        if n > 1 {
-                            t.group(bytes as u32);
-                        }
-                        for (k, v) in tx_exec.post_images() {
-                            match v {
-                                Some(v) => t.put(k, v),
-                                None => t.delete(k),
-                            }
-                        }
-                    }
-                }
-                o
-            }
+            Ok(r) => match self.other_partitions(r) {
+                0 => self.run_local(r),
+                others => self.run_cross(r, req.payload, others, stats),
+            },
             Err(e) => Outcome::Aborted(TxAbort {
                 reason: if *e == PayloadError::TooManyOps {
                     AbortReason::TooLarge
@@ -108,6 +73,14 @@ impl Server {
                 status: e.status(),
             }),
         };
+        let Server {
+            id,
+            clients,
+            tx_exec,
+            hint,
+            hint_len,
+            ..
+        } = self;
         let mut value = [0u8; TX_ABORT_LEN + MASTER_HINT_LEN];
         let (status, len) = match outcome {
             Outcome::Committed => {
@@ -138,5 +111,43 @@ impl Server {
                 out.result(&mut ctx, pkt, s, v);
             }
         }
+    }
+
+    /// Runs `r` on this partition alone (a key of another one aborts it
+    /// `CROSS_PARTITION`); a commit's post-images go to the tap.
+    fn run_local(&mut self, r: &TxReader<'_>) -> Outcome {
+        let Server {
+            engine,
+            station,
+            tx_exec,
+            tap,
+            partition,
+            partitions,
+            write_status,
+            ..
+        } = self;
+        let (me, n) = (*partition, *partitions);
+        let key_ok = |k: &[u8]| n <= 1 || partition_of_hash(kvengine::key_hash(k), n) == me;
+        let o = tx_exec.execute(r, engine, station.registry(), key_ok, *write_status);
+        if o == Outcome::Committed {
+            if let Some(t) = tap.as_deref_mut() {
+                // More than one post-image: a replica must apply them as one.
+                let (mut n, mut bytes) = (0usize, 0usize);
+                for (k, v) in tx_exec.post_images() {
+                    n += 1;
+                    bytes += record_cost(k.len(), v.map_or(0, <[u8]>::len));
+                }
+                if n > 1 {
+                    t.group(bytes as u32);
+                }
+                for (k, v) in tx_exec.post_images() {
+                    match v {
+                        Some(v) => t.put(k, v),
+                        None => t.delete(k),
+                    }
+                }
+            }
+        }
+        o
     }
 }

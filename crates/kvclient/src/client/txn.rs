@@ -59,9 +59,10 @@ impl TxWait {
 
 impl<I: PacketIo> Client<I> {
     /// Runs `ops` as one transaction with `conds` on their GETs; blocks until the
-    /// outcome (or `op_timeout_ns`: [`Error::Deadline`], outcome unknown). All keys
-    /// must belong to one partition (the server aborts `CROSS_PARTITION` otherwise);
-    /// the transaction goes on that partition's QP, after what that QP already sent.
+    /// outcome (or `op_timeout_ns`: [`Error::Deadline`], outcome unknown). Its keys
+    /// may span partitions (the server then runs it with the other partitions'
+    /// workers paused); it goes on the QP of its first key's partition, after what
+    /// that QP already sent.
     pub fn transact(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxOutcome, Error> {
         let t = self.submit_tx(conds, ops)?;
         loop {

@@ -1,0 +1,430 @@
+//! Cross-partition transactions (docs/TRANSACTIONS.md) through two real servers on
+//! two threads sharing a `PartitionTable`, as two workers of one node: each thread
+//! coordinates transfers between accounts of both partitions and audits of every
+//! account while the other serves its own plain requests and transactions on the
+//! same keys. Checked: the bank total in every audit and at the end, no update lost
+//! between a coordinator writing a parked partition and that partition's own
+//! requests, and the post-images each partition's tap received — each key's records
+//! in its owner's tap, a group before each part of two or more, the coordinator's
+//! wait for each participant — replaying to the final contents.
+
+mod common;
+
+use common::{connect, engine, identity, run, RKEY};
+use dataplane::mutation::{record_cost, MutationSink};
+use dataplane::server::{PartitionTable, Server};
+use dataplane::stats::WorkerStats;
+use kvwire::partition::partition_of_hash;
+use kvwire::payload::{write_tx, AbortReason, CondKind, Condition, TxAbort};
+use kvwire::{func, parse_response, Atomic, KvOp, ResponseReader, Status};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+const ACCOUNTS: usize = 16;
+const START: u64 = 1000;
+const ROUNDS: u32 = 3000;
+
+/// What a tap received.
+#[derive(Clone, Debug, PartialEq)]
+enum Ev {
+    Put(Vec<u8>, Vec<u8>),
+    Del(Vec<u8>),
+    Group(u32),
+    Wait(u32, u64),
+}
+
+/// A tap recording every call, with a byte position like a replication ring's.
+struct RecTap {
+    evs: Arc<Mutex<Vec<Ev>>>,
+    pos: u64,
+}
+
+impl MutationSink for RecTap {
+    fn room(&self) -> usize {
+        1 << 30
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.pos += record_cost(key.len(), value.len()) as u64;
+        self.evs
+            .lock()
+            .unwrap()
+            .push(Ev::Put(key.to_vec(), value.to_vec()));
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.pos += record_cost(key.len(), 0) as u64;
+        self.evs.lock().unwrap().push(Ev::Del(key.to_vec()));
+    }
+    fn group(&mut self, bytes: u32) {
+        self.pos += kvrepl::GROUP_RECORD_LEN as u64;
+        self.evs.lock().unwrap().push(Ev::Group(bytes));
+    }
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        self.pos += kvrepl::log::WAIT_LEN as u64;
+        self.evs.lock().unwrap().push(Ev::Wait(ring, position));
+    }
+    fn position(&self) -> u64 {
+        self.pos
+    }
+}
+
+fn part(k: &[u8]) -> u32 {
+    partition_of_hash(kvengine::key_hash(k), 2)
+}
+
+/// `n` keys `{prefix}{i}` of partition `p`.
+fn keys_of(prefix: &str, p: u32, n: usize) -> Vec<Vec<u8>> {
+    (0..)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .filter(|k| part(k) == p)
+        .take(n)
+        .collect()
+}
+
+fn tx(ops: &[KvOp<'_>], id: u32) -> Vec<u8> {
+    let mut buf = vec![0u8; 1400];
+    let n = write_tx(&mut buf, id, &[], ops).unwrap();
+    buf.truncate(n);
+    buf
+}
+
+fn results(frame: &[u8]) -> Vec<(Status, Vec<u8>)> {
+    let r = parse_response(frame).expect("valid response frame");
+    ResponseReader::new(r.payload)
+        .unwrap()
+        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}
+
+fn add(key: &[u8], delta: u64) -> KvOp<'_> {
+    KvOp::UpdateS2S {
+        key,
+        atomic: Atomic::from_attr(func::FETCH_ADD, 0x03).unwrap(),
+        param: delta,
+        param2: 0,
+    }
+}
+
+fn u64_of(v: &[u8]) -> u64 {
+    u64::from_le_bytes(v[..8].try_into().unwrap())
+}
+
+/// What one thread counted.
+#[derive(Default, Debug)]
+struct Tally {
+    cross_committed: u64,
+    plain_adds: u64,
+    audits: u64,
+    optimistic: u64,
+    conflicts: u64,
+    coordinated: u64,
+}
+
+/// Thread `p`: transfers between an account of each partition (also adding 1 to the
+/// other partition's counter), audits of all accounts, and plain fetch-adds on its
+/// own counter, in a seeded mix.
+fn drive(
+    mut s: Server,
+    p: u32,
+    accounts: Vec<Vec<u8>>,
+    counters: [Vec<u8>; 2],
+    done: Arc<AtomicUsize>,
+) -> (Server, Tally) {
+    let st = WorkerStats::default();
+    let qpn = 18 - p; // 18 % 2 = 0, 17 % 2 = 1: this partition's QP
+    let c = connect(&mut s, qpn, RKEY);
+    let mut t = Tally::default();
+    let mut rng = 0x9e37_79b9_u64 ^ u64::from(p);
+    let mut next = || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    let mut n_req = 0u32;
+    for n in 0..ROUNDS {
+        s.park_point();
+        let r = next();
+        let frame = match r % 4 {
+            // An optimistic transfer: read two accounts, then move 1 if unchanged.
+            1 => {
+                let a = &accounts[(next() as usize) % ACCOUNTS];
+                let b = loop {
+                    let b = &accounts[(next() as usize) % ACCOUNTS];
+                    if b != a {
+                        break b;
+                    }
+                };
+                let out = run(
+                    &mut s,
+                    &st,
+                    &[c.raw_request(&tx(&[KvOp::Get { key: a }, KvOp::Get { key: b }], n), n_req)],
+                );
+                n_req += 1;
+                let res = results(&out[0]);
+                let (va, vb) = (res[1].1.clone(), res[2].1.clone());
+                let (na, nb) = (
+                    (u64_of(&va).wrapping_sub(1)).to_le_bytes(),
+                    (u64_of(&vb) + 1).to_le_bytes(),
+                );
+                let conds = [
+                    Condition {
+                        op: 0,
+                        kind: CondKind::Equals,
+                        value: &va,
+                    },
+                    Condition {
+                        op: 1,
+                        kind: CondKind::Equals,
+                        value: &vb,
+                    },
+                ];
+                let ops = [
+                    KvOp::Get { key: a },
+                    KvOp::Get { key: b },
+                    KvOp::Put { key: a, value: &na },
+                    KvOp::Put { key: b, value: &nb },
+                ];
+                let mut buf = vec![0u8; 1400];
+                let len = write_tx(&mut buf, n, &conds, &ops).unwrap();
+                c.raw_request(&buf[..len], n_req)
+            }
+            // A transfer: one account of each partition, and the other's counter.
+            0 => {
+                let a = &accounts[(next() as usize) % ACCOUNTS];
+                let b = loop {
+                    let b = &accounts[(next() as usize) % ACCOUNTS];
+                    if part(b) != part(a) {
+                        break b;
+                    }
+                };
+                let other = &counters[1 - p as usize];
+                let ops = [add(a, u64::MAX), add(b, 1), add(other, 1)];
+                c.raw_request(&tx(&ops, n), n_req)
+            }
+            // An audit: every account in one read-only transaction.
+            2 => {
+                let ops: Vec<KvOp<'_>> = accounts.iter().map(|k| KvOp::Get { key: k }).collect();
+                c.raw_request(&tx(&ops, n), n_req)
+            }
+            // A plain request on this partition's counter.
+            _ => c.request(&[add(&counters[p as usize], 1)], n, n_req),
+        };
+        let out = run(&mut s, &st, &[frame]);
+        n_req += 1;
+        assert_eq!(out.len(), 1, "one response per request");
+        let res = results(&out[0]);
+        match r % 4 {
+            1 => {
+                if res[0].0 == Status::Ok {
+                    t.optimistic += 1;
+                } else {
+                    t.conflicts += 1;
+                }
+            }
+            0 => {
+                assert_eq!(res[0].0, Status::Ok, "transfer {n}: {res:?}");
+                t.cross_committed += 1;
+            }
+            2 => {
+                assert_eq!(res[0].0, Status::Ok, "audit {n}");
+                let total: u64 = res[1..]
+                    .iter()
+                    .map(|(_, v)| u64_of(v))
+                    .fold(0, u64::wrapping_add);
+                assert_eq!(total, START * ACCOUNTS as u64, "audit {n} of partition {p}");
+                t.audits += 1;
+            }
+            _ => {
+                assert_eq!(res[0].0, Status::Ok);
+                t.plain_adds += 1;
+            }
+        }
+    }
+    // Stay parkable until the other thread is done too.
+    done.fetch_add(1, Ordering::AcqRel);
+    while done.load(Ordering::Acquire) < 2 {
+        s.park_point();
+        std::thread::yield_now();
+    }
+    s.leave_partition_table();
+    t.coordinated = st.tx_cross_partition.get();
+    assert!(t.coordinated >= t.cross_committed + t.audits);
+    (s, t)
+}
+
+fn get(s: &mut Server, k: &[u8]) -> Option<Vec<u8>> {
+    let mut out = [0u8; 64];
+    let n = s.engine_mut().get(k, &mut out).ok()?;
+    Some(out[..n].to_vec())
+}
+
+#[test]
+fn transfers_across_partitions_from_two_workers_keep_every_invariant() {
+    let table = PartitionTable::new(2).unwrap();
+    let accounts: Vec<Vec<u8>> = keys_of("acct", 0, ACCOUNTS / 2)
+        .into_iter()
+        .chain(keys_of("acct", 1, ACCOUNTS / 2))
+        .collect();
+    let counters = [
+        keys_of("ctr", 0, 1).remove(0),
+        keys_of("ctr", 1, 1).remove(0),
+    ];
+    let mut servers = Vec::new();
+    let mut taps = Vec::new();
+    for p in 0..2u32 {
+        let mut s = Server::new(identity(), &[(18 - p, RKEY)], engine(4 << 20));
+        s.set_partition(p, 2);
+        s.set_partition_table(table.clone()).unwrap();
+        for k in accounts.iter().filter(|k| part(k) == p) {
+            s.engine_mut().put(k, &START.to_le_bytes());
+        }
+        s.engine_mut()
+            .put(&counters[p as usize], &0u64.to_le_bytes());
+        let evs = Arc::new(Mutex::new(Vec::new()));
+        s.set_mutation_sink(Some(Box::new(RecTap {
+            evs: evs.clone(),
+            pos: 0,
+        })));
+        taps.push(evs);
+        servers.push(s);
+    }
+    // The contents before the taps saw anything.
+    let mut model: HashMap<Vec<u8>, Vec<u8>> = HashMap::new();
+    for k in &accounts {
+        model.insert(k.clone(), START.to_le_bytes().to_vec());
+    }
+    for k in &counters {
+        model.insert(k.clone(), 0u64.to_le_bytes().to_vec());
+    }
+    let done = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = servers
+        .into_iter()
+        .enumerate()
+        .map(|(p, s)| {
+            let (a, c, d) = (accounts.clone(), counters.clone(), done.clone());
+            std::thread::spawn(move || drive(s, p as u32, a, c, d))
+        })
+        .collect();
+    let mut ends: Vec<(Server, Tally)> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let t1 = ends.pop().unwrap();
+    let t0 = ends.pop().unwrap();
+    let (mut s0, t0) = t0;
+    let (mut s1, t1) = t1;
+    assert!(
+        t0.cross_committed > 500 && t1.cross_committed > 500,
+        "{t0:?} {t1:?}"
+    );
+    assert!(t0.audits > 100 && t1.audits > 100);
+
+    // The total, and no update lost on either counter: each counts its own plain
+    // adds and the other partition's transfers.
+    let mut total = 0u64;
+    for k in &accounts {
+        let s = if part(k) == 0 { &mut s0 } else { &mut s1 };
+        total = total.wrapping_add(u64_of(&get(s, k).unwrap()));
+    }
+    assert_eq!(total, START * ACCOUNTS as u64);
+    assert_eq!(
+        u64_of(&get(&mut s0, &counters[0]).unwrap()),
+        t0.plain_adds + t1.cross_committed
+    );
+    assert_eq!(
+        u64_of(&get(&mut s1, &counters[1]).unwrap()),
+        t1.plain_adds + t0.cross_committed
+    );
+
+    // Each tap: only its own partition's keys, groups covering the records after
+    // them, waits for the other ring at positions it reached; replayed in order,
+    // the taps give the final contents.
+    for (p, evs) in taps.iter().enumerate() {
+        let evs = evs.lock().unwrap();
+        let mut waits = 0;
+        let mut i = 0;
+        while i < evs.len() {
+            match &evs[i] {
+                Ev::Put(k, v) => {
+                    assert_eq!(part(k), p as u32, "a key in its owner's tap only");
+                    model.insert(k.clone(), v.clone());
+                }
+                Ev::Del(k) => {
+                    model.remove(k);
+                }
+                Ev::Group(bytes) => {
+                    let mut covered = 0u32;
+                    let mut j = i + 1;
+                    while covered < *bytes {
+                        match &evs[j] {
+                            Ev::Put(k, v) => covered += record_cost(k.len(), v.len()) as u32,
+                            other => panic!("{other:?} inside a group"),
+                        }
+                        j += 1;
+                    }
+                    assert_eq!(covered, *bytes);
+                    assert!(j - i > 2, "a group covers two or more records");
+                }
+                Ev::Wait(ring, _) => {
+                    assert_eq!(*ring, 1 - p as u32);
+                    waits += 1;
+                }
+            }
+            i += 1;
+        }
+        let coordinated = if p == 0 {
+            t0.coordinated
+        } else {
+            t1.coordinated
+        };
+        assert_eq!(waits, coordinated, "one wait per coordinated transaction");
+    }
+    for (k, v) in &model {
+        let s = if part(k) == 0 { &mut s0 } else { &mut s1 };
+        assert_eq!(get(s, k).as_ref(), Some(v), "key {k:?}");
+    }
+}
+
+#[test]
+fn without_a_table_or_with_a_worker_gone_a_cross_partition_transaction_aborts() {
+    let a = keys_of("k", 0, 1).remove(0);
+    let b = keys_of("k", 1, 1).remove(0);
+    let ops = [
+        KvOp::Put {
+            key: &a,
+            value: b"1",
+        },
+        KvOp::Put {
+            key: &b,
+            value: b"2",
+        },
+    ];
+    let st = WorkerStats::default();
+
+    // No table: CROSS_PARTITION at the first foreign key, nothing written.
+    let mut s = Server::new(identity(), &[(18, RKEY)], engine(1 << 20));
+    s.set_partition(0, 2);
+    let c = connect(&mut s, 18, RKEY);
+    let res = results(&run(&mut s, &st, &[c.raw_request(&tx(&ops, 1), 0)])[0]);
+    let ab = TxAbort::decode(&res[0].1).unwrap();
+    assert_eq!(
+        (ab.reason, ab.op, ab.status),
+        (AbortReason::CrossPartition, 1, Status::WrongPartition)
+    );
+    assert_eq!(get(&mut s, &a), None);
+
+    // A table whose other worker has stopped: TRY_AGAIN, nothing written.
+    let table = PartitionTable::new(2).unwrap();
+    let mut other = Server::new(identity(), &[(17, RKEY)], engine(1 << 20));
+    other.set_partition(1, 2);
+    other.set_partition_table(table.clone()).unwrap();
+    other.leave_partition_table();
+    s.set_partition_table(table).unwrap();
+    let res = results(&run(&mut s, &st, &[c.raw_request(&tx(&ops, 2), 1)])[0]);
+    let ab = TxAbort::decode(&res[0].1).unwrap();
+    assert_eq!(
+        (ab.reason, ab.op, ab.status),
+        (AbortReason::CrossPartition, 255, Status::TryAgain)
+    );
+    assert_eq!((get(&mut s, &a), get(&mut other, &b)), (None, None));
+    assert!(res[1..].iter().all(|(s, _)| *s == Status::Aborted));
+}
