@@ -59,10 +59,12 @@ case "$suite" in
     exec python3 scripts/bench_failover.py "${more[@]}" ;;
   tx)
     # Transactions (issue 15): pktgen --tx vs --tx-baseline (HyperLoop-style), one
-    # node and with a sync replica (results/tx.json).
+    # node and chains of 2 and 3 (results/tx.json); then 1 against 2 workers, where
+    # transactions span partitions (results/tx_partitions.json).
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
-    exec python3 scripts/bench_tx.py "$@" ;;
+    python3 scripts/bench_tx.py "$@" || exit 1
+    exec python3 scripts/bench_tx_partitions.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|paper|all}" >&2; exit 2 ;;
 esac

@@ -130,7 +130,8 @@ def med(v):
     return round(statistics.median(v), 3) if v else None
 
 
-def main():
+def parse_args(out):
+    """The transaction benchmarks' options; results go to results/`out` by default."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--duration", type=float, default=2.0)
@@ -140,10 +141,15 @@ def main():
     ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
     ap.add_argument("--quiet-below", type=float, default=0.25)
     ap.add_argument("--quiet-wait", type=float, default=240)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results/tx.json"))
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", out))
     a = ap.parse_args()
     if a.quick:
         a.reps, a.duration, a.warmup, a.keys, a.quiet_wait = 1, 0.5, 0.1, 10000, 0
+    return a
+
+
+def main():
+    a = parse_args("tx.json")
     tmp = tempfile.mkdtemp(prefix="kvd-bench-tx-")
     setups = ["one_node", "chain_2", "chain_3"]
     runs = {s: [] for s in setups}

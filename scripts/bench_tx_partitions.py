@@ -17,10 +17,8 @@ worker 0 (each yields after 64 idle polls). Writes results/tx_partitions.json.
 
 Usage: scripts/bench_tx_partitions.py [--reps 3] [--duration 2] [--no-huge] [--quick]
 """
-import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
 import bench_replication as br  # noqa: E402
+from bench_tx import med, parse_args  # noqa: E402
 
 CONCURRENT = 8
 
@@ -82,25 +81,8 @@ def one_node(tmp, a, workers, rep):
             c.down()
 
 
-def med(v):
-    v = [x for x in v if x is not None]
-    return round(statistics.median(v), 3) if v else None
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--warmup", type=float, default=0.3)
-    ap.add_argument("--keys", type=int, default=50000)
-    ap.add_argument("--no-huge", dest="huge", action="store_false")
-    ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
-    ap.add_argument("--quiet-below", type=float, default=0.25)
-    ap.add_argument("--quiet-wait", type=float, default=240)
-    ap.add_argument("--out", default=os.path.join(ROOT, "results/tx_partitions.json"))
-    a = ap.parse_args()
-    if a.quick:
-        a.reps, a.duration, a.warmup, a.keys, a.quiet_wait = 1, 0.5, 0.1, 10000, 0
+    a = parse_args("tx_partitions.json")
     tmp = tempfile.mkdtemp(prefix="kvd-bench-txp-")
     runs = {1: [], 2: []}
     t0 = time.monotonic()
