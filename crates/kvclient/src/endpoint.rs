@@ -203,29 +203,56 @@ pub fn clock() -> Box<dyn FnMut() -> u64 + Send> {
     })
 }
 
-/// Number of distinct lcores in an EAL `-l` list (`"0"`, `"0,1"`, `"0-3,6"`): the
-/// dataplane's worker count.
+/// Number of distinct lcores in an EAL `-l` list (`"0"`, `"0,1"`, `"0-3,6"`) or
+/// `--lcores` map (`"0@0,1@1,2@1"`, `"(0-1)@0,2@1"`: lcores before each `@`, CPUs
+/// after): the dataplane's lcore count.
 pub fn lcore_count(list: &str) -> Result<u32, String> {
     let mut cores = std::collections::BTreeSet::new();
-    for item in list.split(',') {
-        let item = item.trim();
-        let num = |s: &str| {
-            s.trim()
-                .parse::<u32>()
-                .ok()
-                .filter(|&n| n < 1 << 16)
-                .ok_or_else(|| format!("bad lcore {s:?}"))
-        };
-        match item.split_once('-') {
-            Some((a, b)) => {
-                let (a, b) = (num(a)?, num(b)?);
-                if a > b {
-                    return Err(format!("bad lcore range {item:?}"));
-                }
-                cores.extend(a..=b);
+    let num = |s: &str| {
+        s.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|&n| n < 1 << 16)
+            .ok_or_else(|| format!("bad lcore {s:?}"))
+    };
+    // Items split at the commas outside parentheses.
+    let mut items = Vec::new();
+    let (mut depth, mut from) = (0i32, 0usize);
+    for (i, ch) in list.char_indices() {
+        match ch {
+            '(' => depth += 1,
+            ')' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&list[from..i]);
+                from = i + 1;
             }
-            None => {
-                cores.insert(num(item)?);
+            _ => {}
+        }
+        if depth < 0 {
+            return Err(format!("bad lcore list {list:?}"));
+        }
+    }
+    items.push(&list[from..]);
+    for item in items {
+        // The lcores of `L@CPUS` (a `-l` item has no `@`), without their parentheses.
+        let lc = item.split_once('@').map_or(item, |(l, _)| l).trim();
+        let lc = match (lc.strip_prefix('('), lc.ends_with(')')) {
+            (Some(inner), true) => &inner[..inner.len() - 1],
+            (None, false) => lc,
+            _ => return Err(format!("bad lcore group {item:?}")),
+        };
+        for part in lc.split(',') {
+            match part.split_once('-') {
+                Some((a, b)) => {
+                    let (a, b) = (num(a)?, num(b)?);
+                    if a > b {
+                        return Err(format!("bad lcore range {part:?}"));
+                    }
+                    cores.extend(a..=b);
+                }
+                None => {
+                    cores.insert(num(part)?);
+                }
             }
         }
     }
@@ -287,6 +314,9 @@ mod tests {
         assert_eq!(lcore_count("0,1"), Ok(2));
         assert_eq!(lcore_count("0-3,6"), Ok(5));
         assert_eq!(lcore_count("1,1,0-1"), Ok(2));
+        assert_eq!(lcore_count("0@0,1@1,2@1"), Ok(3));
+        assert_eq!(lcore_count("(0-1)@0,2@(0,1)"), Ok(3));
+        assert!(lcore_count("(0@0").is_err());
         for bad in ["", "a", "3-1", "0,", "-1", "1-", "99999"] {
             assert!(lcore_count(bad).is_err(), "{bad:?}");
         }

@@ -62,7 +62,9 @@ pub enum HugeMode {
 pub struct ProcessConfig {
     /// EAL `--file-prefix`; must differ between the two processes on one host.
     pub file_prefix: String,
-    /// EAL `-l` lcore list, e.g. `"0"` or `"0,1"`; the first is the main lcore.
+    /// EAL `-l` lcore list, e.g. `"0"` or `"0,1"`; the first is the main lcore. A
+    /// list with `@` or parentheses is an EAL `--lcores` map instead (lcores on
+    /// CPUs, e.g. `"0@0,1@1,2@1"`: three lcores on two CPUs).
     pub lcores: String,
     /// EAL `--vdev` arguments, e.g. `net_memif0,role=server,socket=...`.
     #[serde(default)]
@@ -422,9 +424,10 @@ impl ProcessConfig {
     ///
     /// `hugepages` is the resolved hugepage decision (see [`resolve_hugepages`]).
     pub fn eal_args(&self, prog: &str, hugepages: bool) -> Vec<String> {
+        let map = self.lcores.contains('@') || self.lcores.contains('(');
         let mut a = vec![
             prog.to_string(),
-            "-l".into(),
+            if map { "--lcores" } else { "-l" }.into(),
             self.lcores.clone(),
             format!("--file-prefix={}", self.file_prefix),
             "--log-level=lib.eal:notice".into(),
