@@ -10,13 +10,13 @@
 
 mod common;
 
-use common::{connect, engine, identity, run, RKEY};
+use common::{connect, engine, identity, results, run, RKEY};
 use dataplane::mutation::{record_cost, MutationSink};
 use dataplane::server::{PartitionTable, Server};
 use dataplane::stats::WorkerStats;
 use kvwire::partition::partition_of_hash;
 use kvwire::payload::{write_tx, AbortReason, CondKind, Condition, TxAbort};
-use kvwire::{func, parse_response, Atomic, KvOp, ResponseReader, Status};
+use kvwire::{func, Atomic, KvOp, Status};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -86,15 +86,6 @@ fn tx(ops: &[KvOp<'_>], id: u32) -> Vec<u8> {
     let n = write_tx(&mut buf, id, &[], ops).unwrap();
     buf.truncate(n);
     buf
-}
-
-fn results(frame: &[u8]) -> Vec<(Status, Vec<u8>)> {
-    let r = parse_response(frame).expect("valid response frame");
-    ResponseReader::new(r.payload)
-        .unwrap()
-        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap()
 }
 
 fn add(key: &[u8], delta: u64) -> KvOp<'_> {

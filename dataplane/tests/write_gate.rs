@@ -4,24 +4,15 @@
 
 mod common;
 
-use common::{connect, identity, run, RKEY};
+use common::{connect, identity, results, run, RKEY};
 use dataplane::gate::WriteGate;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
-use kvwire::{parse_response, Atomic, KvOp, MasterHint, ResponseReader, Status};
+use kvwire::{Atomic, KvOp, MasterHint, Status};
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 
 const QPN: u32 = 17;
-
-fn results(frame: &[u8]) -> Vec<(Status, Vec<u8>)> {
-    let r = parse_response(frame).expect("valid response frame");
-    ResponseReader::new(r.payload)
-        .unwrap()
-        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
-        .collect::<Result<Vec<_>, _>>()
-        .unwrap()
-}
 
 #[test]
 fn refused_writes_change_nothing_and_reads_go_on() {

@@ -15,24 +15,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
-CTL=target/release/ctlplane
 D="$E2E_TMP/c"
 python3 scripts/cluster_config.py "$D" 2 --prefix kvd-e2e-chain --topology chain --mode sync \
   --min-replicas 1 --probe-ms 50 --waiting-ms 200 >/dev/null
 
-status() { # K EXPR: EXPR on node K's /kvd/replication
-  "$CTL" replication status --json --config "$D/node$1.json" >"$E2E_TMP/st$1.json" 2>/dev/null || { echo "?"; return; }
-  json_field "$E2E_TMP/st$1.json" "$2"
-}
-wait_for() { # WHAT TIMEOUT_S K EXPR
-  local i
-  for ((i = 0; i < $2 * 10; i++)); do
-    [ "$(status "$3" "$4")" = True ] && return 0
-    sleep 0.1
-  done
-  "$CTL" replication status --config "$D/node$3.json" || true
-  fail "$1: not within $2 s"
-}
+status() { repl_status "$D" "$1" "$2"; }               # K EXPR
+wait_for() { wait_repl "$1" "$2" "$D" "$3" "$4"; }     # WHAT TIMEOUT_S K EXPR
 
 start_node "$D" 0
 start_node "$D" 1
@@ -81,9 +69,4 @@ pass "transfers across the kill: $committed committed, every one found, total un
 wait_for "tail caught up" 10 0 'int(d["peers"]["1"]["acked_offset"]) == int(d["offset"])'
 stop_node "$D" 2
 stop_node "$D" 0
-a=$(json_field "$D/node0.stats.json" 'd["engine_digest"]')
-b=$(json_field "$D/node2.stats.json" 'd["engine_digest"]')
-ka=$(json_field "$D/node0.stats.json" 'd["engine_kvs"]')
-kb=$(json_field "$D/node2.stats.json" 'd["engine_kvs"]')
-[ "$a" = "$b" ] && [ "$ka" = "$kb" ] || fail "tail differs from head: $kb KVs $b vs $ka KVs $a"
-pass "tail equals head: $ka KVs, digest $a"
+same_kvs "$D" 0 2 # the tail holds the head's KVs

@@ -82,3 +82,32 @@ stop_node() {
   kill -0 "${NODE_PID[$2]}" 2>/dev/null && fail "node$2 did not stop on SIGINT"
   wait "${NODE_PID[$2]}" 2>/dev/null || true
 }
+
+# repl_status DIR K EXPR: EXPR on node K's /kvd/replication ("?" when it does not answer).
+repl_status() {
+  target/release/ctlplane replication status --json --config "$1/node$2.json" >"$E2E_TMP/st$2.json" 2>/dev/null \
+    || { echo "?"; return; }
+  json_field "$E2E_TMP/st$2.json" "$3"
+}
+
+# wait_repl WHAT TIMEOUT_S DIR K EXPR: until EXPR holds on node K (fail with WHAT).
+wait_repl() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    [ "$(repl_status "$3" "$4" "$5")" = True ] && return 0
+    sleep 0.1
+  done
+  target/release/ctlplane replication status --config "$3/node$4.json" || true
+  fail "$1: not within $2 s"
+}
+
+# same_kvs DIR A B: nodes A and B of DIR, stopped (final stats written), hold the same KVs.
+same_kvs() {
+  local d=$1 a b ka kb
+  a=$(json_field "$d/node$2.stats.json" 'd["engine_digest"]')
+  b=$(json_field "$d/node$3.stats.json" 'd["engine_digest"]')
+  ka=$(json_field "$d/node$2.stats.json" 'd["engine_kvs"]')
+  kb=$(json_field "$d/node$3.stats.json" 'd["engine_kvs"]')
+  [ "$a" = "$b" ] && [ "$ka" = "$kb" ] || fail "node$3 differs from node$2: $ka KVs digest $a vs $kb KVs digest $b"
+  pass "node$3 equals node$2: $ka KVs, digest $a"
+}

@@ -316,14 +316,18 @@ impl Server {
             servers[p as usize] = slot.server.load(Ordering::Acquire);
         }
         let outcome = if all_parked {
-            // SAFETY: every pointer of `others` was published by its worker right
-            // before it stored PARKED (Release), which this thread read (Acquire):
-            // it points to that worker's live server, which its worker does not
-            // touch until the state is RUNNING again (stored below, after this
-            // call: Release, so our writes are visible to it then). The token
-            // keeps every other coordinator out, and each partition is a distinct
-            // server: the `&mut` made from them are unique.
-            unsafe { self.execute_parked(tx, payload, others, &servers) }
+            // Every pointer of `others` was published by its worker right before it
+            // stored PARKED (Release), which this thread read (Acquire): it points
+            // to that worker's live server, which its worker does not touch until
+            // the state is RUNNING again (stored below, Release, so our writes are
+            // visible to it then). The token keeps every other coordinator out,
+            // and each partition is a distinct server: the `&mut` are unique.
+            let mut parts: [Option<&mut Server>; MAX_PARTITIONS] = std::array::from_fn(|_| None);
+            for p in bits(others) {
+                // SAFETY: `servers[p]` is parked (above): ours alone until RUNNING.
+                parts[p as usize] = unsafe { servers[p as usize].as_mut() };
+            }
+            self.execute_parked(tx, payload, others, parts)
         } else {
             TRY_AGAIN
         };
@@ -337,25 +341,15 @@ impl Server {
         outcome
     }
 
-    /// The transaction itself, over this server and the parked `servers` of
-    /// `others`.
-    ///
-    /// # Safety
-    /// Every `servers[p]` with bit `p` of `others` set points to a live server
-    /// nothing else accesses for the duration of the call, other than `self`.
-    #[allow(unsafe_code)]
-    unsafe fn execute_parked(
+    /// The transaction itself, over this server and the parked servers `parts`
+    /// (by partition) of `others`.
+    fn execute_parked(
         &mut self,
         tx: &TxReader<'_>,
         payload: &[u8],
         others: u64,
-        servers: &[*mut Server; MAX_PARTITIONS],
+        mut parts: [Option<&mut Server>; MAX_PARTITIONS],
     ) -> Outcome {
-        let mut parts: [Option<&mut Server>; MAX_PARTITIONS] = std::array::from_fn(|_| None);
-        for p in bits(others) {
-            // SAFETY: the caller's contract.
-            parts[p as usize] = unsafe { servers[p as usize].as_mut() };
-        }
         // Room for the post-images in each participant's tap (its reservation
         // budget: what its own burst has not reserved), and for the waits in ours.
         let max_value_len = self.engine.max_value_len();

@@ -319,6 +319,16 @@ pub fn run(s: &mut Server, stats: &WorkerStats, frames: &[Vec<u8>]) -> Vec<Vec<u
     tx.sent
 }
 
+/// Every result of a response frame: (status, value), in order.
+pub fn results(frame: &[u8]) -> Vec<(kvwire::Status, Vec<u8>)> {
+    let r = kvwire::parse_response(frame).expect("valid response frame");
+    kvwire::ResponseReader::new(r.payload)
+        .unwrap()
+        .map(|x| x.map(|k| (k.status, k.value.to_vec())))
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+}
+
 /// Sum of every drop counter.
 pub fn total_drops(stats: &WorkerStats) -> u64 {
     stats.drops.iter().map(|c| c.get()).sum()
