@@ -114,7 +114,7 @@ class Cluster:
     fresh configs in their own directory, placement as in the module doc."""
 
     def __init__(self, tmp, tag, replicas, huge, standalone=False, probe_ms=100, waiting_ms=500,
-                 topology="star"):
+                 topology="star", mtu=1500):
         self.dir = os.path.join(tmp, tag)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.huge = huge
@@ -122,6 +122,7 @@ class Cluster:
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.dir,
                         str(replicas), "--prefix", PREFIX, "--probe-ms", str(probe_ms),
                         "--waiting-ms", str(waiting_ms), "--topology", topology,
+                        "--mtu", str(mtu),
                         "--base", os.path.join(ROOT, "configs/memif.json")],
                        check=True, stdout=subprocess.DEVNULL)
         for k in range(self.n):

@@ -190,7 +190,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         cfg.dataplane.memory_mb += engine_mb;
     }
     let p = &cfg.dataplane;
-    let eal_args = p.eal_args("dataplane", huge);
+    let eal_args = p.eal_args("dataplane", huge, cfg.server.mtu);
     eprintln!("dataplane: EAL {}", eal_args[1..].join(" "));
     let eal = Eal::init(&eal_args[1..])?;
 
@@ -211,11 +211,13 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         )
         .collect();
     let nw = worker_lcores.len();
+    let mtu = cfg.server.mtu;
+    // Every frame of the MTU fits one mbuf (jumbo frames: 9 KiB mbufs).
     let pool = Arc::new(Mempool::create_pktmbuf(
         "kvd_pool",
         p.mbufs,
         256,
-        2048 + 128,
+        kvconf::mbuf_data_room(mtu),
         dpdk::SOCKET_ID_ANY,
     )?);
     let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
@@ -224,6 +226,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         nb_txq: nw as u16,
         rxd: p.rxd,
         txd: p.txd,
+        mtu: (usize::from(mtu) != kvwire::DEFAULT_MTU).then_some(mtu),
         ..PortConfig::default()
     };
     let queues = port.configure(&pcfg, &pool)?;
@@ -235,7 +238,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         qkey: cfg.server.qkey,
         region_va: cfg.server.request_region_va,
         region_len: cfg.server.request_region_len,
-        mtu: kvwire::DEFAULT_MTU,
+        mtu: usize::from(mtu),
     };
     let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
     let mut registry = FunctionRegistry::new();
@@ -435,6 +438,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         inject: inject_config(&args)?,
         rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
         latency_sample_every: cfg.server.latency_sample_every,
+        mtu: usize::from(mtu),
     };
 
     let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));

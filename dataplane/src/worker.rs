@@ -23,7 +23,7 @@ use dpdk::{
 use kvload::inject::Injector;
 use kvload::FaultConfig;
 use kvwire::partition::{partition_of_qp, peek_dest_qp};
-use kvwire::{response_frame_len, response_payload_capacity, DropReason, DEFAULT_MTU};
+use kvwire::{response_frame_len, response_payload_capacity, DropReason};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,6 +101,8 @@ pub struct WorkerConfig {
     pub rnr_backlog: usize,
     /// Sample the service latency of one in this many packets (0: off).
     pub latency_sample_every: u32,
+    /// IP MTU of the responses (`server.mtu`): the largest frame this worker builds.
+    pub mtu: usize,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -384,7 +386,7 @@ pub fn run(
     let hz = tsc::hz();
     let drain_ticks = hz / 1_000_000 * cfg.drain_us.max(1);
     let check_ticks = hz / 100; // look at the clock/quit flag every 10 ms
-    let frame_cap = response_frame_len(response_payload_capacity(DEFAULT_MTU));
+    let frame_cap = response_frame_len(response_payload_capacity(cfg.mtu));
     let mut rx = MbufBurst::<MAX_BURST>::new();
     let mut tx = TxSide {
         txq,

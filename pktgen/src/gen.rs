@@ -354,7 +354,9 @@ impl Gen {
             };
             let mut key = [0u8; kvwire::MAX_KEY_LEN];
             let key = &mut key[..key_size];
-            let mut val = [0u8; 2048];
+            // Any value one request of the largest MTU holds (`--value-size` is
+            // checked against the server's MTU at start-up).
+            let mut val = [0u8; kvwire::request_payload_capacity(kvwire::MAX_MTU)];
             let wl = &mut self.workload;
             let mut model = verify.then_some(&mut wl.model);
             let target = if phase == Phase::Ping {

@@ -74,15 +74,22 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let p = &cfg.pktgen;
     let huge = !spec.no_huge && kvconf::resolve_hugepages(p.hugepages, p.memory_mb)?;
-    let eal_args = p.eal_args("pktgen", huge);
+    let eal_args = p.eal_args("pktgen", huge, cfg.server.mtu);
     eprintln!("pktgen: EAL {}", eal_args[1..].join(" "));
     let eal = Eal::init(&eal_args[1..])?;
     ctrlc::set_handler(|| QUIT.store(true, Ordering::Relaxed))?;
 
-    let pool =
-        Mempool::create_pktmbuf("pktgen_pool", p.mbufs, 256, 2048 + 128, dpdk::SOCKET_ID_ANY)?;
+    // The server's MTU: every frame of it fits one mbuf.
+    let mtu = cfg.server.mtu;
+    let pool = Mempool::create_pktmbuf(
+        "pktgen_pool",
+        p.mbufs,
+        256,
+        kvconf::mbuf_data_room(mtu),
+        dpdk::SOCKET_ID_ANY,
+    )?;
     let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
-    let PortQueues { rx, tx, .. } = open_port(&port, &pool, p, spec.qps.partitions)?;
+    let PortQueues { rx, tx, .. } = open_port(&port, &pool, p, spec.qps.partitions, mtu)?;
 
     let params = FrameParams::new(
         p.mac_bytes(),
@@ -128,7 +135,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         io.set_fuzz(f, args.fuzz_per_flush);
     }
     let tcfg = kvclient::Config {
-        mtu: DEFAULT_MTU,
+        mtu: usize::from(mtu),
         rto_initial_ns: ph.rto_us * 1000,
         rto_min_ns: ph.rto_min_us * 1000,
         rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
@@ -138,7 +145,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     };
     if args.tx_audit {
         let code = txbench::audit(io, &spec, tcfg, params)?;
-        let _ = port.stop();
+        stop_port(&port);
         drop(eal);
         return Ok(code);
     }
@@ -147,12 +154,28 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         tx.shared = args.tx_shared;
         tx.inflight = args.tx_inflight;
         let code = txbench::run(io, &spec, tcfg, params, &tx)?;
-        let _ = port.stop();
+        stop_port(&port);
         drop(eal);
         return Ok(code);
     }
+    // One PUT (batch header, op header, key, value) must fit a request of the MTU.
+    let cap = request_payload_capacity(usize::from(mtu));
+    let need = 8 + 4 + spec.workload.key_size + spec.workload.sizes.max;
+    if need > cap {
+        return Err(format!(
+            "--value-size {}: a PUT of a {}-byte key and {}-byte value needs {need} B, one \
+             request holds {cap} B at server.mtu {mtu} (up to 9000: jumbo frames)",
+            spec.workload.value_size, spec.workload.key_size, spec.workload.sizes.max
+        )
+        .into());
+    }
     let transport = (!ph.echo).then(|| Transport::new(tcfg, &spec.qps.qps, params));
-    let gen = Gen::new(&spec, qps, tsc::hz(), request_payload_capacity(DEFAULT_MTU));
+    let gen = Gen::new(
+        &spec,
+        qps,
+        tsc::hz(),
+        request_payload_capacity(usize::from(mtu)),
+    );
     let mut d = Driver::new(gen, io, transport, &spec);
     d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
 
@@ -201,18 +224,32 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         }
     }
     drop(d);
-    let _ = port.stop();
+    stop_port(&port);
     drop(eal);
     Ok(outcome.exit_code())
 }
 
 /// Configures and starts `port` with one queue pair per partition and waits for its
 /// link.
+/// How long pktgen leaves the link up after its last request before disconnecting.
+const QUIESCE: Duration = Duration::from_millis(50);
+
+/// Stops the port once the server had time to finish sending. A memif server whose
+/// client disconnects while it is copying a frame into the shared memory crashes
+/// (DPDK 22.11's memif unmaps the regions from its interrupt thread without waiting
+/// for the datapath; seen with 8 KiB responses at MTU 9000): every request is
+/// answered or given up by now, so after a pause the server's queue is idle.
+fn stop_port(port: &Port) {
+    std::thread::sleep(QUIESCE);
+    let _ = port.stop();
+}
+
 fn open_port(
     port: &Port,
     pool: &Mempool,
     p: &kvconf::ProcessConfig,
     nparts: u32,
+    mtu: u16,
 ) -> Result<PortQueues, Box<dyn std::error::Error>> {
     // One queue pair per partition; memif negotiates the ring count with the server.
     let pcfg = PortConfig {
@@ -220,6 +257,7 @@ fn open_port(
         nb_txq: nparts as u16,
         rxd: p.rxd,
         txd: p.txd,
+        mtu: (usize::from(mtu) != DEFAULT_MTU).then_some(mtu),
         ..PortConfig::default()
     };
     // A memif server still tearing down the previous client refuses the connection

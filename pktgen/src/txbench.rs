@@ -171,6 +171,7 @@ pub fn run(
         .parse()
         .map_err(|_| format!("--tx needs one --value-size N (not {:?})", w.value_size))?;
     let (n, ksize) = (w.keys.max(2), w.key_size.max(4));
+    let mtu = tcfg.mtu;
     let need = tx.reads + tx.writes;
     if (n as usize) < need {
         return Err(format!("--tx needs at least {need} --keys").into());
@@ -232,7 +233,14 @@ pub fn run(
             ok
         } else {
             round_trips += 1;
-            design(&mut c, reads, &newbal, &bal, ksize, vsize)?
+            design(&mut c, reads, &newbal, &bal, ksize, vsize).map_err(|e| match e {
+                kvclient::Error::TooLarge => format!(
+                    "a ({}, {}) transaction of {vsize} B values does not fit one request \
+                     packet at server.mtu {}: raise server.mtu (up to 9000, jumbo frames)",
+                    tx.reads, tx.writes, mtu
+                ),
+                e => e.to_string(),
+            })?
         };
         let ns = start.elapsed().as_nanos() as u64;
         if ok {

@@ -6,6 +6,8 @@ E2E_TMP=$(mktemp -d /tmp/kvd-e2e.XXXXXX)
 E2E_PIDS=()
 DP=target/release/dataplane
 PG=target/release/pktgen
+# The config of start_dataplane / run_pktgen (a test may point it at a variant).
+E2E_CONFIG=${E2E_CONFIG:-configs/memif.json}
 
 e2e_cleanup() {
   for p in "${E2E_PIDS[@]:-}"; do
@@ -28,7 +30,7 @@ start_dataplane() {
   SOCK="$E2E_TMP/$name.sock"
   DP_LOG="$E2E_TMP/$name-dataplane.log"
   : >"$DP_LOG"
-  "$DP" --config configs/memif.json \
+  "$DP" --config "$E2E_CONFIG" \
     --vdev "net_memif0,role=server,id=0,socket=$SOCK,socket-abstract=no,rsize=11" \
     --file-prefix "kvd-e2e-$name-dp" "$@" >"$DP_LOG" 2>&1 &
   DP_PID=$!
@@ -44,7 +46,7 @@ start_dataplane() {
 # run_pktgen NAME [flags...]: pktgen as memif client of the running dataplane.
 run_pktgen() {
   local name=$1; shift
-  timeout 120 "$PG" --config configs/memif.json \
+  timeout 120 "$PG" --config "$E2E_CONFIG" \
     --vdev "net_memif0,role=client,id=0,socket=$SOCK,socket-abstract=no,rsize=11" \
     --file-prefix "kvd-e2e-$name-pg" "$@"
 }

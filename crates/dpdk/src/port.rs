@@ -39,7 +39,7 @@ pub struct PortConfig {
     pub rxd: u16,
     /// Tx descriptors per queue (adjusted to the device's limits).
     pub txd: u16,
-    /// MTU to set, if any.
+    /// MTU to set, if any (ignored by a PMD without an MTU setting, e.g. memif).
     pub mtu: Option<u16>,
     /// Enable promiscuous mode (errors ignored if the PMD does not support it).
     pub promisc: bool,
@@ -247,7 +247,12 @@ impl Port {
         }
         if let Some(mtu) = cfg.mtu {
             // SAFETY: valid port.
-            unsafe { dpdk_sys::rte_eth_dev_set_mtu(port, mtu) }.neg_errno("rte_eth_dev_set_mtu")?;
+            let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(port, mtu) };
+            // -ENOTSUP: the PMD has no MTU to set (memif carries a frame of any length
+            // in chained descriptors); any other error (an MTU beyond the device) stops.
+            if rc != -libc::ENOTSUP {
+                rc.neg_errno("rte_eth_dev_set_mtu")?;
+            }
         }
         // SAFETY: configured port with all queues set up.
         unsafe { dpdk_sys::rte_eth_dev_start(port) }.neg_errno("rte_eth_dev_start")?;

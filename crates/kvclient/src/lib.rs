@@ -157,6 +157,7 @@ impl core::fmt::Display for Error {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             Error::Status(s) => write!(f, "status {}", s.name()),
+            Error::TooLarge => f.write_str("too large for one request packet of the MTU"),
             e => core::fmt::Debug::fmt(e, f),
         }
     }

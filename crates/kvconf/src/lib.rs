@@ -155,12 +155,68 @@ pub struct ServerConfig {
     /// `/kvd/stats` `latency`); 0 turns sampling off. Default 64.
     #[serde(default = "default_latency_sample_every")]
     pub latency_sample_every: u32,
+    /// IP MTU of requests and responses on the client-facing port: 1500 (default) or
+    /// up to 9000 (jumbo frames; every client must use the same). Packet buffers of
+    /// both processes are sized for it ([`mbuf_data_room`]).
+    #[serde(default = "default_mtu")]
+    pub mtu: u16,
 }
 
-/// Largest request payload of the dataplane's MTU (1500):
+/// Largest request payload of the default MTU (1500):
 /// `kvwire::request_payload_capacity(kvwire::DEFAULT_MTU)` (kvconf does not depend on
 /// kvwire; the dataplane's tests check the two agree). A request slot must hold it.
-pub const REQUEST_PAYLOAD_CAPACITY: u64 = 1440;
+pub const REQUEST_PAYLOAD_CAPACITY: u64 = request_payload_capacity(DEFAULT_MTU);
+
+/// Default IP MTU (`kvwire::DEFAULT_MTU`).
+pub const DEFAULT_MTU: u16 = 1500;
+/// Smallest IP MTU accepted (IPv4's minimum datagram every host must take).
+pub const MIN_MTU: u16 = 576;
+/// Largest IP MTU accepted: jumbo frames (`kvwire::MAX_MTU`).
+pub const MAX_MTU: u16 = 9000;
+
+/// Largest request payload of an IP MTU (`kvwire::request_payload_capacity`: the MTU
+/// less the IPv4, UDP, BTH, RETH headers and the ICRC, rounded down to 4 bytes).
+pub const fn request_payload_capacity(mtu: u16) -> u64 {
+    (mtu as u64).saturating_sub(20 + 8 + 12 + 16 + 4) & !3
+}
+
+/// Memif's `bsize` devarg of a vdev, if it is a memif vdev that sets one.
+fn memif_bsize(vdev: &str) -> Option<Result<u32, String>> {
+    if !vdev.starts_with("net_memif") {
+        return None;
+    }
+    let v = vdev.split(',').find_map(|kv| kv.strip_prefix("bsize="))?;
+    Some(v.parse().map_err(|_| format!("bad bsize {v:?}")))
+}
+
+/// `vdev` with memif's buffer size set to the packet mbufs' data size for `mtu` when
+/// it is a memif vdev without one (any other vdev, or the default 2048 of MTU 1500,
+/// unchanged). Memif copies between its buffers and mbufs, and DPDK 22.11's copy path
+/// for mbufs larger than memif's buffers loses and repeats frames (measured with
+/// jumbo mbufs: millions of duplicate frames a second); equal sizes keep every frame
+/// in one buffer, as at MTU 1500.
+pub fn memif_vdev(vdev: &str, mtu: u16) -> String {
+    let need = u32::from(mbuf_data_room(mtu) - MBUF_HEADROOM);
+    if !vdev.starts_with("net_memif") || need == 2048 || memif_bsize(vdev).is_some() {
+        return vdev.to_string();
+    }
+    format!("{vdev},bsize={need}")
+}
+
+/// Mbuf headroom DPDK reserves before the frame (`RTE_PKTMBUF_HEADROOM`).
+pub const MBUF_HEADROOM: u16 = 128;
+
+/// Data room of the packet mbufs for frames of `mtu`: headroom plus the Ethernet
+/// frame, at least the usual 2048 + headroom, so a frame always fits one mbuf.
+pub const fn mbuf_data_room(mtu: u16) -> u16 {
+    let frame = mtu + 14 + 4; // Ethernet header, room for a VLAN tag
+    let room = if frame > 2048 {
+        frame.next_multiple_of(1024)
+    } else {
+        2048
+    };
+    room + MBUF_HEADROOM
+}
 
 /// Largest request window (`kvwire::transport::MAX_CREDITS`).
 pub const MAX_CREDITS: u16 = 1024;
@@ -172,6 +228,10 @@ pub const fn slot_size(region_len: u64, credits: u16) -> u64 {
         return 0;
     }
     (region_len / credits as u64) & !63
+}
+
+fn default_mtu() -> u16 {
+    DEFAULT_MTU
 }
 
 fn default_credits() -> u16 {
@@ -320,15 +380,40 @@ impl Config {
                 s.credits
             )));
         }
+        if !(MIN_MTU..=MAX_MTU).contains(&s.mtu) {
+            return Err(ConfigError(format!(
+                "server.mtu must be in {MIN_MTU}..={MAX_MTU}, not {}",
+                s.mtu
+            )));
+        }
+        let need = u32::from(mbuf_data_room(s.mtu) - MBUF_HEADROOM);
+        let vdevs = (self.dataplane.vdevs.iter())
+            .chain(&self.pktgen.vdevs)
+            .chain(&self.replication.vdevs);
+        for v in vdevs {
+            match memif_bsize(v) {
+                Some(Err(e)) => return Err(ConfigError(format!("vdev {v:?}: {e}"))),
+                Some(Ok(b)) if b < need => {
+                    return Err(ConfigError(format!(
+                        "vdev {v:?}: bsize={b} is smaller than the {need} B packet buffers \
+                         of server.mtu {}: leave bsize out (it is set to {need}) or raise it",
+                        s.mtu
+                    )))
+                }
+                _ => {}
+            }
+        }
         let slot = slot_size(s.request_region_len, s.credits);
-        if slot < REQUEST_PAYLOAD_CAPACITY {
+        let need = request_payload_capacity(s.mtu);
+        if slot < need {
             return Err(ConfigError(format!(
                 "server.request_region_len {} split into server.credits = {} slots gives \
-                 {slot} B per slot, less than the {REQUEST_PAYLOAD_CAPACITY} B of a full \
-                 request: raise request_region_len to at least {} or lower credits",
+                 {slot} B per slot, less than the {need} B of a full request at MTU {}: \
+                 raise request_region_len to at least {} or lower credits",
                 s.request_region_len,
                 s.credits,
-                REQUEST_PAYLOAD_CAPACITY.next_multiple_of(64) * u64::from(s.credits)
+                s.mtu,
+                need.next_multiple_of(64) * u64::from(s.credits)
             )));
         }
         if s.replay_cache_kb == 0 || s.replay_cache_kb > 4 << 20 {
@@ -422,8 +507,10 @@ impl Config {
 impl ProcessConfig {
     /// The EAL argument vector (with a program name first) for this process.
     ///
-    /// `hugepages` is the resolved hugepage decision (see [`resolve_hugepages`]).
-    pub fn eal_args(&self, prog: &str, hugepages: bool) -> Vec<String> {
+    /// `hugepages` is the resolved hugepage decision (see [`resolve_hugepages`]);
+    /// `mtu` the server's ([`ServerConfig::mtu`]): memif vdevs get the buffer size of
+    /// its mbufs ([`memif_vdev`]).
+    pub fn eal_args(&self, prog: &str, hugepages: bool, mtu: u16) -> Vec<String> {
         let map = self.lcores.contains('@') || self.lcores.contains('(');
         let mut a = vec![
             prog.to_string(),
@@ -437,7 +524,7 @@ impl ProcessConfig {
             a.push(DEFAULT_PMD_DIR.into());
         }
         for v in &self.vdevs {
-            a.push(format!("--vdev={v}"));
+            a.push(format!("--vdev={}", memif_vdev(v, mtu)));
         }
         if self.pci.is_empty() {
             a.push("--no-pci".into());
@@ -561,10 +648,10 @@ mod tests {
     #[test]
     fn eal_args_fallback_without_hugepages() {
         let c = memif();
-        let a = c.dataplane.eal_args("dataplane", false);
+        let a = c.dataplane.eal_args("dataplane", false, DEFAULT_MTU);
         assert!(a.contains(&"--no-huge".to_string()));
         assert!(a.iter().any(|x| x.starts_with("--vdev=net_memif0")));
-        let a = c.dataplane.eal_args("dataplane", true);
+        let a = c.dataplane.eal_args("dataplane", true, DEFAULT_MTU);
         assert!(!a.contains(&"--no-huge".to_string()));
     }
 
@@ -629,6 +716,51 @@ mod tests {
         assert_eq!(c.pktgen.vdevs, memif().pktgen.vdevs);
         c.process_mut(Role::Pktgen).lcores = "7".into();
         assert_eq!(c.pktgen.lcores, "7");
+    }
+
+    #[test]
+    fn mtu_is_checked_and_sizes_the_buffers() {
+        let mut c = memif();
+        assert_eq!(c.server.mtu, DEFAULT_MTU);
+        assert_eq!(mbuf_data_room(DEFAULT_MTU), 2048 + MBUF_HEADROOM);
+        assert_eq!(request_payload_capacity(MAX_MTU), 8940);
+        // A jumbo frame (9014 B + a VLAN tag) fits one mbuf.
+        assert_eq!(mbuf_data_room(MAX_MTU), 9216 + MBUF_HEADROOM);
+        for bad in [0u16, 575, 9001] {
+            c.server.mtu = bad;
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains("server.mtu must be in 576..=9000"), "{e}");
+        }
+        // 1 MiB / 32 = 32 KiB slots hold a jumbo request; 1 MiB / 256 = 4 KiB do not.
+        c.server.mtu = MAX_MTU;
+        c.validate().unwrap();
+        c.server.credits = 256;
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("8940 B of a full request at MTU 9000"), "{e}");
+        let text = serde_json::to_string(&memif())
+            .unwrap()
+            .replace("\"mtu\":1500", "\"mtu\":9000");
+        assert_eq!(Config::parse(&text).unwrap().server.mtu, 9000);
+        // Memif's buffers follow the mbufs; other vdevs and MTU 1500 are left alone.
+        let m = "net_memif0,role=server,id=0";
+        assert_eq!(memif_vdev(m, DEFAULT_MTU), m);
+        assert_eq!(memif_vdev(m, MAX_MTU), format!("{m},bsize=9216"));
+        assert_eq!(
+            memif_vdev(&format!("{m},bsize=16384"), MAX_MTU),
+            format!("{m},bsize=16384")
+        );
+        assert_eq!(memif_vdev("net_tap0", MAX_MTU), "net_tap0");
+        let mut c = memif();
+        c.server.mtu = MAX_MTU;
+        let a = c.pktgen.eal_args("pktgen", false, c.server.mtu);
+        assert!(a
+            .iter()
+            .any(|x| x.starts_with("--vdev=net_memif0") && x.ends_with(",bsize=9216")));
+        c.dataplane.vdevs[0].push_str(",bsize=4096");
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("bsize=4096 is smaller than the 9216 B"), "{e}");
+        c.dataplane.vdevs[0].push('x');
+        assert!(c.validate().unwrap_err().to_string().contains("bad bsize"));
     }
 
     #[test]

@@ -9,10 +9,11 @@ use plotters::prelude::*;
 use serde_json::Value;
 
 /// (JSON key, label) of the cases, in drawing order.
-const CASES: [(&str, &str); 3] = [
+const CASES: [(&str, &str); 4] = [
     ("0_1_64", "(0,1) 64 B"),
     ("4_2_64", "(4,2) 64 B"),
     ("0_1_1024", "(0,1) 1 KiB"),
+    ("4_2_1024", "(4,2) 1 KiB*"),
 ];
 /// (field, label, colour) of the bars of one case.
 const BARS: [(&str, &str, RGBColor); 4] = [
@@ -94,9 +95,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("chain_3", "Chain of 3"),
         ("one_node", "One node"),
     ];
-    let root = BitMapBackend::new(&args[2], (1500, 520)).into_drawing_area();
+    let root = BitMapBackend::new(&args[2], (1800, 550)).into_drawing_area();
     root.fill(&WHITE)?;
-    for (area, (key, title)) in root.split_evenly((1, setups.len())).iter().zip(setups) {
+    let (panels, foot) = root.split_vertically(520);
+    foot.draw(&Text::new(
+        "* at MTU 9000 (jumbo frames): its ~6 KiB request does not fit one 1500-MTU packet",
+        (12, 6),
+        ("sans-serif", 16),
+    ))?;
+    for (area, (key, title)) in panels.split_evenly((1, setups.len())).iter().zip(setups) {
         if v["setups"][key].is_object() {
             panel(area, title, &v["setups"][key])?;
         }

@@ -13,6 +13,10 @@ use std::collections::HashMap;
 const HZ: u64 = 1_000_000_000;
 
 fn gen(flags: &[&str]) -> Gen {
+    gen_mtu(flags, DEFAULT_MTU)
+}
+
+fn gen_mtu(flags: &[&str], mtu: usize) -> Gen {
     let s = spec(flags).unwrap();
     let qps = QpSet::new(
         s.qps.qps.clone(),
@@ -22,7 +26,7 @@ fn gen(flags: &[&str]) -> Gen {
         1 << 20,
         1,
     );
-    Gen::new(&s, qps, HZ, request_payload_capacity(DEFAULT_MTU))
+    Gen::new(&s, qps, HZ, request_payload_capacity(mtu))
 }
 
 /// Builds one request frame, as an mbuf of the generator would hold it.
@@ -473,6 +477,39 @@ fn sweeps_stop_at_the_last_key_and_large_values_fill_packets() {
     assert_eq!(g.flight.busy(), 100);
     assert!(build(&mut g, Phase::Load, 0, false).is_none());
     assert_eq!(g.workload.keys(), 100);
+}
+
+#[test]
+fn jumbo_requests_carry_whole_large_values() {
+    // 3000 B values at MTU 9000: two per request, verified whole (a value buffer of
+    // 2 KiB once cut them short, and every GET then mismatched).
+    let mut g = gen_mtu(
+        &[
+            "--verify",
+            "--keys",
+            "40",
+            "--value-size",
+            "3000",
+            "--get",
+            "0.5",
+            "--put",
+            "0.5",
+        ],
+        kvwire::MAX_MTU,
+    );
+    g.workload.ops_per_packet = 2;
+    let mut store = Store::default();
+    g.begin_phase();
+    drive(&mut g, &mut store, Phase::Load, usize::MAX, 4);
+    let (c, _) = g.end_phase(Phase::Load);
+    assert_clean(&c);
+    // Whole values: none of them fits a 1500-byte frame.
+    assert!(store.0.len() == 40 && store.0.values().all(|v| v.len() == 3000));
+    g.begin_phase();
+    drive(&mut g, &mut store, Phase::Run, 200, 4);
+    let (c, _) = g.end_phase(Phase::Run);
+    assert_clean(&c);
+    assert_eq!(c.done_ops, 400);
 }
 
 #[test]
