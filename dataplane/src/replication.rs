@@ -109,7 +109,14 @@ pub fn setup(
         let (Some(rxq), Some(txq)) = (q.rx.into_iter().next(), q.tx.into_iter().next()) else {
             return Err(format!("replication port {name:?} gave no queue").into());
         };
-        links.push(Link { rxq, txq });
+        // A memif client dials its server only when its port starts: redial it when
+        // the link dies (the peer may come back).
+        let memif_client = v.starts_with("net_memif") && v.split(',').any(|kv| kv == "role=client");
+        links.push(Link {
+            rxq,
+            txq,
+            redial: memif_client.then_some(port),
+        });
         names.push(name.to_string());
         ports.push(port);
     }

@@ -4,7 +4,7 @@
 //! routing its records to the workers. The workers never wait for it.
 
 use dataplane::repl::link::{LinkTx, ReplLogic};
-use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
+use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, Port, RxQueue, TxQueue};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,18 +16,41 @@ const TX_QUEUE: usize = 256;
 /// Bytes of the largest frame the logic may build.
 pub const FRAME_CAP: usize = 1600;
 
+/// A dead link is redialed after it was down this long, then at growing intervals
+/// up to [`REDIAL_MAX_S`].
+const REDIAL_AFTER_S: u64 = 1;
+/// Longest interval between two redials of a dead link.
+const REDIAL_MAX_S: u64 = 8;
+
 /// One replication link: a port's single queue pair.
 pub struct Link {
     /// Receive queue.
     pub rxq: RxQueue,
     /// Transmit queue.
     pub txq: TxQueue,
+    /// A memif client link: its port, restarted while the link is down so that it
+    /// connects again to a peer that restarted (DPDK's memif client dials only
+    /// when its port starts).
+    pub redial: Option<Port>,
+}
+
+/// Redial state of a link ([`Link::redial`]).
+struct Redial {
+    port: Port,
+    /// When the link was first seen down (tsc), if it is.
+    down_since: Option<u64>,
+    /// Next redial (tsc) and the interval after it.
+    next: u64,
+    interval_s: u64,
 }
 
 /// The links' transmit side: mbufs from the pool, queued per link.
 struct Tx {
     pool: Arc<Mempool>,
     queues: Vec<(TxQueue, MbufBurst<TX_QUEUE>)>,
+    /// Links whose port is stopped (a redial that did not connect): nothing is
+    /// sent or polled there until a redial starts it again.
+    stopped: Vec<bool>,
     /// Frames lost for want of an mbuf or queue room (the transport resends).
     lost: u64,
 }
@@ -37,6 +60,10 @@ impl LinkTx for Tx {
         let Some((txq, q)) = self.queues.get_mut(link) else {
             return false;
         };
+        if self.stopped[link] {
+            self.lost += 1;
+            return false;
+        }
         let Some(mut m) = Mbuf::alloc(&self.pool) else {
             self.lost += 1;
             return false;
@@ -64,8 +91,8 @@ impl LinkTx for Tx {
 
 impl Tx {
     fn flush(&mut self) {
-        for (txq, q) in &mut self.queues {
-            if !q.is_empty() {
+        for ((txq, q), &stopped) in self.queues.iter_mut().zip(&self.stopped) {
+            if !q.is_empty() && !stopped {
                 txq.tx_burst(q);
             }
         }
@@ -79,6 +106,7 @@ impl Tx {
 pub struct Replicator {
     rxqs: Vec<RxQueue>,
     tx: Tx,
+    redial: Vec<Option<Redial>>,
     logic: Box<dyn ReplLogic + Send>,
     rx: MbufBurst<BURST>,
     start: u64,
@@ -92,15 +120,24 @@ impl Replicator {
         let mut tx = Tx {
             pool,
             queues: Vec::with_capacity(links.len()),
+            stopped: vec![false; links.len()],
             lost: 0,
         };
+        let mut redial = Vec::with_capacity(links.len());
         for l in links {
             rxqs.push(l.rxq);
             tx.queues.push((l.txq, MbufBurst::new()));
+            redial.push(l.redial.map(|port| Redial {
+                port,
+                down_since: None,
+                next: 0,
+                interval_s: REDIAL_AFTER_S,
+            }));
         }
         Replicator {
             rxqs,
             tx,
+            redial,
             logic,
             rx: MbufBurst::new(),
             start: tsc::now(),
@@ -115,6 +152,9 @@ impl Replicator {
         let now_ns = ((now - self.start) as u128 * 1_000_000_000 / self.hz as u128) as u64;
         let mut got = 0usize;
         for (l, rxq) in self.rxqs.iter_mut().enumerate() {
+            if self.tx.stopped[l] {
+                continue;
+            }
             let n = rxq.rx_burst(&mut self.rx);
             if n > 0 {
                 got += n;
@@ -134,6 +174,39 @@ impl Replicator {
     /// Frames lost for want of an mbuf or queue room (the transport resent them).
     pub fn lost_frames(&self) -> u64 {
         self.tx.lost
+    }
+
+    /// Redials the memif client links that have been down for [`REDIAL_AFTER_S`]
+    /// (a peer that restarted listens again but is never called back otherwise),
+    /// then every interval, doubling up to [`REDIAL_MAX_S`] while it fails. A
+    /// control event on this lcore, off the workers' path: a link check per call,
+    /// a port restart (a socket connect) at most once per interval.
+    fn redial(&mut self, now: u64, hz: u64) {
+        for (l, slot) in self.redial.iter_mut().enumerate() {
+            let Some(r) = slot else { continue };
+            let up = !self.tx.stopped[l] && r.port.link().is_ok_and(|s| s.up);
+            if up {
+                r.down_since = None;
+                r.interval_s = REDIAL_AFTER_S;
+                continue;
+            }
+            let since = *r.down_since.get_or_insert(now);
+            if now.saturating_sub(since) < REDIAL_AFTER_S * hz || now < r.next {
+                continue;
+            }
+            let (txq, q) = &mut self.tx.queues[l];
+            q.clear(); // frames for a dead peer: the transport resends them
+            let res = r.port.restart(&mut self.rxqs[l], txq);
+            eprintln!(
+                "dataplane: replication link {l} down for {} s: redialed ({})",
+                now.saturating_sub(since) / hz.max(1),
+                res.as_ref()
+                    .map_or_else(|e| e.to_string(), |()| "port restarted".into())
+            );
+            self.tx.stopped[l] = res.is_err();
+            r.next = now + r.interval_s * hz;
+            r.interval_s = (r.interval_s * 2).min(REDIAL_MAX_S);
+        }
     }
 }
 
@@ -155,6 +228,7 @@ pub fn run(
         let now = tsc::now();
         if now >= next_check {
             next_check = now + check_ticks;
+            r.redial(now, hz);
             if quit.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }

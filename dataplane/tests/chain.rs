@@ -7,7 +7,8 @@
 //! not; a tail cut off is dropped from the chain after the waiting time and writes go
 //! on; when the middle dies, the tail joins the head and resumes from its offset (a
 //! partial resync: the relay keeps the head's offsets), no acknowledged write is lost,
-//! and the survivors end equal key by key.
+//! and the survivors end equal key by key; a middle that comes back is redirected by
+//! the head to the tail and appended behind it (not a second follower of the head).
 
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats};
@@ -235,20 +236,28 @@ struct World {
     acked: u64,
     /// The newest write acknowledged.
     last_acked: u64,
-    /// Acknowledged writes must be on the tail (else: on the middle, while the tail
-    /// is not part of the chain yet).
+    /// Acknowledged writes must be on the last node (else: on the middle, while the
+    /// tail is not part of the chain yet).
     strict: bool,
+    /// The chain's last node (the tail, until a returning node is appended).
+    last: usize,
 }
 
 impl World {
     /// Head, middle, tail; the tail falls back to the head when `fallback`.
     fn new(fallback: bool) -> World {
+        World::with_tail_relay(fallback, false)
+    }
+
+    /// [`World::new`]; with `tail_relay` the tail relays too (as every chain node of
+    /// the dataplane does), so a node may join behind it.
+    fn with_tail_relay(fallback: bool, tail_relay: bool) -> World {
         let fb: &[usize] = if fallback { &[HEAD] } else { &[] };
         World {
             n: vec![
                 Node::head(),
                 Node::replica(MIDDLE, HEAD, &[], true),
-                Node::replica(TAIL, MIDDLE, fb, false),
+                Node::replica(TAIL, MIDDLE, fb, tail_relay),
             ],
             now: 0,
             rng: 0x9e37_79b9_7f4a_7c15,
@@ -259,6 +268,7 @@ impl World {
             acked: 0,
             last_acked: 0,
             strict: false,
+            last: TAIL,
         }
     }
 
@@ -295,7 +305,7 @@ impl World {
     /// must be on the tail already (or superseded there by a later write of its key).
     fn check_acks(&mut self) {
         let durable = self.n[HEAD].shared.durable.load(Ordering::Acquire);
-        let last = if self.strict { TAIL } else { MIDDLE };
+        let last = if self.strict { self.last } else { MIDDLE };
         let mut i = 0;
         while i < self.pending.len() {
             let (pos, (seq, ref key, _)) = self.pending[i];
@@ -317,7 +327,11 @@ impl World {
                 ok,
                 "write {seq} to {:?} acknowledged by the head but the {} has {got:?}",
                 String::from_utf8_lossy(key),
-                if self.strict { "tail" } else { "middle" }
+                if self.strict && self.last == TAIL {
+                    "tail"
+                } else {
+                    "middle"
+                }
             );
             self.acked += 1;
             self.last_acked = self.last_acked.max(seq);
@@ -491,4 +505,71 @@ fn a_relay_full_syncs_its_successor_from_its_own_engine() {
     assert_eq!(w.n[MIDDLE].contents(), w.n[HEAD].contents());
     assert!(w.n[HEAD].contents().len() > 1000);
     assert!(w.pending.is_empty());
+}
+
+#[test]
+fn a_returning_node_is_appended_behind_the_tail() {
+    // The middle dies, the tail joins the head; the middle comes back (empty, as a
+    // restarted process) and asks its configured predecessor, the head, which
+    // already streams to a live successor: it is redirected to the tail, full syncs
+    // from the tail's relay and becomes the new tail. The head keeps one follower,
+    // and acknowledged writes are on the returning node once it is in the chain.
+    let mut w = World::with_tail_relay(true, true);
+    for _ in 0..3000 {
+        w.step(3, 400);
+    }
+    assert_eq!(w.peer(HEAD, 0)["state"], "online");
+    assert_eq!(w.relay_peer()["state"], "online");
+    w.strict = true;
+    w.n[MIDDLE].alive = false;
+    for _ in 0..5000 {
+        w.step(3, 400);
+    }
+    assert_eq!(
+        w.peer(HEAD, 1)["state"],
+        "online",
+        "the tail follows the head"
+    );
+    assert_eq!(w.peer(HEAD, 0)["state"], "invalid");
+
+    w.n[MIDDLE] = Node::replica(MIDDLE, HEAD, &[], true);
+    for _ in 0..8000 {
+        w.step(2, 400);
+    }
+    let head = w.n[HEAD].status.to_json();
+    let back = w.n[MIDDLE].status.to_json();
+    let tail_relay = w.n[TAIL].relay_status.as_ref().unwrap().to_json();
+    assert!(head["redirects_sent"].as_u64().unwrap() >= 1, "{head}");
+    assert!(back["redirects_followed"].as_u64().unwrap() >= 1, "{back}");
+    assert_ne!(
+        w.peer(HEAD, 0)["state"],
+        "online",
+        "not a second follower of the head: {head}"
+    );
+    assert_eq!(w.peer(HEAD, 1)["state"], "online", "{head}");
+    // The tail's relay ships to the returning node on its link 0.
+    assert_eq!(tail_relay["peers"]["0"]["state"], "online", "{tail_relay}");
+    assert_eq!(tail_relay["peers"]["0"]["full_syncs"], 1, "{tail_relay}");
+
+    // From now on an acknowledged write must be on the returning node, the chain's end.
+    w.last = MIDDLE;
+    let before = w.acked;
+    for _ in 0..2000 {
+        w.step(3, 400);
+    }
+    assert!(
+        w.acked > before + 1000,
+        "writes flow through the longer chain: {}",
+        w.acked
+    );
+    for _ in 0..500 {
+        w.step(0, 400);
+    }
+    assert!(
+        w.pending.is_empty(),
+        "{} writes never acknowledged",
+        w.pending.len()
+    );
+    assert_eq!(w.n[MIDDLE].contents(), w.n[HEAD].contents());
+    assert_eq!(w.n[TAIL].contents(), w.n[HEAD].contents());
 }

@@ -11,7 +11,9 @@
 #     (kill -9): the tail joins the head by partial resync (its offsets are the
 #     head's), the transfers go on, and the read-back at the end finds every
 #     committed transfer and the total unchanged;
-#  4. the tail ends with exactly the head's KVs.
+#  4. the middle restarts: the head redirects it down the chain and it is appended
+#     behind the tail; transfers run on the longer chain;
+#  5. both replicas end with exactly the head's KVs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -66,7 +68,31 @@ committed=$(json_field "$D/tx.json" 'd["committed"]')
 [ "$inv" = True ] && [ "$committed" -gt 100 ] || { cat "$D/tx.out"; fail "bank invariant: $inv after $committed committed transfers"; }
 pass "transfers across the kill: $committed committed, every one found, total unchanged"
 
+# The middle comes back (empty: no log file): it asks its configured predecessor, the
+# head, which already streams to a live successor and redirects it down the chain; it
+# joins behind the tail (node 2's link 1 goes to node 1) instead of becoming a second
+# follower of the head.
+rm -f "$D/client1.sock" "$D/link1-2.sock" # memif server sockets the killed process left
+start_node "$D" 1
+wait_for "returning node online behind the tail" 30 2 'd["relay"]["peers"]["1"]["state"] == "online"'
+head_peer=$(status 0 'd["peers"]["0"]["state"]')
+sent=$(status 0 'd["redirects_sent"]')
+followed=$(status 1 'd["redirects_followed"]')
+[ "$head_peer" != online ] && [ "$sent" -ge 1 ] && [ "$followed" -ge 1 ] \
+  || fail "returning node: head's link to it $head_peer, $sent redirects sent, $followed followed"
+pass "returning node appended behind the tail: head -> node2 -> node1 ($sent redirect(s))"
+timeout 60 "$PG" --config "$D/node0.json" --no-huge --json "$D/tx2.json" --tx 4,2 --keys 2000 \
+  --key-size 12 --value-size 64 --duration 1.5 --warmup 0 --rto-min-us 50000 --timeout-ms 400 \
+  >"$D/tx2.out" 2>&1 || { cat "$D/tx2.out"; fail "transfers on the new chain failed"; }
+committed=$(json_field "$D/tx2.json" 'd["committed"]')
+[ "$(json_field "$D/tx2.json" 'd["invariant_holds"]')" = True ] && [ "$committed" -gt 100 ] \
+  || { cat "$D/tx2.out"; fail "transfers on the new chain: $committed committed"; }
+pass "transfers on the new chain: $committed committed, total unchanged"
+
 wait_for "tail caught up" 10 0 'int(d["peers"]["1"]["acked_offset"]) == int(d["offset"])'
+wait_for "returning node caught up" 10 2 'int(d["relay"]["peers"]["1"]["acked_offset"]) == int(d["offset"])'
+stop_node "$D" 1
 stop_node "$D" 2
 stop_node "$D" 0
 same_kvs "$D" 0 2 # the tail holds the head's KVs
+same_kvs "$D" 0 1 # and so does the node appended behind it

@@ -332,6 +332,27 @@ impl Port {
         Ok(())
     }
 
+    /// Stops and starts again a port whose only queues are `rxq` and `txq`, keeping
+    /// them (and their handles) configured: e.g. a memif client whose server went
+    /// away redials it (DPDK's memif client connects only when the port starts).
+    /// `EBUSY` when other queue handles of the port exist; `EINVAL` when the
+    /// handles are not this port's.
+    pub fn restart(&self, rxq: &mut RxQueue, txq: &mut TxQueue) -> Result<()> {
+        const OP: &str = "rte_eth_dev_stop";
+        if rxq.port != self.id || txq.port != self.id {
+            return Err(DpdkError::new(OP, libc::EINVAL));
+        }
+        if LIVE_QUEUES[self.id.0 as usize].load(Ordering::Acquire) != 2 {
+            return Err(DpdkError::new(OP, libc::EBUSY));
+        }
+        // SAFETY: the port's only two queue handles are borrowed mutably here, and
+        // handles are `!Sync`: no thread is inside a burst function on this port.
+        unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) }.neg_errno(OP)?;
+        // SAFETY: as above; the queues stay set up across stop/start.
+        unsafe { dpdk_sys::rte_eth_dev_start(self.id.0) }.neg_errno("rte_eth_dev_start")?;
+        Ok(())
+    }
+
     /// Closes (releases) the port; stop it first. `EBUSY` while queue handles are alive.
     pub fn close(self) -> Result<()> {
         self.check_quiesced("rte_eth_dev_close")?;

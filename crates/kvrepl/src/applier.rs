@@ -143,8 +143,12 @@ impl Applier {
     /// (the caller takes only the first WELCOME carrying its HELLO's nonce).
     /// `Full` clears the sink (the segments tell where the live stream
     /// continues); `Partial` continues from the WELCOME's offset (the
-    /// HELLO's). `Refused` leaves the applier idle.
+    /// HELLO's). `Refused` leaves the applier idle. `Redirect` changes nothing:
+    /// the replica asks another node with the same position.
     pub fn on_welcome(&mut self, w: &Welcome, sink: &mut dyn Sink) {
+        if w.mode == WelcomeMode::Redirect {
+            return;
+        }
         self.carry_len = 0;
         self.nak_sent = false;
         self.since_ack = 0;
@@ -165,6 +169,7 @@ impl Applier {
                 self.live_from = None;
             }
             WelcomeMode::Refused => self.state = State::Idle,
+            WelcomeMode::Redirect => {}
         }
     }
 

@@ -10,7 +10,7 @@
 //! | kind | message | direction | body |
 //! |---|---|---|---|
 //! | 1 | [`Hello`] | replica → master | 64 B |
-//! | 2 | [`Welcome`] | master → replica | 48 B |
+//! | 2 | [`Welcome`] | master → replica (mode 4: a chain node redirecting a replica) | 48 B |
 //! | 3 | [`Progress`] | replica → master | 40 B |
 //! | 4 | [`Probe`] | master → replica | 24 B |
 //! | 5 | [`ProbeReply`] | replica → master | 56 B |
@@ -18,6 +18,8 @@
 //! Loss is handled by repetition, not by the transport: a replica resends
 //! HELLO until a WELCOME with its nonce arrives, PROGRESS goes out every
 //! `ack_interval_ms`, PROBE every `probe_interval_ms`.
+
+use core::net::Ipv4Addr;
 
 /// First byte of a control message.
 pub const CONTROL_MAGIC: u8 = 0x70;
@@ -65,6 +67,12 @@ pub enum WelcomeMode {
     /// Refused: this node is not a master at the replica's epoch (or not a
     /// master at all). The replica looks for the master elsewhere.
     Refused = 3,
+    /// A chain node that already streams to a live successor: the replica is
+    /// to join the chain behind that successor, whose link address the
+    /// WELCOME carries ([`Welcome::redirect`]). Followed hop by hop, it ends
+    /// at the tail, so a returning node is appended there instead of forking
+    /// the chain.
+    Redirect = 4,
 }
 
 /// The master's answer to a HELLO.
@@ -87,6 +95,37 @@ pub struct Welcome {
     pub first_psn: u32,
     /// The master's node id.
     pub node_id: u64,
+}
+
+impl Welcome {
+    /// A REDIRECT answering the HELLO `nonce`: join behind the node at `mac` /
+    /// `ip`. The address travels in the fields a REDIRECT has no use for: the
+    /// MAC in the low 48 bits of `repl_id` (big-endian byte order), the IPv4
+    /// address in the low 32 bits of `offset`.
+    pub fn redirect(nonce: u64, epoch: u64, node_id: u64, mac: [u8; 6], ip: Ipv4Addr) -> Self {
+        let mut m = [0u8; 8];
+        m[2..].copy_from_slice(&mac);
+        Welcome {
+            nonce,
+            mode: WelcomeMode::Redirect,
+            repl_id: u64::from_be_bytes(m),
+            epoch,
+            offset: u64::from(u32::from(ip)),
+            first_psn: 0,
+            node_id,
+        }
+    }
+
+    /// The link address a REDIRECT names (`None` for other modes).
+    pub fn redirect_to(&self) -> Option<([u8; 6], Ipv4Addr)> {
+        if self.mode != WelcomeMode::Redirect {
+            return None;
+        }
+        let b = self.repl_id.to_be_bytes();
+        let mut mac = [0u8; 6];
+        mac.copy_from_slice(&b[2..]);
+        Some((mac, Ipv4Addr::from(self.offset as u32)))
+    }
 }
 
 /// A replica's state as it reports it.
@@ -333,6 +372,7 @@ impl Control {
                     1 => WelcomeMode::Partial,
                     2 => WelcomeMode::Full,
                     3 => WelcomeMode::Refused,
+                    4 => WelcomeMode::Redirect,
                     _ => return Err(ControlError::BadField),
                 };
                 if first_psn > 0xff_ffff {
@@ -428,6 +468,13 @@ mod tests {
                 first_psn: 0x80_0001,
                 node_id: 1,
             }),
+            Control::Welcome(Welcome::redirect(
+                12,
+                3,
+                1,
+                [2, 0, 0, 0, 0x10, 2],
+                Ipv4Addr::new(10, 77, 0, 3),
+            )),
             Control::Progress(progress),
             Control::Probe(Probe {
                 seq: 9,
@@ -459,6 +506,26 @@ mod tests {
                 Err(ControlError::BufferTooSmall)
             );
         }
+    }
+
+    #[test]
+    fn a_redirect_carries_the_successor_address() {
+        let mac = [2, 0, 0, 0, 0x10, 0xfe];
+        let ip = Ipv4Addr::new(10, 77, 0, 255);
+        let w = Welcome::redirect(7, 4, 9, mac, ip);
+        let mut buf = [0u8; MAX_CONTROL_LEN];
+        let n = Control::Welcome(w).encode_into(&mut buf).unwrap();
+        let Ok(Control::Welcome(d)) = Control::decode(&buf[..n]) else {
+            panic!("not a welcome")
+        };
+        assert_eq!(d.redirect_to(), Some((mac, ip)));
+        assert_eq!((d.nonce, d.epoch, d.node_id), (7, 4, 9));
+        let mut other = d;
+        other.mode = WelcomeMode::Partial;
+        assert_eq!(other.redirect_to(), None);
+        // Mode 5 is not defined.
+        buf[4 + 44] = 5;
+        assert_eq!(Control::decode(&buf[..n]), Err(ControlError::BadField));
     }
 
     #[test]

@@ -586,6 +586,20 @@ impl MasterNode {
         now_ns: u64,
         tx: &mut dyn LinkTx,
     ) {
+        if let Some((mac, ip)) = self.successor_elsewhere(link, h.node_id, now_ns) {
+            // A chain has one successor per node: a second one (a node returning
+            // after the chain closed over it) is sent down the chain, to its tail.
+            let w = Control::Welcome(Welcome::redirect(
+                h.nonce,
+                self.cfg.epoch,
+                self.cfg.node_id,
+                mac,
+                ip,
+            ));
+            send_control(tx, link, &params, &w);
+            self.status.redirects_sent.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
         let end = self.live.end();
         let p = &mut self.peers[link];
@@ -615,6 +629,30 @@ impl MasterNode {
             Decision::Full => {}
             Decision::Refuse => self.welcome(tx, link, WelcomeMode::Refused, 0),
         }
+    }
+
+    /// On a chain node (head or relay): the link address of a successor other than
+    /// node `node_id` that is connected on another link than `link` and was heard
+    /// within half the waiting time (one that went silent is being replaced: the
+    /// node asking may be its own successor, falling back past it).
+    fn successor_elsewhere(
+        &self,
+        link: usize,
+        node_id: u64,
+        now_ns: u64,
+    ) -> Option<(MacAddr, Ipv4Addr)> {
+        if !self.cfg.chain && self.relay.is_none() {
+            return None;
+        }
+        let fresh = self.cfg.probe.waiting_time_ns / 2;
+        self.peers.iter().enumerate().find_map(|(l, p)| {
+            let (h, params) = (p.hello?, p.params?);
+            (l != link
+                && h.node_id != node_id
+                && p.state.connected()
+                && now_ns.saturating_sub(p.liveness.last_heard_ns()) <= fresh)
+                .then_some((params.dst_mac, params.dst_ip))
+        })
     }
 
     fn on_progress(

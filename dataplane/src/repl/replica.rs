@@ -39,6 +39,9 @@ pub const RING_VA: u64 = 0x0002_0000_0000;
 const RNR_TIMER: u8 = 12;
 /// Progress checkpoints kept at most (each a segment end and the ring positions).
 const CHECKPOINTS: usize = 1024;
+/// REDIRECTs a replica follows in a row before it waits for its upstream to go
+/// silent (a chain's length bounds the hops to its tail).
+const MAX_REDIRECT_HOPS: u32 = 16;
 /// Workers a replica routes to at most.
 pub const MAX_WORKERS: usize = 16;
 /// Least gap between two PROGRESS reports sent because the applied offset moved
@@ -165,6 +168,11 @@ pub struct ReplicaNode {
     upstream_heard_ns: u64,
     /// Upstreams given up for silence (a chain closing over a failed node).
     pub upstream_switches: u64,
+    /// A chain node sent down the chain: the node a REDIRECT named, followed
+    /// instead of `upstream` until it goes silent.
+    redirect: Option<(MacAddr, Ipv4Addr)>,
+    /// REDIRECTs followed since the last WELCOME that admitted this node.
+    redirect_hops: u32,
     links: usize,
     epoch_seen: u64,
     /// The master refused our connection (it declared us invalid): join again from
@@ -222,6 +230,8 @@ impl ReplicaNode {
             upstream: 0,
             upstream_heard_ns: 0,
             upstream_switches: 0,
+            redirect: None,
+            redirect_hops: 0,
             links,
             epoch_seen: 0,
             rejoin: false,
@@ -284,8 +294,12 @@ impl ReplicaNode {
         self.relay = Some(Box::new(relay));
     }
 
-    /// The upstream it follows now (the master, or a fallback of a chain).
+    /// The upstream it follows now (the master, or a fallback of a chain, or the
+    /// node a chain redirected it to).
     fn upstream_addr(&self) -> Option<(MacAddr, Ipv4Addr)> {
+        if let Some(r) = self.redirect {
+            return Some(r);
+        }
         match self.upstream {
             0 => self.cfg.master,
             i => self.cfg.fallback.get(i - 1).copied().or(self.cfg.master),
@@ -545,6 +559,28 @@ impl ReplLogic for ReplicaNode {
                     match msg {
                         Control::Welcome(w)
                             if w.nonce == self.nonce
+                                && w.mode == kvrepl::control::WelcomeMode::Redirect =>
+                        {
+                            // A chain node that has a successor already: join behind
+                            // it (hop by hop to the tail), keeping our position. A
+                            // bounded number of hops: a chain is a path, but views
+                            // may disagree while it reconfigures.
+                            let own = (self.cfg.mac, self.cfg.ip);
+                            match w.redirect_to() {
+                                Some(to) if to != own && self.redirect_hops < MAX_REDIRECT_HOPS => {
+                                    self.redirect = Some(to);
+                                    self.redirect_hops += 1;
+                                    self.upstream_heard_ns = now_ns;
+                                    self.status
+                                        .redirects_followed
+                                        .fetch_add(1, Ordering::Relaxed);
+                                    self.rejoin = true;
+                                }
+                                _ => {}
+                            }
+                        }
+                        Control::Welcome(w)
+                            if w.nonce == self.nonce
                                 && w.mode == kvrepl::control::WelcomeMode::Refused
                                 && self.applier.applied_live().is_some() =>
                         {
@@ -564,6 +600,7 @@ impl ReplLogic for ReplicaNode {
                             self.stale_epoch += 1;
                         }
                         Control::Welcome(w) if w.nonce == self.nonce => {
+                            self.redirect_hops = 0;
                             self.epoch_seen = self.epoch_seen.max(w.epoch);
                             if let Some(l) = &mut self.log {
                                 if w.mode == kvrepl::control::WelcomeMode::Partial {
@@ -638,11 +675,15 @@ impl ReplLogic for ReplicaNode {
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.advance();
         let mut busy = false;
-        // A chain node whose upstream went silent joins the next one before it.
-        if !self.cfg.fallback.is_empty()
+        // A chain node whose upstream went silent joins the next one before it (or,
+        // when it followed a REDIRECT, the upstream it had before).
+        if (!self.cfg.fallback.is_empty() || self.redirect.is_some())
             && now_ns.saturating_sub(self.upstream_heard_ns) > self.cfg.waiting_time_ns
         {
-            self.upstream = (self.upstream + 1) % (1 + self.cfg.fallback.len());
+            if self.redirect.take().is_none() {
+                self.upstream = (self.upstream + 1) % (1 + self.cfg.fallback.len());
+            }
+            self.redirect_hops = 0;
             self.upstream_heard_ns = now_ns;
             self.upstream_switches += 1;
             self.master_link = None;

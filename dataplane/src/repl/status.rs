@@ -119,6 +119,11 @@ pub struct ReplStatus {
     pub promotions: AtomicU64,
     /// Times it stopped being master because another node was elected.
     pub demotions: AtomicU64,
+    /// Chain: HELLOs this node (head or relay) answered with a REDIRECT to its
+    /// live successor.
+    pub redirects_sent: AtomicU64,
+    /// Chain: REDIRECTs this replica followed.
+    pub redirects_followed: AtomicU64,
     /// A replica's log file writer (config `replication.log_file`), when there is one.
     pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
     /// A chain node's relay: its view of the successors it ships to.
@@ -175,6 +180,7 @@ impl ReplStatus {
                     "repl_id",
                     "promotions",
                     "demotions",
+                    "redirects_followed",
                     "relay",
                     "log_file",
                 ] {
@@ -194,6 +200,8 @@ impl ReplStatus {
             "records": self.records.load(Relaxed),
             "promotions": self.promotions.load(Relaxed),
             "demotions": self.demotions.load(Relaxed),
+            "redirects_sent": self.redirects_sent.load(Relaxed),
+            "redirects_followed": self.redirects_followed.load(Relaxed),
             "peers": Value::Object(peers),
             "log_file": log,
             "relay": relay,
