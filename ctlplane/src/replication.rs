@@ -90,6 +90,15 @@ fn render(v: &Value) -> String {
         );
     }
     out += &render_peers(&v["peers"], "link");
+    // Chain reconfiguration: HELLOs sent down the chain, REDIRECTs followed.
+    let n = |x: &Value| x.as_u64().unwrap_or(0);
+    let (sent, followed) = (
+        n(&v["redirects_sent"]) + n(&v["relay"]["redirects_sent"]),
+        n(&v["redirects_followed"]),
+    );
+    if sent + followed > 0 {
+        out += &format!("  chain redirects: sent {sent}  followed {followed}\n");
+    }
     if v["relay"].is_object() {
         let t = |x: &Value| match x {
             Value::String(s) => s.clone(),
@@ -182,5 +191,12 @@ mod tests {
             "{r}"
         );
         assert!(r.contains("successor link 1 net_memif12  full_sync"), "{r}");
+        assert!(!r.contains("chain redirects"), "{r}");
+        let v: Value = serde_json::from_str(
+            r#"{"role":"replica","redirects_followed":2,"relay":{"redirects_sent":1}}"#,
+        )
+        .unwrap();
+        let r = render(&v);
+        assert!(r.contains("chain redirects: sent 1  followed 2"), "{r}");
     }
 }
