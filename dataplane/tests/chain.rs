@@ -381,6 +381,27 @@ impl World {
         self.check_acks();
     }
 
+    /// 2000 steps of writes: more than 1000 of them must be acknowledged.
+    fn assert_flows(&mut self, what: &str) {
+        let before = self.acked;
+        for _ in 0..2000 {
+            self.step(3, 400);
+        }
+        assert!(self.acked > before + 1000, "{what}: {}", self.acked);
+    }
+
+    /// Steps without writes until every write was acknowledged.
+    fn assert_drains(&mut self) {
+        for _ in 0..500 {
+            self.step(0, 400);
+        }
+        assert!(
+            self.pending.is_empty(),
+            "{} writes never acknowledged",
+            self.pending.len()
+        );
+    }
+
     fn peer(&self, k: usize, link: usize) -> serde_json::Value {
         self.n[k].status.to_json()["peers"][link.to_string()].clone()
     }
@@ -414,15 +435,7 @@ fn the_head_acknowledges_only_what_the_tail_has_and_the_chain_closes_over_a_dead
     );
     assert_eq!(w.relay_peer()["state"], "online", "{}", w.relay_peer());
     w.strict = true;
-    let before = w.acked;
-    for _ in 0..2000 {
-        w.step(3, 400);
-    }
-    assert!(
-        w.acked > before + 1000,
-        "writes flow through the chain: {}",
-        w.acked
-    );
+    w.assert_flows("writes flow through the chain");
 
     // The tail stops hearing the middle (and the middle the tail): while the relay
     // still counts the tail, the head acknowledges nothing new though the middle has
@@ -456,19 +469,8 @@ fn the_head_acknowledges_only_what_the_tail_has_and_the_chain_closes_over_a_dead
     assert_eq!(st["full_syncs"], 0, "{st}");
     assert_eq!(st["partial_syncs"], 1, "resumed from its offset: {st}");
     assert_eq!(w.peer(HEAD, 0)["state"], "invalid");
-    let before = w.acked;
-    for _ in 0..2000 {
-        w.step(3, 400);
-    }
-    assert!(w.acked > before + 1000, "writes acknowledged again");
-    for _ in 0..500 {
-        w.step(0, 400);
-    }
-    assert!(
-        w.pending.is_empty(),
-        "{} writes never acknowledged",
-        w.pending.len()
-    );
+    w.assert_flows("writes acknowledged again");
+    w.assert_drains();
     assert_eq!(w.n[TAIL].contents(), w.n[HEAD].contents());
     assert!(w.n[HEAD].contents().len() > 300);
 }
@@ -553,23 +555,8 @@ fn a_returning_node_is_appended_behind_the_tail() {
 
     // From now on an acknowledged write must be on the returning node, the chain's end.
     w.last = MIDDLE;
-    let before = w.acked;
-    for _ in 0..2000 {
-        w.step(3, 400);
-    }
-    assert!(
-        w.acked > before + 1000,
-        "writes flow through the longer chain: {}",
-        w.acked
-    );
-    for _ in 0..500 {
-        w.step(0, 400);
-    }
-    assert!(
-        w.pending.is_empty(),
-        "{} writes never acknowledged",
-        w.pending.len()
-    );
+    w.assert_flows("writes flow through the longer chain");
+    w.assert_drains();
     assert_eq!(w.n[MIDDLE].contents(), w.n[HEAD].contents());
     assert_eq!(w.n[TAIL].contents(), w.n[HEAD].contents());
 }
