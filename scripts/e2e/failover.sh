@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Failover through etcd (docs/FAILOVER.md), real processes over memif, a real etcd:
 #  1. kill -9 of the master under write load: a replica is elected and takes writes
-#     within 3 s, the other replica follows it, and both end with the same KVs;
+#     within 3 s, the other replica follows it; the killed master restarts and joins
+#     as a replica of the new one (its peer's memif link redials it); all three end
+#     with the same KVs;
 #  2. split-brain: the master is frozen (SIGSTOP) past its lease while a client keeps
 #     writing to it; a replica is elected; on SIGCONT the old master acknowledges no
 #     write (every write it answers is NOT_MASTER), steps down and rejoins as a replica
@@ -110,9 +112,19 @@ pass "new master node$new takes writes ($ops, no errors)"
 wait_followers "$D" "$new" 30 1
 [ "$(field "$D" "$other" 'd["epoch"]')" = "$epoch" ] || fail "node$other does not follow epoch $epoch"
 pass "node$other follows node$new at epoch $epoch"
+# The killed master comes back (its crash left its memif server sockets): etcd names
+# node$new master, so it starts as a replica and follows it; node$new's memif client
+# link to it redials the restarted server by itself.
+rm -f "$D/client0.sock" "$D"/link0-*.sock
+start_node "$D" 0
+wait_followers "$D" "$new" 30 1 2
+[ "$(field "$D" 0 'd["role"]')" = replica ] || fail "the returning old master is $(field "$D" 0 'd["role"]')"
+pass "old master restarted: a replica of node$new, in sync"
+stop_node "$D" 0
 stop_node "$D" "$other"
 stop_node "$D" "$new"
 same_contents "$D" "$new" "$other"
+same_contents "$D" "$new" 0
 
 # --- 2: split-brain. Freeze the master past its lease while a client writes to it.
 D="$E2E_TMP/b"
