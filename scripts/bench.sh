@@ -64,7 +64,10 @@ case "$suite" in
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     python3 scripts/bench_tx.py "$@" || exit 1
-    exec python3 scripts/bench_tx_partitions.py "$@" ;;
+    python3 scripts/bench_tx_partitions.py "$@" || exit 1
+    # A chain's reconfiguration: kill -9 of the middle, then its restart
+    # (results/chain_reconfig.json).
+    exec python3 scripts/bench_chain.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|paper|all}" >&2; exit 2 ;;
 esac
