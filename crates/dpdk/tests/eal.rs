@@ -173,7 +173,28 @@ fn ring_port_roundtrip(pool: &Mempool) {
     let st = port.stats().unwrap();
     assert_eq!((st.ipackets, st.opackets), (32, 32));
     assert_eq!(pool.in_use_count(), base);
+    // A restart (stop + start) keeps the queues: frames flow again after it.
+    port.restart(rxq, txq)
+        .expect("restart with the port's only queues");
+    assert!(port.link().unwrap().up);
+    let mut tx = MbufBurst::<32>::new();
+    let mut m = Mbuf::alloc(pool).unwrap();
+    m.append(64).unwrap().copy_from_slice(&frame(99, 64));
+    tx.push(m).unwrap();
+    assert_eq!(txq.tx_burst(&mut tx), 1);
+    let mut rx = MbufBurst::<32>::new();
+    let mut got = 0;
+    for _ in 0..100 {
+        got += rxq.rx_burst(&mut rx);
+        if got == 1 {
+            break;
+        }
+    }
+    assert_eq!(got, 1);
+    assert_eq!(rx.iter().next().unwrap().data(), &frame(99, 64)[..]);
+    drop(rx);
     drop(q);
+    assert_eq!(pool.in_use_count(), base);
     // Port stays configured for the backpressure test (queues re-created there).
 }
 
