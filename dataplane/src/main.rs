@@ -229,7 +229,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         mtu: (usize::from(mtu) != kvwire::DEFAULT_MTU).then_some(mtu),
         ..PortConfig::default()
     };
-    let queues = port.configure(&pcfg, &pool)?;
+    let queues = port.configure(&pcfg, &pool).map_err(|e| match e.op {
+        "rte_eth_dev_set_mtu" => kvconf::mtu_refused(&p.port, mtu, e),
+        _ => e.to_string(),
+    })?;
 
     let id = Identity {
         mac: p.mac_bytes(),

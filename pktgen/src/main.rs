@@ -266,6 +266,9 @@ fn open_port(
     let q = loop {
         match port.configure(&pcfg, pool) {
             Ok(q) => break q,
+            Err(e) if e.op == "rte_eth_dev_set_mtu" => {
+                return Err(kvconf::mtu_refused(&p.port, mtu, e).into())
+            }
             Err(e) if tries < 25 => {
                 tries += 1;
                 eprintln!("pktgen: port start failed ({e}), retrying");

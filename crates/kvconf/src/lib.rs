@@ -203,6 +203,16 @@ pub fn memif_vdev(vdev: &str, mtu: u16) -> String {
     format!("{vdev},bsize={need}")
 }
 
+/// The error of a port that refused `mtu` (`rte_eth_dev_set_mtu` failing), with
+/// what to do about it.
+pub fn mtu_refused(port: &str, mtu: u16, err: impl fmt::Display) -> String {
+    format!(
+        "port {port:?} cannot take server.mtu {mtu} ({err}): its PMD's largest frame is \
+         smaller (DPDK 22.11's net_tap takes at most MTU 1500; memif takes 9000); lower \
+         server.mtu"
+    )
+}
+
 /// Mbuf headroom DPDK reserves before the frame (`RTE_PKTMBUF_HEADROOM`).
 pub const MBUF_HEADROOM: u16 = 128;
 
