@@ -167,6 +167,15 @@ pub fn setup(
     } else {
         match role {
             ReplRole::Master => {
+                // A fixed master that starts with nothing (restarted after a crash
+                // without --load) must not erase its replicas' data.
+                let empty = stores
+                    .iter()
+                    .all(|s| s.server.engine().stats().stored_kvs == 0);
+                let mc = MasterConfig {
+                    keep_foreign: empty,
+                    ..mc
+                };
                 let (logs, scans) = master_rings(stores, &lost, r.mode);
                 Box::new(MasterNode::new(
                     mc,
@@ -361,6 +370,7 @@ fn master_config(
         },
         shipper: ShipperConfig::default(),
         chain: r.topology == kvconf::Topology::Chain,
+        keep_foreign: false,
     }
 }
 

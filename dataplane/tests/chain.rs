@@ -81,6 +81,7 @@ fn master_config(k: usize, chain: bool, mode: Mode, min_replicas: usize) -> Mast
             ..ShipperConfig::default()
         },
         chain,
+        keep_foreign: false,
     }
 }
 

@@ -94,6 +94,7 @@ impl Node {
                 ..ShipperConfig::default()
             },
             chain: false,
+            keep_foreign: false,
         };
         let replica = ReplicaConfig {
             node_id: u64::from(k) + 1,

@@ -70,6 +70,16 @@ impl Master {
 
     /// A master of 1 or 2 workers.
     fn with_workers(min_replicas: usize, workers: usize) -> Master {
+        Master::build(min_replicas, workers, 0xabcd, false)
+    }
+
+    /// A master restarted with an empty store: a new stream id, `keep_foreign` as a
+    /// fixed-role master that started empty has it.
+    fn restarted(keep_foreign: bool) -> Master {
+        Master::build(0, 1, 0xbeef, keep_foreign)
+    }
+
+    fn build(min_replicas: usize, workers: usize, stream: u64, keep_foreign: bool) -> Master {
         let (log, cons) = log_ring(1 << 20);
         let shared = Arc::new(ScanShared::default());
         let mut logs = vec![cons];
@@ -89,7 +99,7 @@ impl Master {
             ip: Ipv4Addr::new(10, 77, 0, 1),
             epoch: 1,
             ids: ReplIds {
-                current: 0xabcd,
+                current: stream,
                 previous: None,
             },
             start_offset: 0,
@@ -109,6 +119,7 @@ impl Master {
                 ..ShipperConfig::default()
             },
             chain: false,
+            keep_foreign,
         };
         let node = MasterNode::new(cfg, 1, logs, scans, status.clone(), gate.clone(), 0).unwrap();
         Master {
@@ -491,4 +502,49 @@ fn a_slow_replica_worker_is_paced_by_rnr_without_breaking_the_link() {
     assert_eq!(st["peers"]["0"]["invalidations"], 0, "{st}");
     assert_eq!(st["peers"]["0"]["partial_syncs"], 0, "{st}");
     assert_eq!(st["peers"]["0"]["full_syncs"], 1, "{st}");
+}
+
+/// A fixed-role master that crashed and restarted empty must not erase its replica,
+/// whether the replica kept running (it asks the silent master again after the
+/// waiting time) or restarted from its log file: with `keep_foreign` (set when the
+/// master starts with an empty store) the replica's HELLO, which carries data of the
+/// old stream, is left unanswered and the replica keeps every write the old master
+/// had; without it the replica is fully resynced to the new master's nothing (what
+/// the flag prevents).
+#[test]
+fn a_master_restarted_empty_does_not_erase_its_replica() {
+    // The replica restarted from its log, or still running (it asks the silent
+    // master again after the waiting time).
+    for (keep, restart_replica) in [(true, true), (false, true), (true, false), (false, false)] {
+        let mut w = World::new(11, 0);
+        for _ in 0..3000 {
+            w.step(4, 300);
+        }
+        w.settle(20_000);
+        let before = w.r.contents();
+        assert!(before.len() > 100);
+        assert_eq!(before, w.m.contents());
+        // The master crashes; a new process starts empty with a new stream. The
+        // replica restarts too, from its log file: exactly the old stream up to the
+        // offset it had applied (what `replication.log_file` gives back), so its
+        // HELLO asks to continue that stream.
+        let offset = w.r.status.to_json()["offset"].as_u64().unwrap();
+        assert!(offset > 0);
+        w.m = Master::restarted(keep);
+        if restart_replica {
+            w.r.node.resume_at(0xabcd, 1, offset);
+        }
+        for _ in 0..2000 {
+            w.step(0, 1);
+        }
+        let st = w.m.status.to_json();
+        if keep {
+            assert_eq!(w.r.contents(), before, "the replica kept its data");
+            assert!(st["foreign_refused"].as_u64().unwrap() > 0, "{st}");
+            assert_ne!(st["peers"]["0"]["state"], "online", "{st}");
+        } else {
+            assert!(w.r.contents().is_empty(), "fully resynced to nothing");
+            assert_eq!(st["peers"]["0"]["full_syncs"], 1, "{st}");
+        }
+    }
 }

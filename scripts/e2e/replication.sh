@@ -9,7 +9,11 @@
 #     waiting time; writes are then refused NOT_ENOUGH_REPLICAS while reads go on;
 #  4. a replica with a log file (fsync always) killed -9 under load and restarted
 #     loads its log and catches up by a partial resync (no second full sync), equal to
-#     the master key by key; with a byte of its log flipped it refuses to start.
+#     the master key by key; with a byte of its log flipped it refuses to start;
+#  5. kill -9 of the master and its restart with nothing (no --load): the replica,
+#     which asks the silent master again, is not resynced to the empty store (that
+#     would erase every write the old master acknowledged): it keeps all its KVs and
+#     the master counts the refusal.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -170,3 +174,28 @@ if timeout 60 "$DP" --config "$D/node1.json" --no-huge >"$D/corrupt.log" 2>&1; t
 fi
 grep -q "node1.aof: corrupt" "$D/corrupt.log" || { cat "$D/corrupt.log"; fail "no clear error for the corrupt log"; }
 pass "corrupt log refused: $(grep -o 'node1.aof: corrupt[^;]*' "$D/corrupt.log" | head -1)"
+
+# --- 5: the master crashes and restarts empty; its replica keeps its data.
+D="$E2E_TMP/e"
+cluster "$D" 0
+start_node "$D" 0
+pg "$D" fill5 --keys 20000 --key-size 8 --value-size 4-40 --load --get 0 --put 1 --duration 0.3 --warmup 0
+start_node "$D" 1
+wait_in_sync "$D" 30
+kill -KILL "${NODE_PID[0]}"
+wait "${NODE_PID[0]}" 2>/dev/null || true
+rm -f "$D/client0.sock" "$D"/link0-*.sock # memif server sockets a kill -9 leaves
+start_node "$D" 0
+refused=0
+for _ in $(seq 1 100); do
+  refused=$(repl_field "$D" 0 'd["foreign_refused"]')
+  [ "$refused" != "?" ] && [ "$refused" -gt 0 ] && break
+  sleep 0.1
+done
+[ "$refused" != "?" ] && [ "$refused" -gt 0 ] || fail "the restarted master never heard the replica (foreign_refused $refused)"
+grep -q "not resyncing it" "$D/node0.log" || { cat "$D/node0.log"; fail "no message about the refused replica"; }
+stop_node "$D" 1
+stop_node "$D" 0
+kept=$(json_field "$D/node1.stats.json" 'd["engine_kvs"]')
+[ "$kept" = 20000 ] || fail "the replica holds $kept of 20000 KVs after the master restarted empty"
+pass "master restarted empty: the replica kept its 20000 KVs ($refused HELLOs left unanswered)"

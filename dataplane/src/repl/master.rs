@@ -70,6 +70,13 @@ pub struct MasterConfig {
     /// the offset it reports applied (PROGRESS, which in a chain means its
     /// successors have it too), never by what it merely received.
     pub chain: bool,
+    /// A master that started with nothing (fixed role, empty store: a crashed master
+    /// restarted without `--load`): a replica holding data of another stream
+    /// (replication id not 0 and not this master's, offset above 0) is left
+    /// unanswered instead of fully resynced, which would replace the data it holds —
+    /// writes the old master acknowledged — with this master's nothing
+    /// (docs/REPLICATION.md §7.1).
+    pub keep_foreign: bool,
 }
 
 /// A chain node's relay state: its stream is the one it receives, with the same
@@ -601,6 +608,17 @@ impl MasterNode {
             return;
         }
         let d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
+        if d == Decision::Full && self.cfg.keep_foreign && self.foreign(&h) {
+            if self.status.foreign_refused.fetch_add(1, Ordering::Relaxed) == 0 {
+                eprintln!(
+                    "dataplane: replica {:016x} holds stream {:016x} up to offset {}, which this \
+                     master (started empty) does not have: not resyncing it (that would \
+                     erase its data); restore this master from it (docs/REPLICATION.md §7.1)",
+                    h.node_id, h.repl_id, h.offset
+                );
+            }
+            return;
+        }
         let end = self.live.end();
         let p = &mut self.peers[link];
         p.hello = Some(h);
@@ -629,6 +647,15 @@ impl MasterNode {
             Decision::Full => {}
             Decision::Refuse => self.welcome(tx, link, WelcomeMode::Refused, 0),
         }
+    }
+
+    /// Whether `h` comes from a replica holding data of a stream this master never had.
+    fn foreign(&self, h: &Hello) -> bool {
+        let ids = &self.cfg.ids;
+        h.repl_id != 0
+            && h.offset > 0
+            && h.repl_id != ids.current
+            && ids.previous.is_none_or(|(id, _)| id != h.repl_id)
     }
 
     /// On a chain node (head or relay): the link address of a successor other than

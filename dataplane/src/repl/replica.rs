@@ -676,14 +676,20 @@ impl ReplLogic for ReplicaNode {
         self.advance();
         let mut busy = false;
         // A chain node whose upstream went silent joins the next one before it (or,
-        // when it followed a REDIRECT, the upstream it had before).
-        if (!self.cfg.fallback.is_empty() || self.redirect.is_some())
-            && now_ns.saturating_sub(self.upstream_heard_ns) > self.cfg.waiting_time_ns
-        {
+        // when it followed a REDIRECT, the upstream it had before). A replica of a
+        // configured master (a live one probes it every probe interval) asks it
+        // again: a master that restarted knows nothing of the old connection.
+        let silent = now_ns.saturating_sub(self.upstream_heard_ns) > self.cfg.waiting_time_ns;
+        if silent && (!self.cfg.fallback.is_empty() || self.redirect.is_some()) {
             if self.redirect.take().is_none() {
                 self.upstream = (self.upstream + 1) % (1 + self.cfg.fallback.len());
             }
             self.redirect_hops = 0;
+            self.upstream_heard_ns = now_ns;
+            self.upstream_switches += 1;
+            self.master_link = None;
+            self.rejoin = true;
+        } else if silent && self.cfg.master.is_some() && self.master_link.is_some() {
             self.upstream_heard_ns = now_ns;
             self.upstream_switches += 1;
             self.master_link = None;

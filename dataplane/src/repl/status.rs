@@ -124,6 +124,9 @@ pub struct ReplStatus {
     pub redirects_sent: AtomicU64,
     /// Chain: REDIRECTs this replica followed.
     pub redirects_followed: AtomicU64,
+    /// HELLOs left unanswered: a master that started empty and a replica holding
+    /// data of another stream (`MasterConfig::keep_foreign`).
+    pub foreign_refused: AtomicU64,
     /// A replica's log file writer (config `replication.log_file`), when there is one.
     pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
     /// A chain node's relay: its view of the successors it ships to.
@@ -202,6 +205,7 @@ impl ReplStatus {
             "demotions": self.demotions.load(Relaxed),
             "redirects_sent": self.redirects_sent.load(Relaxed),
             "redirects_followed": self.redirects_followed.load(Relaxed),
+            "foreign_refused": self.foreign_refused.load(Relaxed),
             "peers": Value::Object(peers),
             "log_file": log,
             "relay": relay,
