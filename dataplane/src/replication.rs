@@ -96,26 +96,54 @@ pub fn setup(
     for v in &r.vdevs {
         let name = v.split(',').next().unwrap_or(v);
         let port = Port::by_name(name).map_err(|e| format!("replication port {name:?}: {e}"))?;
+        // A memif client dials its server only when its port starts: its port is
+        // started here if the peer is up, else later by the replication lcore, which
+        // also redials it whenever the link dies (the peer may come back).
+        let memif_client = v.starts_with("net_memif") && v.split(',').any(|kv| kv == "role=client");
         let q = port.configure(
             &PortConfig {
                 nb_rxq: 1,
                 nb_txq: 1,
                 rxd: 1024,
                 txd: 1024,
+                start: !memif_client,
                 ..PortConfig::default()
             },
             pool,
         )?;
-        let (Some(rxq), Some(txq)) = (q.rx.into_iter().next(), q.tx.into_iter().next()) else {
+        let (Some(mut rxq), Some(mut txq)) = (q.rx.into_iter().next(), q.tx.into_iter().next())
+        else {
             return Err(format!("replication port {name:?} gave no queue").into());
         };
-        // A memif client dials its server only when its port starts: redial it when
-        // the link dies (the peer may come back).
-        let memif_client = v.starts_with("net_memif") && v.split(',').any(|kv| kv == "role=client");
+        // At start-up the peer is dialed at once when its socket is there (nodes are
+        // started in order, each once the one before is ready); later dials wait
+        // for the peer to settle (`replicator::peer_settled`).
+        let socket = crate::replicator::memif_socket(v);
+        let there = socket.as_deref().is_none_or(std::path::Path::exists);
+        let started = !memif_client
+            || match there.then(|| port.restart(&mut rxq, &mut txq)) {
+                Some(Ok(())) => true,
+                Some(Err(e)) => {
+                    eprintln!(
+                        "dataplane: replication link {name}: peer not reachable yet ({e}); \
+                         the replication lcore dials it again"
+                    );
+                    false
+                }
+                None => {
+                    eprintln!(
+                        "dataplane: replication link {name}: peer not up; the replication \
+                         lcore dials it once it is (up for {} s)",
+                        crate::replicator::PEER_SETTLE_S
+                    );
+                    false
+                }
+            };
         links.push(Link {
             rxq,
             txq,
-            redial: memif_client.then_some(port),
+            redial: memif_client.then_some((port, socket)),
+            started,
         });
         names.push(name.to_string());
         ports.push(port);

@@ -5,6 +5,7 @@
 
 use dataplane::repl::link::{LinkTx, ReplLogic};
 use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, Port, RxQueue, TxQueue};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +22,10 @@ pub const FRAME_CAP: usize = 1600;
 const REDIAL_AFTER_S: u64 = 1;
 /// Longest interval between two redials of a dead link.
 const REDIAL_MAX_S: u64 = 8;
+/// A memif server's socket must be this old before its client dials it: the server
+/// process listens from its EAL start on, before its ports are configured, and a
+/// client that connects in between gets a link that is up but carries nothing.
+pub const PEER_SETTLE_S: u64 = 3;
 
 /// One replication link: a port's single queue pair.
 pub struct Link {
@@ -30,18 +35,46 @@ pub struct Link {
     pub txq: TxQueue,
     /// A memif client link: its port, restarted while the link is down so that it
     /// connects again to a peer that restarted (DPDK's memif client dials only
-    /// when its port starts).
-    pub redial: Option<Port>,
+    /// when its port starts), and the server's socket file, if it has one
+    /// ([`peer_settled`]).
+    pub redial: Option<(Port, Option<PathBuf>)>,
+    /// Whether its port is started (a memif client whose server was not up at
+    /// start-up is not: the redial starts it).
+    pub started: bool,
 }
 
 /// Redial state of a link ([`Link::redial`]).
 struct Redial {
     port: Port,
+    socket: Option<PathBuf>,
     /// When the link was first seen down (tsc), if it is.
     down_since: Option<u64>,
     /// Next redial (tsc) and the interval after it.
     next: u64,
     interval_s: u64,
+}
+
+/// Whether the memif server listening on `socket` has been up for [`PEER_SETTLE_S`]
+/// (its socket file exists and is that old): a control check, one `stat` per
+/// redial attempt.
+pub fn peer_settled(socket: &Path) -> bool {
+    std::fs::metadata(socket)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t.elapsed().is_ok_and(|age| age.as_secs() >= PEER_SETTLE_S))
+}
+
+/// The socket file of a memif vdev (`socket=PATH`, not abstract), if any.
+pub fn memif_socket(vdev: &str) -> Option<PathBuf> {
+    let mut path = None;
+    for kv in vdev.split(',') {
+        if kv == "socket-abstract=yes" {
+            return None;
+        }
+        if let Some(p) = kv.strip_prefix("socket=") {
+            path = Some(PathBuf::from(p));
+        }
+    }
+    path
 }
 
 /// The links' transmit side: mbufs from the pool, queued per link.
@@ -124,11 +157,13 @@ impl Replicator {
             lost: 0,
         };
         let mut redial = Vec::with_capacity(links.len());
-        for l in links {
+        for (i, l) in links.into_iter().enumerate() {
+            tx.stopped[i] = !l.started;
             rxqs.push(l.rxq);
             tx.queues.push((l.txq, MbufBurst::new()));
-            redial.push(l.redial.map(|port| Redial {
+            redial.push(l.redial.map(|(port, socket)| Redial {
                 port,
+                socket,
                 down_since: None,
                 next: 0,
                 interval_s: REDIAL_AFTER_S,
@@ -193,6 +228,9 @@ impl Replicator {
             let since = *r.down_since.get_or_insert(now);
             if now.saturating_sub(since) < REDIAL_AFTER_S * hz || now < r.next {
                 continue;
+            }
+            if !r.socket.as_deref().is_none_or(peer_settled) {
+                continue; // no server yet, or one still starting: look again soon
             }
             let (txq, q) = &mut self.tx.queues[l];
             q.clear(); // frames for a dead peer: the transport resends them

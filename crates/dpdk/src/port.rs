@@ -45,6 +45,10 @@ pub struct PortConfig {
     pub promisc: bool,
     /// Use RSS (IP/UDP hash) across rx queues when `nb_rxq > 1`.
     pub rss: bool,
+    /// Start the port (default). `false` leaves it set up but stopped, its queue
+    /// handles returned: start it later with [`Port::restart`] (e.g. a memif client
+    /// whose server is not up yet, whose start would fail).
+    pub start: bool,
 }
 
 impl Default for PortConfig {
@@ -57,6 +61,7 @@ impl Default for PortConfig {
             mtu: None,
             promisc: true,
             rss: true,
+            start: true,
         }
     }
 }
@@ -185,7 +190,8 @@ impl Port {
 
     /// Configures and starts the port, in the DPDK-examples order: dev_info →
     /// configure → adjust descriptors → rx/tx queue setup on the port's NUMA socket →
-    /// MTU → start → promiscuous. Rx queues take buffers from `pool`.
+    /// MTU → start → promiscuous (start and promiscuous only with `cfg.start`). Rx
+    /// queues take buffers from `pool`.
     ///
     /// Returns one handle per queue. Fails with `EBUSY` if handles from an earlier
     /// configure are still alive.
@@ -254,9 +260,11 @@ impl Port {
                 rc.neg_errno("rte_eth_dev_set_mtu")?;
             }
         }
-        // SAFETY: configured port with all queues set up.
-        unsafe { dpdk_sys::rte_eth_dev_start(port) }.neg_errno("rte_eth_dev_start")?;
-        if cfg.promisc {
+        if cfg.start {
+            // SAFETY: configured port with all queues set up.
+            unsafe { dpdk_sys::rte_eth_dev_start(port) }.neg_errno("rte_eth_dev_start")?;
+        }
+        if cfg.promisc && cfg.start {
             // SAFETY: valid port; unsupported promisc is not an error for us.
             let _ignored_unsupported = unsafe { dpdk_sys::rte_eth_promiscuous_enable(port) };
         }
