@@ -261,38 +261,52 @@ fn open_port(
         ..PortConfig::default()
     };
     // A memif server still tearing down the previous client refuses the connection
-    // for a moment (port start fails): retry for a few seconds.
-    let mut tries = 0;
-    let q = loop {
-        match port.configure(&pcfg, pool) {
-            Ok(q) => break q,
-            Err(e) if e.op == "rte_eth_dev_set_mtu" => {
-                return Err(kvconf::mtu_refused(&p.port, mtu, e).into())
-            }
-            Err(e) if tries < 25 => {
-                tries += 1;
-                eprintln!("pktgen: port start failed ({e}), retrying");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
+    // for a moment (port start fails): retry for a few seconds. A server that was
+    // still setting up its port when we connected may leave the link down for good:
+    // after 5 s down, connect again (port stopped and started), until 30 s.
     let t0 = Instant::now();
-    while !port.link()?.up {
-        if t0.elapsed() > Duration::from_secs(30) || QUIT.load(Ordering::Relaxed) {
-            // A memif server with fewer queue pairs than we ask for refuses the rings.
-            let hint = if nparts > 1 {
-                format!(", with {nparts} queue pairs as --partitions {nparts} needs?")
-            } else {
-                "?".to_string()
-            };
-            return Err(
-                format!("link did not come up in 30 s (is the dataplane running{hint})").into(),
-            );
+    let mut tries = 0;
+    loop {
+        let q = loop {
+            match port.configure(&pcfg, pool) {
+                Ok(q) => break q,
+                Err(e) if e.op == "rte_eth_dev_set_mtu" => {
+                    return Err(kvconf::mtu_refused(&p.port, mtu, e).into())
+                }
+                Err(e) if tries < 25 => {
+                    tries += 1;
+                    eprintln!("pktgen: port start failed ({e}), retrying");
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let attempt = Instant::now();
+        while !port.link()?.up {
+            if t0.elapsed() > Duration::from_secs(30) || QUIT.load(Ordering::Relaxed) {
+                // A memif server with fewer queue pairs than we ask for refuses the rings.
+                let hint = if nparts > 1 {
+                    format!(", with {nparts} queue pairs as --partitions {nparts} needs?")
+                } else {
+                    "?".to_string()
+                };
+                return Err(format!(
+                    "link did not come up in 30 s (is the dataplane running{hint})"
+                )
+                .into());
+            }
+            if attempt.elapsed() > Duration::from_secs(5) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
         }
-        std::thread::sleep(Duration::from_millis(10));
+        if port.link()?.up {
+            return Ok(q);
+        }
+        eprintln!("pktgen: link still down after 5 s, connecting again");
+        drop(q);
+        port.stop()?;
     }
-    Ok(q)
 }
 
 fn now_nanos() -> u64 {

@@ -173,6 +173,12 @@ def testpmd(ctx, reps, opp):
                 time.sleep(0.1)
             if p.poll() is not None:
                 raise RuntimeError(f"dpdk-testpmd exited: {open(log_path).read()[-2000:]}")
+            # The socket appears when its EAL starts, before its port is set up: a
+            # client connecting in between may find the link never comes up.
+            for _ in range(100):
+                if "Start automatic packet forwarding" in open(log_path).read():
+                    break
+                time.sleep(0.1)
             dp = type("Peer", (), {"sock": sock, "cfg": benchlib.CFG})()
             r = benchlib.pktgen(dp, ctx.tmp, ["--echo", "--ops-per-packet", str(opp), "--window", "64",
                                               "--warmup", str(ctx.pick(0.2, 0.5)), "--duration", str(ctx.pick(0.5, 1.5)),
