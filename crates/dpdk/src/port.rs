@@ -252,7 +252,8 @@ impl Port {
                 .neg_errno("rte_eth_tx_queue_setup")?;
         }
         if let Some(mtu) = cfg.mtu {
-            // SAFETY: valid port.
+            // SAFETY: `port` is a valid port id, configured above with its queues set
+            // up; the call takes no pointers.
             let rc = unsafe { dpdk_sys::rte_eth_dev_set_mtu(port, mtu) };
             // -ENOTSUP: the PMD has no MTU to set (memif carries a frame of any length
             // in chained descriptors); any other error (an MTU beyond the device) stops.
@@ -261,7 +262,8 @@ impl Port {
             }
         }
         if cfg.start {
-            // SAFETY: configured port with all queues set up.
+            // SAFETY: `port` is configured with all its queues set up above, and no
+            // queue handle exists yet (checked at entry), so no burst is in flight.
             unsafe { dpdk_sys::rte_eth_dev_start(port) }.neg_errno("rte_eth_dev_start")?;
         }
         if cfg.promisc && cfg.start {
@@ -356,7 +358,8 @@ impl Port {
         // SAFETY: the port's only two queue handles are borrowed mutably here, and
         // handles are `!Sync`: no thread is inside a burst function on this port.
         unsafe { dpdk_sys::rte_eth_dev_stop(self.id.0) }.neg_errno(OP)?;
-        // SAFETY: as above; the queues stay set up across stop/start.
+        // SAFETY: the same two handles are still borrowed mutably, so no burst can
+        // start while the port restarts; its queues stay set up across stop/start.
         unsafe { dpdk_sys::rte_eth_dev_start(self.id.0) }.neg_errno("rte_eth_dev_start")?;
         Ok(())
     }

@@ -127,6 +127,18 @@ fn mbuf_api(pool: &Mempool) {
     assert_eq!(pool.in_use_count(), base);
 }
 
+/// Polls `rxq` (at most 100 times) until `want` frames are in `rx`; how many came.
+fn receive(rxq: &mut dpdk::RxQueue, rx: &mut MbufBurst<32>, want: usize) -> usize {
+    let mut got = 0;
+    for _ in 0..100 {
+        got += rxq.rx_burst(rx);
+        if got == want {
+            break;
+        }
+    }
+    got
+}
+
 fn ring_port_roundtrip(pool: &Mempool) {
     let base = pool.in_use_count();
     assert!(Port::count() >= 1);
@@ -158,14 +170,7 @@ fn ring_port_roundtrip(pool: &Mempool) {
     assert_eq!(txq.tx_burst(&mut tx), 32);
     assert!(tx.is_empty());
     let mut rx = MbufBurst::<32>::new();
-    let mut got = 0;
-    for _ in 0..100 {
-        got += rxq.rx_burst(&mut rx);
-        if got == 32 {
-            break;
-        }
-    }
-    assert_eq!(got, 32);
+    assert_eq!(receive(rxq, &mut rx, 32), 32);
     for (i, m) in rx.iter().enumerate() {
         assert_eq!(m.data(), &frame(i as u64, 64)[..]);
     }
@@ -183,14 +188,7 @@ fn ring_port_roundtrip(pool: &Mempool) {
     tx.push(m).unwrap();
     assert_eq!(txq.tx_burst(&mut tx), 1);
     let mut rx = MbufBurst::<32>::new();
-    let mut got = 0;
-    for _ in 0..100 {
-        got += rxq.rx_burst(&mut rx);
-        if got == 1 {
-            break;
-        }
-    }
-    assert_eq!(got, 1);
+    assert_eq!(receive(rxq, &mut rx, 1), 1);
     assert_eq!(rx.iter().next().unwrap().data(), &frame(99, 64)[..]);
     drop(rx);
     drop(q);
