@@ -93,9 +93,15 @@ def fig16_17(ctx):
                          "closed_p50_us": med(closed, lambda r: r["latency_us"]["p50"]),
                          "closed_p99_us": med(closed, lambda r: r["latency_us"]["p99"]),
                          "half_load_mops": med(half, lambda r: r["throughput_mops"]),
-                         "half_p50_us": med(half, lambda r: r["latency_us"]["p50"]),
-                         "half_p99_us": med(half, lambda r: r["latency_us"]["p99"]),
-                         "half_p999_us": med(half, lambda r: r["latency_us"]["p999"]),
+                         # Raw send-to-receive time: the calibrated value (minus the
+                         # loop-back floor, floored at 0) reads 0 when the floor was
+                         # measured while the idle dataplane backed off (slower than
+                         # under load), so it is kept beside, not as the headline.
+                         "half_p50_us": med(half, lambda r: r["latency_raw_us"]["p50"]),
+                         "half_p99_us": med(half, lambda r: r["latency_raw_us"]["p99"]),
+                         "half_p999_us": med(half, lambda r: r["latency_raw_us"]["p999"]),
+                         "half_p50_calibrated_us": med(half, lambda r: r["latency_us"]["p50"]),
+                         "half_p99_calibrated_us": med(half, lambda r: r["latency_us"]["p99"]),
                          "half_share_within_10us": med(half, lambda r: r.get("share_within_10us", 0.0)),
                          "calibration_us": med(closed, lambda r: r["calibration_us"])}
                     res[(w, dn, kv)] = p
@@ -110,7 +116,8 @@ def fig16_17(ctx):
     cfg = {"store_mib": STORE_MIB, "key_bytes": 8, "kv_bytes": sizes, "reps": reps, "window_packets": 64,
            "mixes": {w: label for w, label in mixes}, "zipf_theta": 0.99,
            "ops_per_packet": {kv: min(32, 1400 // (kv + 8)) for kv in sizes},
-           "latency": "open loop at half of the closed-loop throughput; calibrated (minus the loop-back floor)"}
+           "latency": "open loop at half of the closed-loop throughput; send-to-receive (raw); "
+                      "half_p*_calibrated_us subtract the loop-back floor (calibration_us)"}
 
     def chart(field, title, ylabel, y_log=False):
         if len(sizes) == 1:
@@ -141,10 +148,10 @@ def fig16_17(ctx):
                     for dn, _ in dists for p in ("p50", "p99")},
         "numbers_doc": {f"{p}_us_{key(w, dn, lo)}": f"YCSB {w.upper()} {dn}, {lo} B KVs, open loop at half load, {p}, us"
                         for w, _ in mixes for dn, _ in dists for p in ("p50", "p99")},
-        "differs": "Latency is pktgen's send-to-receive time minus the loop-back floor over memif on a shared "
-                   "VM; the p99 follows the platform's stalls (platform_stalls), not the KV path.",
+        "differs": "Latency is pktgen's send-to-receive time over memif on a shared VM (the loop-back "
+                   "floor, calibration_us, included); the p99 follows the platform's stalls (platform_stalls), not the KV path.",
         "platform_stalls": stalls, "data": data,
-        "plot": {"title": "Fig. 17 analog: YCSB latency at half load (open loop, calibrated)",
+        "plot": {"title": "Fig. 17 analog: YCSB latency at half load (open loop, send to receive)",
                  "panels": [chart("half_p50_us", "p50 at half load", "us", y_log=True),
                             chart("half_p99_us", "p99 at half load", "us", y_log=True)]},
     }
