@@ -78,6 +78,7 @@ def node_config(base, d, k, n, args):
             "endpoints": [args.etcd],
             "cluster": args.cluster,
             "lease_ttl_ms": args.lease_ms,
+            "completion_records": not args.no_completions,
         }
     c["replication"] = repl
     return c
@@ -102,6 +103,8 @@ def main():
     ap.add_argument("--topology", default="star", choices=["star", "chain"],
                     help="chain: node k follows node k-1 (docs/TRANSACTIONS.md)")
     ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
+    ap.add_argument("--no-completions", action="store_true",
+                    help="etcd nodes log and keep no completion records (docs/PROTOCOL.md §6.6)")
     ap.add_argument("--mtu", type=int, default=1500,
                     help="server.mtu of every node (up to 9000: jumbo frames)")
     args = ap.parse_args()

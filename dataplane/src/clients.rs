@@ -12,6 +12,7 @@
 //! request. Only the owning worker touches them; admission changes arrive between
 //! bursts (`set`).
 
+use crate::completion::{RestoredQp, NOT_RESUMING};
 use crate::replay::Entry;
 
 /// One admitted client QP.
@@ -36,6 +37,10 @@ pub(crate) struct Client {
     /// A NAK (sequence error or RNR) was sent for the current gap; cleared when the
     /// expected request is served.
     pub nak_sent: bool,
+    /// A connection resumed from completion records (`crate::completion`): until the
+    /// expected PSN reaches this one, each request is looked up there first.
+    /// [`NOT_RESUMING`] otherwise.
+    pub resume_until: u32,
     /// Replay entries, the one of PSN `p` at `p mod W`.
     pub replay: Box<[Entry]>,
 }
@@ -55,6 +60,7 @@ impl Client {
             start_resp_psn: 0,
             connected: false,
             nak_sent: false,
+            resume_until: NOT_RESUMING,
             replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
     }
@@ -85,6 +91,11 @@ pub(crate) struct ClientTable {
     qpns: Vec<u32>,
     /// Replay entries per client (the window `W`).
     credits: u16,
+    /// Per client (same index), what its master's completion records say: empty
+    /// unless [`ClientTable::keep_restored`] was called.
+    restored: Vec<RestoredQp>,
+    /// Whether `restored` is kept.
+    keep_restored: bool,
 }
 
 impl ClientTable {
@@ -95,6 +106,8 @@ impl ClientTable {
             clients: Vec::new(),
             qpns: Vec::new(),
             credits,
+            restored: Vec::new(),
+            keep_restored: false,
         };
         t.set(clients);
         t
@@ -118,10 +131,33 @@ impl ClientTable {
         &mut self.clients
     }
 
+    /// Keeps, per client, what completion records say about its requests on the
+    /// master (a node that may be promoted). Allocates `W` entries per client.
+    pub fn keep_restored(&mut self) {
+        if !self.keep_restored {
+            self.keep_restored = true;
+            self.restored = vec![RestoredQp::new(self.credits); self.clients.len()];
+        }
+    }
+
+    /// The restored state of client `i`, mutable (`None` unless kept).
+    #[inline]
+    pub fn restored_mut(&mut self, i: usize) -> Option<&mut RestoredQp> {
+        self.restored.get_mut(i)
+    }
+
+    /// A client and its restored state together.
+    #[inline]
+    pub fn with_restored(&mut self, i: usize) -> (&mut Client, Option<&RestoredQp>) {
+        (&mut self.clients[i], self.restored.get(i))
+    }
+
     /// Replaces the admitted clients with `clients` (QPN, R_Key). A client whose QPN
     /// stays keeps its connection (and takes the new R_Key); a removed one is
     /// forgotten; a new one starts unconnected. Allocates: call it off the hot path.
     pub fn set(&mut self, clients: &[(u32, u32)]) {
+        let old_qpns = std::mem::take(&mut self.qpns);
+        let mut old_restored = std::mem::take(&mut self.restored);
         let mut old = std::mem::take(&mut self.clients);
         let mut v: Vec<Client> = clients
             .iter()
@@ -141,6 +177,17 @@ impl ClientTable {
         v.sort_by_key(|c| c.qpn); // stable: the first of a repeated QPN stays first
         v.dedup_by_key(|c| c.qpn);
         self.qpns = v.iter().map(|c| c.qpn).collect();
+        if self.keep_restored {
+            self.restored = v
+                .iter()
+                .map(|c| match old_qpns.binary_search(&c.qpn) {
+                    Ok(i) if i < old_restored.len() => {
+                        std::mem::replace(&mut old_restored[i], RestoredQp::new(1))
+                    }
+                    _ => RestoredQp::new(self.credits),
+                })
+                .collect();
+        }
         self.clients = v;
     }
 }

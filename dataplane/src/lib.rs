@@ -24,6 +24,7 @@
 
 mod chunk;
 mod clients;
+mod completion;
 pub mod control;
 pub mod gate;
 pub mod hold;

@@ -75,6 +75,11 @@ pub trait MutationSink: Send {
     /// replicate).
     fn group(&mut self, _bytes: u32) {}
 
+    /// A completion record of client QP `qpn` (`crate::completion`: the blob, as a
+    /// `QP_STATE` record). Costs [`record_cost`]`(4, blob.len())`. The default
+    /// ignores it (sinks that do not replicate).
+    fn qp_state(&mut self, _qpn: u32, _blob: &[u8]) {}
+
     /// What this sink takes from now on must reach the replicas after everything
     /// worker `ring`'s sink had taken up to its [`MutationSink::position`]
     /// `position` (a cross-partition transaction wrote there: its response, held
@@ -126,6 +131,14 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         self.0.delete(key);
         self.1.delete(key);
     }
+    fn group(&mut self, bytes: u32) {
+        self.0.group(bytes);
+        self.1.group(bytes);
+    }
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        self.0.qp_state(qpn, blob);
+        self.1.qp_state(qpn, blob);
+    }
     fn wait_for(&mut self, ring: u32, position: u64) {
         self.0.wait_for(ring, position);
         self.1.wait_for(ring, position);
@@ -151,6 +164,9 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn group(&mut self, bytes: u32) {
         (**self).group(bytes)
+    }
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        (**self).qp_state(qpn, blob)
     }
     fn wait_for(&mut self, ring: u32, position: u64) {
         (**self).wait_for(ring, position)

@@ -46,6 +46,9 @@ pub(crate) struct PktCtx {
     pub psn: u32,
     /// The request's batch id, echoed in every response frame.
     pub batch_id: u32,
+    /// Its INTENT was logged: its response frames go to the tap after the burst
+    /// (`crate::completion`).
+    pub logged: bool,
 }
 
 /// What produces the result of one entry of a chunk.

@@ -161,7 +161,12 @@ pub fn setup(
     let mut cluster = None;
     let logic: Box<dyn ReplLogic + Send> = if let Some(etcd) = &r.etcd {
         // Role decided by etcd: every worker keeps both a log ring (master) and an
-        // apply ring (replica); the node starts as a replica with no master.
+        // apply ring (replica); the node starts as a replica with no master. A node
+        // that can fail over logs (as master) and keeps (as replica) completion
+        // records, so a client's retry across a failover is not executed twice.
+        for s in stores.iter_mut() {
+            s.server.set_completion_records(etcd.completion_records);
+        }
         let (logs, scans) = master_rings(stores, &lost, r.mode);
         let (rings, consumed) = replica_rings(stores, &mut apply);
         let addr = kvcluster::NodeAddr {

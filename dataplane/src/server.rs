@@ -30,10 +30,12 @@
 
 mod conn;
 mod cross;
+mod resume;
 mod txn;
 
 pub use conn::{first_psns, Transport, RNR_TIMER};
 pub use cross::{PartitionTable, MAX_PARTITIONS};
+use resume::ServeMark;
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
@@ -113,6 +115,15 @@ pub struct Server {
     /// The node's partitions, for transactions over several (`cross`); `None`: one
     /// partition, or transactions stay in theirs.
     cross: Option<Arc<PartitionTable>>,
+    /// Completion records (`crate::completion`, `resume`): a master logs them, a
+    /// replica keeps them. Off unless set.
+    completions: bool,
+    /// The payloads of responses restored from completion records.
+    restored_ring: Arena,
+    /// Where a FRAME record is put together (header + payload).
+    completion_scratch: Box<[u8]>,
+    /// What `sequence` decided for the request it just let through.
+    serve: ServeMark,
 }
 
 impl Server {
@@ -188,6 +199,10 @@ impl Server {
             tap_budget: 0,
             tx_exec: kvtx::TxExecutor::new(),
             cross: None,
+            completions: false,
+            restored_ring: Arena::default(),
+            completion_scratch: Box::default(),
+            serve: ServeMark::Plain,
         })
     }
 
@@ -368,6 +383,7 @@ impl Server {
             if !self.sequence(&req, ci, stats, &mut out) {
                 continue;
             }
+            let mark = self.serve;
             if kvwire::payload::is_tx_payload(req.payload) {
                 self.transaction(&req, ci, &mut chunk, &mut pkts, stats, &mut out);
                 continue;
@@ -393,7 +409,23 @@ impl Server {
                 client: ci as u16,
                 psn: req.psn,
                 batch_id: reader.batch_id(),
+                logged: mark == ServeMark::Logged,
             });
+            if mark == ServeMark::Unknown && reader.op_count() > 0 {
+                // The old master began it; what it did is not known here: each op
+                // is answered so, none executed (docs/PROTOCOL.md §6.6).
+                stats.outcome_unknown.inc();
+                for _ in 0..reader.op_count() {
+                    if chunk.tags.is_full() {
+                        self.flush(&mut chunk, &pkts, stats, &mut out);
+                    }
+                    chunk.tags.push(Tag {
+                        pkt,
+                        src: Source::Immediate(Status::OutcomeUnknown),
+                    });
+                }
+                continue;
+            }
             if reader.op_count() == 0 {
                 if chunk.tags.is_full() {
                     self.flush(&mut chunk, &pkts, stats, &mut out);
@@ -435,6 +467,9 @@ impl Server {
         }
         self.finish_pending(&mut chunk, &pkts, stats, &mut out);
         // `out` borrowed `arena` until here.
+        if self.completions && pkts.iter().any(|p| p.logged) {
+            self.log_completions(&arena, &pkts, stats);
+        }
         self.arena = arena;
     }
 

@@ -114,6 +114,19 @@ pub struct WorkerStats {
     /// Requests refused with an RNR NAK because the mutation tap lacked room for their
     /// worst-case post-images (`crate::mutation`; also counted as drop `overloaded`).
     pub tap_full: Counter,
+    /// RESUMEs that continued an incarnation (a client moving across a failover,
+    /// docs/PROTOCOL.md §6.6): from completion records, or the live connection.
+    pub resumes: Counter,
+    /// Requests answered from completion records (also counted as `replays`).
+    pub restored_replays: Counter,
+    /// Requests answered `OUTCOME_UNKNOWN`: their completion records hold only the
+    /// intent (also counted as `requests`).
+    pub outcome_unknown: Counter,
+    /// Logged requests whose response went into the replication stream.
+    pub completions_logged: Counter,
+    /// Logged requests whose response did not (no room, or overwritten): after a
+    /// failover a resend of one is answered `OUTCOME_UNKNOWN`.
+    pub completions_skipped: Counter,
     /// Frames bounced in echo mode.
     pub echoed: Counter,
     /// Requests received on this worker's queue and handed to their partition's worker.
@@ -178,7 +191,8 @@ pub const fn is_tx_side(r: DropReason) -> bool {
 impl WorkerStats {
     /// The right-hand side of the rx identity: every frame the worker's server judged
     /// (`rx_packets`: its own frames and the handed-in ones) ends as exactly one of an
-    /// echo, an accepted request, a CONNECT (new incarnation or repeat), a replayed
+    /// echo, an accepted request, a CONNECT (new incarnation or repeat), a RESUME that
+    /// continued an incarnation, a replayed
     /// duplicate, or a drop of an rx-side reason other than `handoff_full` (those frames
     /// never reach the server). `rx_packets == rx_accounted()` on a quiescent worker.
     pub fn rx_accounted(&self) -> u64 {
@@ -191,6 +205,7 @@ impl WorkerStats {
             + self.requests.get()
             + self.connects.get()
             + self.connect_repeats.get()
+            + self.resumes.get()
             + self.replays.get()
             + drops
     }
@@ -257,6 +272,11 @@ impl WorkerStats {
             ("write_backs", &self.write_backs),
             ("stalls", &self.stalls),
             ("tap_full", &self.tap_full),
+            ("resumes", &self.resumes),
+            ("restored_replays", &self.restored_replays),
+            ("outcome_unknown", &self.outcome_unknown),
+            ("completions_logged", &self.completions_logged),
+            ("completions_skipped", &self.completions_skipped),
             ("echoed", &self.echoed),
             ("handed_off", &self.handed_off),
             ("handed_in", &self.handed_in),

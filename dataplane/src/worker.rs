@@ -460,8 +460,8 @@ pub fn run(
         // (Through the mutation tap, so a snapshot taken on a replica sees them.)
         let applied = match store.apply.as_mut() {
             Some(a) => {
-                let (engine, tap) = store.server.engine_mut_and_tap();
-                a.apply(engine, tap, APPLY_PER_LOOP)
+                let (engine, tap, mut restore) = store.server.apply_parts();
+                a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
             }
             None => 0,
         } + usize::from(store.server.tick_mutation_sink())

@@ -234,8 +234,11 @@ fn a_node_that_stops_answering_makes_the_client_try_the_next_one() {
     c.io_mut().nodes[1].dead = true;
     c.io_mut().nodes[0].gate.set_master_hint(None);
     c.io_mut().nodes[0].gate.open();
-    // In flight on the dead node: outcome unknown, reported, not resent.
-    assert_eq!(c.put(b"lost", b"1"), Err(Error::Timeout));
+    // In flight on the dead node: resumed at node 0, which keeps no completion
+    // records (not an etcd node) and so starts a new incarnation: outcome unknown,
+    // reported, not resent.
+    assert_eq!(c.put(b"lost", b"1"), Err(Error::ConnectionLost));
+    assert_eq!(c.transport().stats().resume_refused, 1);
     c.put(b"after", b"2").unwrap();
     assert_eq!(c.node(), Some((SERVER_MAC, common::SERVER_IP)));
     assert_eq!(c.io_mut().get(0, b"after"), Some(b"2".to_vec()));

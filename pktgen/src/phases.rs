@@ -516,7 +516,8 @@ impl Driver {
                             done += gen.on_complete(tag, tsc::now(), phase, rec_start, end)
                         }
                         Event::Failed { tag, .. } => done += gen.on_failed(tag),
-                        Event::Connected { .. } => {}
+                        // pktgen talks to one node and never turns resuming on.
+                        Event::Connected { .. } | Event::Lost { .. } => {}
                     });
                     moved |= t.stats().completed + t.stats().failed != before;
                     done

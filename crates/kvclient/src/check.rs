@@ -209,7 +209,8 @@ impl ExactlyOnce {
             Event::Results { qp, payload, .. } => self.on_results(qp, payload),
             Event::Complete { qp, .. } => self.on_complete(qp),
             Event::Failed { qp, .. } => self.on_failed(qp),
-            Event::Connected { .. } => {}
+            // This checker never turns resuming on.
+            Event::Connected { .. } | Event::Lost { .. } => {}
         });
         self.advance();
         self.done()

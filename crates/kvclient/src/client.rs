@@ -284,9 +284,13 @@ impl<I: PacketIo> Client<I> {
     }
 
     /// Nodes of a replicated cluster to try, in turn, when the one in use stops
-    /// answering (module [`crate::follow`]).
+    /// answering (module [`crate::follow`]). With following on, requests in flight on
+    /// a node that stops answering are resumed on the next one (a RESUME,
+    /// docs/PROTOCOL.md §6.6) rather than failed.
     pub fn set_nodes(&mut self, nodes: &[NodeAddr]) {
         self.follow.set_nodes(nodes);
+        self.t
+            .set_resume(self.cfg.follow_master && !nodes.is_empty());
     }
 
     /// The node requests go to now (MAC, IPv4).
@@ -358,9 +362,12 @@ impl<I: PacketIo> Client<I> {
     }
 
     fn flush_at(&mut self, now: u64) {
+        let lost = (0..self.queues.len()).any(|qp| self.t.state(qp) == crate::QpState::Lost);
         if self.follow.moving() {
-            // Nothing new goes out until every request in flight is answered.
-            if !self.batches.is_empty() {
+            // A node that names the master answers everything in flight first:
+            // nothing new goes out until then. One that stopped answering does not:
+            // its requests in flight are resumed at the next node.
+            if !lost && !self.batches.is_empty() {
                 return;
             }
             if let Some((mac, ip)) = self.follow.take_move() {
@@ -371,8 +378,19 @@ impl<I: PacketIo> Client<I> {
                         ..self.t.frame_params(qp)
                     };
                     self.t.set_frame_params(qp, p);
-                    self.t.connect(qp, &mut self.io, now);
+                    if lost && self.t.in_flight(qp) > 0 {
+                        self.t.resume(qp, &mut self.io, now);
+                    } else {
+                        self.t.connect(qp, &mut self.io, now);
+                    }
                     self.requeued[qp] = 0;
+                }
+            }
+        } else if lost {
+            // No other node to go to: resume where we are.
+            for qp in 0..self.queues.len() {
+                if self.t.state(qp) == crate::QpState::Lost {
+                    self.t.resume(qp, &mut self.io, now);
                 }
             }
         }
@@ -462,6 +480,8 @@ impl<I: PacketIo> Client<I> {
         } = self;
         t.poll(io, now, &mut |ev| match ev {
             Event::Connected { .. } => {}
+            // The node stopped answering; the requests stay for a RESUME at the next.
+            Event::Lost { .. } => follow.on_node_lost(),
             Event::Results { tag, payload, .. } if txs.contains_key(&tag) => {
                 if let (Some(w), Ok(rd)) = (txs.get_mut(&tag), ResponseReader::new(payload)) {
                     w.take(rd);

@@ -23,6 +23,12 @@ pub enum QpState {
     /// The connection was lost (a request timed out after `max_retries`, or the
     /// server answered NAK "invalid request"): call `connect` again.
     Failed,
+    /// With resuming on ([`crate::Transport::set_resume`]): a request timed out
+    /// after `max_retries`; the requests in flight are kept for a RESUME
+    /// ([`crate::Transport::resume`], normally on another node).
+    Lost,
+    /// RESUME sent, waiting for the ACCEPT with our nonce.
+    Resuming,
 }
 
 /// One in-flight request (a slot of the ring, indexed by `psn mod W`).
@@ -94,6 +100,8 @@ pub(crate) struct Qp {
     pub urgent: bool,
     /// Requests completed since `una` last moved (fast retransmit at 3).
     pub later_done: u8,
+    /// RESUMEs sent without an ACCEPT in the current attempt.
+    pub resume_tries: u8,
 }
 
 impl Qp {
@@ -120,6 +128,7 @@ impl Qp {
             abort: false,
             urgent: false,
             later_done: 0,
+            resume_tries: 0,
         }
     }
 

@@ -8,8 +8,9 @@ use hashbrown::HashMap;
 use kvwire::payload::{req_field, ResponseReader};
 use kvwire::psn;
 use kvwire::transport::{
-    emit_connect, parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame, AckFrame, Connect,
-    NakCode, ServerFrame, Syndrome, CONNECT_FRAME_LEN, MAX_CREDITS,
+    emit_connect, emit_resume, parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame,
+    AckFrame, Connect, NakCode, ServerFrame, Syndrome, CONNECT_FRAME_LEN, MAX_CREDITS,
+    RESUME_FRAME_LEN,
 };
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, request_payload_capacity, FrameParams,
@@ -115,6 +116,13 @@ pub enum Event<'a> {
         /// Time of its first transmission (for latency).
         first_sent_ns: u64,
     },
+    /// With resuming on: QP `qp`'s node stopped answering (a request given up after
+    /// `max_retries`, or a RESUME unanswered as long). Its requests stay in flight
+    /// for [`Transport::resume`], normally after pointing the QP at another node.
+    Lost {
+        /// QP index.
+        qp: usize,
+    },
     /// Request `tag` failed: its outcome is unknown (it may or may not have been
     /// executed, and some `Results` may have been delivered).
     Failed {
@@ -161,6 +169,12 @@ pub struct Stats {
     pub completed: u64,
     /// Requests failed.
     pub failed: u64,
+    /// RESUME frames sent.
+    pub resumes_sent: u64,
+    /// RESUMEs answered: the connection went on (requests in flight resent).
+    pub resumed: u64,
+    /// RESUMEs answered with a new incarnation (requests in flight failed).
+    pub resume_refused: u64,
 }
 
 /// The client half of protocol v2's reliable transport over many QPs.
@@ -188,6 +202,8 @@ pub struct Transport {
     /// QPs (they share the path to one server).
     srtt_ns: u64,
     rttvar_ns: u64,
+    /// Keep requests for a RESUME when a node stops answering ([`Transport::set_resume`]).
+    resume: bool,
 }
 
 impl Transport {
@@ -208,7 +224,35 @@ impl Transport {
             next_scan: 0,
             srtt_ns: 0,
             rttvar_ns: 0,
+            resume: false,
         }
+    }
+
+    /// With `on`, a QP whose request times out after `max_retries` is not failed:
+    /// it becomes [`QpState::Lost`] (an [`Event::Lost`]) with its requests kept, for
+    /// [`Transport::resume`] on another node of a replicated cluster
+    /// (docs/PROTOCOL.md §6.6).
+    pub fn set_resume(&mut self, on: bool) {
+        self.resume = on;
+    }
+
+    /// Continues QP `qp`'s incarnation where its frame parameters now point: a
+    /// RESUME (same nonce) naming the oldest request in flight (or the next PSN),
+    /// retransmitted every `connect_timeout_ns` until an ACCEPT comes. The ACCEPT
+    /// says whether the node went on (the requests in flight are resent there, to be
+    /// answered from completion records or executed) or started a new incarnation
+    /// (they fail with [`Error::ConnectionLost`]: outcome unknown). After
+    /// `max_retries` unanswered RESUMEs the QP is lost again.
+    pub fn resume<I: PacketIo + ?Sized>(&mut self, qp: usize, io: &mut I, now_ns: u64) {
+        let q = &mut self.qps[qp];
+        if q.credits == 0 {
+            // Never connected: nothing to continue.
+            return self.connect(qp, io, now_ns);
+        }
+        q.state = QpState::Resuming;
+        q.resume_tries = 0;
+        q.abort = false;
+        send_resume(q, io, now_ns, &mut self.stats);
     }
 
     /// The retransmission timeout after progress: from the round-trip estimate once
@@ -512,6 +556,17 @@ impl Transport {
                 }
                 return;
             }
+            QpState::Resuming => {
+                if now >= q.connect_sent + cfg.connect_timeout_ns {
+                    if q.resume_tries >= cfg.max_retries {
+                        q.state = QpState::Lost;
+                        on_event(Event::Lost { qp: i });
+                    } else {
+                        send_resume(q, io, now, &mut self.stats);
+                    }
+                }
+                return;
+            }
             QpState::Connected => {}
             _ => return,
         }
@@ -529,6 +584,12 @@ impl Transport {
         self.stats.timeouts += 1;
         let oldest = q.ring[q.idx(q.una)];
         if oldest.retries >= cfg.max_retries {
+            if self.resume {
+                // Kept for a RESUME (normally on another node).
+                q.state = QpState::Lost;
+                on_event(Event::Lost { qp: i });
+                return;
+            }
             self.fail_all(i, Error::Timeout, on_event);
             return;
         }
@@ -574,7 +635,7 @@ impl Transport {
     fn handle_frame(&mut self, frame: &[u8], now: u64, on_event: &mut impl FnMut(Event<'_>)) {
         match parse_server_frame(frame) {
             Ok(ServerFrame::Response(r)) => self.on_response(&r, now, on_event),
-            Ok(ServerFrame::Accept(a)) => self.on_accept(&a, on_event),
+            Ok(ServerFrame::Accept(a)) => self.on_accept(&a, now, on_event),
             Ok(ServerFrame::Ack(a)) => self.on_ack(&a, now, on_event),
             Err(_) => self.stats.bad_frames += 1,
         }
@@ -588,7 +649,7 @@ impl Transport {
         i
     }
 
-    fn on_accept(&mut self, a: &AcceptFrame, on_event: &mut impl FnMut(Event<'_>)) {
+    fn on_accept(&mut self, a: &AcceptFrame, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
         let Some(i) = self.qp_of(a.dest_qp) else {
             return;
         };
@@ -599,7 +660,7 @@ impl Transport {
             self.stats.stale_frames += 1;
             return;
         }
-        if q.state != QpState::Connecting {
+        if q.state != QpState::Connecting && q.state != QpState::Resuming {
             self.stats.dup_frames += 1;
             return;
         }
@@ -607,6 +668,28 @@ impl Transport {
         if !w.is_power_of_two() || w > MAX_CREDITS || acc.slot_size < 64 {
             self.stats.bad_frames += 1;
             return;
+        }
+        if q.state == QpState::Resuming {
+            let from = if q.in_flight > 0 { q.una } else { q.next_psn };
+            if acc.resumed && w == q.credits && acc.request_psn == from {
+                // The incarnation goes on at this node: the requests in flight are
+                // re-addressed and resent (answered from completion records there,
+                // or executed).
+                q.slot_size = acc.slot_size;
+                q.region_va = acc.region_va;
+                rehead(q, &mut self.pool);
+                q.rto_ns = rto_base;
+                q.rto_deadline = now + q.rto_ns;
+                q.rnr_until = 0;
+                q.nak_seen = None;
+                q.resend_from = (q.in_flight > 0).then_some(q.una);
+                q.state = QpState::Connected;
+                self.stats.resumed += 1;
+                self.mark_urgent(i);
+                on_event(Event::Connected { qp: i });
+                return;
+            }
+            self.stats.resume_refused += 1;
         }
         // Failures of the previous incarnation first.
         if q.in_flight > 0 {
@@ -770,6 +853,43 @@ fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
     match pending {
         Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
         _ => p,
+    }
+}
+
+fn send_resume<I: PacketIo + ?Sized>(q: &mut Qp, io: &mut I, now: u64, stats: &mut Stats) {
+    let mut buf = [0u8; RESUME_FRAME_LEN];
+    let c = Connect {
+        rkey: q.rkey,
+        nonce: q.nonce,
+    };
+    let next = if q.in_flight > 0 { q.una } else { q.next_psn };
+    q.connect_sent = now;
+    q.resume_tries = q.resume_tries.saturating_add(1);
+    if let Ok(n) = emit_resume(&mut buf, &q.params, q.qpn, 0, &c, next) {
+        if io.send(&buf[..n]) {
+            stats.resumes_sent += 1;
+        }
+    }
+}
+
+/// Re-addresses every request in flight of `q` for its current frame parameters and
+/// request ring (a resumed connection on another node), and resets their retry
+/// counts: same payloads, same PSNs.
+fn rehead(q: &mut Qp, pool: &mut FramePool) {
+    for k in 0..q.ring.len() {
+        let s = q.ring[k];
+        if !s.busy {
+            continue;
+        }
+        let va = slot_va(q.region_va, u64::from(q.slot_size), q.credits, s.psn);
+        let frame = &mut pool.buf_mut(s.buf)[..usize::from(s.len)];
+        // The payload length is the RETH's DMA length (the RETH ends the headers).
+        let dma = &frame[REQUEST_HEADER_LEN - 4..REQUEST_HEADER_LEN];
+        let n = u32::from_be_bytes([dma[0], dma[1], dma[2], dma[3]]) as usize;
+        let ok = emit_request_headers(frame, &q.params, q.qpn, s.psn, va, q.rkey, n)
+            .and_then(|_| finalize(frame));
+        debug_assert!(ok.is_ok(), "a frame that was sent re-addresses");
+        q.ring[k].retries = 0;
     }
 }
 

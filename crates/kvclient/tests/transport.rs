@@ -54,6 +54,7 @@ impl Driver {
         } = self;
         t.poll(sim, now, &mut |ev| match ev {
             Event::Connected { .. } => *connected_events += 1,
+            Event::Lost { .. } => panic!("resuming is off in these tests"),
             Event::Results { tag, payload, .. } => {
                 let s = seen.entry(tag).or_default();
                 assert!(!s.complete && s.failed.is_none(), "results after the end");
@@ -313,6 +314,7 @@ fn connect_survives_lost_accepts_and_ignores_other_nonces() {
         response_psn: 0,
         slot_size: 512,
         region_va: 0,
+        resumed: false,
     };
     let n = kvwire::emit_accept(&mut buf, &client_params(), 16, QKEY, SERVER_QPN, &forged).unwrap();
     d.sim.server_end.send(&buf[..n]);

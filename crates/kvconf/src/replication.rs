@@ -95,6 +95,11 @@ pub struct EtcdSection {
     /// Lease time-to-live of the leader and member keys.
     #[serde(default = "default_lease_ttl_ms")]
     pub lease_ttl_ms: u64,
+    /// Log (as master) and keep (as replica) completion records, so a client's
+    /// request resent across a failover is answered once, never run twice
+    /// (docs/PROTOCOL.md §6.6). Default on; off saves their share of the stream.
+    #[serde(default = "default_true")]
+    pub completion_records: bool,
 }
 
 /// The `replication` section of a config.
@@ -181,6 +186,9 @@ impl Default for ReplicationSection {
     }
 }
 
+fn default_true() -> bool {
+    true
+}
 fn default_cluster() -> String {
     "kvd".into()
 }

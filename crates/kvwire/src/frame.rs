@@ -145,11 +145,14 @@ pub enum DropReason {
     /// (caller) A request refused because the transmit side is overloaded (answered
     /// RNR NAK).
     Overloaded,
+    /// (caller) A RESUME on a node that does not take writes (not the master): not
+    /// answered, so the client keeps asking until this node is promoted, or moves on.
+    ResumeNotMaster,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 33;
+    pub const COUNT: usize = 34;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -185,6 +188,7 @@ impl DropReason {
         DropReason::StaleConnect,
         DropReason::ReplayMissing,
         DropReason::Overloaded,
+        DropReason::ResumeNotMaster,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -227,6 +231,7 @@ impl DropReason {
             DropReason::StaleConnect => "stale_connect",
             DropReason::ReplayMissing => "replay_missing",
             DropReason::Overloaded => "overloaded",
+            DropReason::ResumeNotMaster => "resume_not_master",
         }
     }
 }
@@ -663,6 +668,17 @@ pub fn emit_response_headers(
     deth.set_qkey(qkey);
     deth.set_src_qp(src_qp);
     Ok(RESPONSE_HEADER_LEN)
+}
+
+/// The BTH PSN and the payload of a response frame this side built itself (a
+/// server reading back its own cached frame): offsets only, no ICRC or header
+/// checks. `None` if `frame` is shorter than its headers, pad and ICRC say.
+pub fn response_parts_unchecked(frame: &[u8]) -> Option<(u32, &[u8])> {
+    let bth = frame.get(BTH_OFF..BTH_OFF + ib::BTH_LEN)?;
+    let psn = u32::from_be_bytes([0, bth[9], bth[10], bth[11]]);
+    let pad = usize::from((bth[1] >> 4) & 0x3);
+    let end = frame.len().checked_sub(pad + ICRC_LEN)?;
+    Some((psn, frame.get(RESPONSE_HEADER_LEN..end)?))
 }
 
 /// Completes a frame whose headers were emitted by this module and whose

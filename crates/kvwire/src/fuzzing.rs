@@ -344,6 +344,18 @@ fn emit_from_fields(data: &[u8]) {
         dest_qp: dest_qp & MASK_24,
         psn: psn & MASK_24,
         connect,
+        resume: None,
+    };
+    assert_eq!(
+        transport::parse_client_frame(&buf[..n]),
+        Ok(ClientFrame::Connect(want))
+    );
+    let next = f.u32() & MASK_24;
+    let n = transport::emit_resume(&mut buf, &params, dest_qp, psn, &connect, next)
+        .expect("RESUME fits");
+    let want = ConnectFrame {
+        resume: Some(next),
+        ..want
     };
     assert_eq!(
         transport::parse_client_frame(&buf[..n]),
@@ -357,6 +369,7 @@ fn emit_from_fields(data: &[u8]) {
         response_psn: f.u32() & MASK_24,
         slot_size: f.u32(),
         region_va: f.u64(),
+        resumed: f.u8() & 1 == 1,
     };
     let (qkey, src_qp) = (f.u32(), f.u32());
     let n = transport::emit_accept(&mut buf, &params, dest_qp, qkey, src_qp, &accept)
@@ -530,6 +543,7 @@ pub fn seed_transport() -> Vec<Vec<u8>> {
         response_psn: 0,
         slot_size: 64,
         region_va: u64::MAX,
+        resumed: false,
     };
     let mut acc = [0u8; transport::ACCEPT_LEN + 3];
     a.encode((&mut acc[..transport::ACCEPT_LEN]).try_into().expect("len"));

@@ -45,8 +45,8 @@ pub use ethernet::MacAddr;
 pub use frame::{
     emit_request_headers, emit_response_headers, finalize, pad_len, parse_request,
     parse_request_unverified, parse_response, request_frame_len, request_payload_capacity,
-    response_frame_len, response_payload_capacity, DropReason, EmitError, FrameParams, Request,
-    Response, DEFAULT_MTU, MAX_MTU, REQUEST_HEADER_LEN, RESPONSE_HEADER_LEN,
+    response_frame_len, response_parts_unchecked, response_payload_capacity, DropReason, EmitError,
+    FrameParams, Request, Response, DEFAULT_MTU, MAX_MTU, REQUEST_HEADER_LEN, RESPONSE_HEADER_LEN,
 };
 pub use icrc::ICRC_LEN;
 pub use payload::{
@@ -56,8 +56,8 @@ pub use payload::{
 };
 pub use psn::{PsnClass, PsnTracker};
 pub use transport::{
-    emit_accept, emit_ack, emit_connect, parse_client_frame, parse_server_frame, slot_size,
-    slot_va, Accept, AcceptFrame, AckFrame, ClientFrame, Connect, ConnectFrame, NakCode,
+    emit_accept, emit_ack, emit_connect, emit_resume, parse_client_frame, parse_server_frame,
+    slot_size, slot_va, Accept, AcceptFrame, AckFrame, ClientFrame, Connect, ConnectFrame, NakCode,
     ServerFrame, Syndrome,
 };
 pub use view::Error as HeaderError;

@@ -32,12 +32,20 @@ pub const ACCEPT_LEN: usize = 40;
 pub const KIND_CONNECT: u8 = 1;
 /// Kind byte of an ACCEPT.
 pub const KIND_ACCEPT: u8 = 2;
+/// Kind byte of a RESUME (a CONNECT that continues an incarnation on another node).
+pub const KIND_RESUME: u8 = 3;
+/// RESUME payload length: a CONNECT's 16 bytes and the next request PSN.
+pub const RESUME_LEN: usize = CONNECT_LEN + 4;
+/// ACCEPT flag (byte 3): the incarnation was resumed (answer to a RESUME).
+pub const ACCEPT_RESUMED: u8 = 0x01;
 /// Default request window (credits) per client QP.
 pub const DEFAULT_CREDITS: u16 = 32;
 /// Largest request window a server accepts in its configuration.
 pub const MAX_CREDITS: u16 = 1024;
 /// Length of a CONNECT frame.
 pub const CONNECT_FRAME_LEN: usize = EXT_OFF + CONNECT_LEN + ICRC_LEN;
+/// Length of a RESUME frame.
+pub const RESUME_FRAME_LEN: usize = EXT_OFF + RESUME_LEN + ICRC_LEN;
 /// Length of an ACCEPT frame.
 pub const ACCEPT_FRAME_LEN: usize = RESPONSE_HEADER_LEN + ACCEPT_LEN + ICRC_LEN;
 /// Length of an RC Acknowledge frame.
@@ -88,7 +96,37 @@ impl Connect {
     /// Reads a CONNECT payload (exactly [`CONNECT_LEN`] bytes).
     pub fn decode(p: &[u8]) -> Option<Connect> {
         let p: &[u8; CONNECT_LEN] = p.try_into().ok()?;
-        if p[0] != CONNECT_MAGIC || p[1] != PROTOCOL_VERSION || p[2] != KIND_CONNECT || p[3] != 0 {
+        Self::decode_kind(p, KIND_CONNECT)
+    }
+
+    /// Writes the 20-byte RESUME payload: this incarnation (`rkey`, `nonce`) goes on
+    /// at request PSN `next_psn` (the client's oldest unanswered request, or its next
+    /// one when none is unanswered).
+    pub fn encode_resume(&self, next_psn: u32, out: &mut [u8; RESUME_LEN]) {
+        let mut c = [0u8; CONNECT_LEN];
+        self.encode(&mut c);
+        c[2] = KIND_RESUME;
+        out[..CONNECT_LEN].copy_from_slice(&c);
+        out[CONNECT_LEN..].copy_from_slice(&(next_psn & ib::MASK_24).to_be_bytes());
+    }
+
+    /// Reads a CONNECT (16 bytes, `resume` `None`) or a RESUME payload (20 bytes,
+    /// `resume` = its next request PSN).
+    pub fn decode_any(p: &[u8]) -> Option<(Connect, Option<u32>)> {
+        match p.len() {
+            CONNECT_LEN => Self::decode(p).map(|c| (c, None)),
+            RESUME_LEN => {
+                let head: &[u8; CONNECT_LEN] = p[..CONNECT_LEN].try_into().ok()?;
+                let c = Self::decode_kind(head, KIND_RESUME)?;
+                let n = u32::from_be_bytes([p[16], p[17], p[18], p[19]]);
+                (n <= ib::MASK_24).then_some((c, Some(n)))
+            }
+            _ => None,
+        }
+    }
+
+    fn decode_kind(p: &[u8; CONNECT_LEN], kind: u8) -> Option<Connect> {
+        if p[0] != CONNECT_MAGIC || p[1] != PROTOCOL_VERSION || p[2] != kind || p[3] != 0 {
             return None;
         }
         Some(Connect {
@@ -113,6 +151,11 @@ pub struct Accept {
     pub slot_size: u32,
     /// Start of the request ring (slot 0).
     pub region_va: u64,
+    /// The answer to a RESUME that continued the incarnation ([`ACCEPT_RESUMED`]):
+    /// `request_psn` is the RESUME's next PSN and unanswered requests are resent.
+    /// `false` for a CONNECT, and for a RESUME the node could not continue (a new
+    /// incarnation began: unanswered requests have an unknown outcome).
+    pub resumed: bool,
 }
 
 impl Accept {
@@ -122,6 +165,7 @@ impl Accept {
         out[0] = CONNECT_MAGIC;
         out[1] = PROTOCOL_VERSION;
         out[2] = KIND_ACCEPT;
+        out[3] = if self.resumed { ACCEPT_RESUMED } else { 0 };
         out[4..6].copy_from_slice(&self.credits.to_be_bytes());
         out[8..16].copy_from_slice(&self.nonce.to_be_bytes());
         out[16..20].copy_from_slice(&(self.request_psn & ib::MASK_24).to_be_bytes());
@@ -145,6 +189,7 @@ impl Accept {
             response_psn: be32(20) & ib::MASK_24,
             slot_size: be32(24),
             region_va: be64(32),
+            resumed: p[3] & ACCEPT_RESUMED != 0,
         })
     }
 }
@@ -238,6 +283,8 @@ pub struct ConnectFrame {
     pub psn: u32,
     /// The payload.
     pub connect: Connect,
+    /// A RESUME: the request PSN the incarnation goes on at. `None`: a CONNECT.
+    pub resume: Option<u32>,
 }
 
 impl ConnectFrame {
@@ -307,7 +354,7 @@ pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame<'_>, DropReason> {
         return frame::request_from_parsed(&p).map(ClientFrame::Request);
     }
     let body = body_without_pad(&p)?;
-    let connect = Connect::decode(body).ok_or(DropReason::BadConnect)?;
+    let (connect, resume) = Connect::decode_any(body).ok_or(DropReason::BadConnect)?;
     Ok(ClientFrame::Connect(ConnectFrame {
         src_mac: p.src_mac,
         dst_mac: p.dst_mac,
@@ -317,6 +364,7 @@ pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame<'_>, DropReason> {
         dest_qp: p.dest_qp,
         psn: p.psn,
         connect,
+        resume,
     }))
 }
 
@@ -384,6 +432,31 @@ pub fn emit_connect(
     let mut payload = [0u8; CONNECT_LEN];
     connect.encode(&mut payload);
     buf[EXT_OFF..EXT_OFF + CONNECT_LEN].copy_from_slice(&payload);
+    finalize(buf)
+}
+
+/// Writes a whole RESUME frame into `buf` (the incarnation `connect` goes on at
+/// request PSN `next_psn`); returns its length.
+pub fn emit_resume(
+    buf: &mut [u8],
+    params: &FrameParams,
+    dest_qp: u32,
+    psn: u32,
+    connect: &Connect,
+    next_psn: u32,
+) -> Result<usize, EmitError> {
+    emit_lower(
+        buf,
+        params,
+        opcode::RC_SEND_ONLY,
+        dest_qp,
+        psn,
+        RESUME_LEN,
+        RESUME_FRAME_LEN,
+    )?;
+    let mut payload = [0u8; RESUME_LEN];
+    connect.encode_resume(next_psn, &mut payload);
+    buf[EXT_OFF..EXT_OFF + RESUME_LEN].copy_from_slice(&payload);
     finalize(buf)
 }
 
@@ -460,6 +533,7 @@ pub fn sample_accept(buf: &mut [u8]) -> usize {
         response_psn: 0x100,
         slot_size: 32768,
         region_va: 0x1_0000,
+        resumed: false,
     };
     emit_accept(buf, &sample_params(false), 0x11, 0x1111_1111, 0x01, &a).expect("buffer fits")
 }

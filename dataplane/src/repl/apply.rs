@@ -47,8 +47,21 @@ impl Applier {
     pub fn apply(
         &mut self,
         engine: &mut Engine,
+        tap: Option<&mut (dyn MutationSink + 'static)>,
+        max: usize,
+    ) -> usize {
+        self.apply_with(engine, tap, max, &mut |_, _| {})
+    }
+
+    /// [`Applier::apply`], handing each completion record (a `QP_STATE` record's
+    /// QPN and blob) to `qp_state` in ring order (`Server::apply_parts`).
+    #[inline]
+    pub fn apply_with(
+        &mut self,
+        engine: &mut Engine,
         mut tap: Option<&mut (dyn MutationSink + 'static)>,
         max: usize,
+        qp_state: &mut dyn FnMut(u32, &[u8]),
     ) -> usize {
         if self.ring.pending_bytes() == 0 {
             return 0;
@@ -104,8 +117,11 @@ impl Applier {
                     }
                     s => s,
                 },
-                // Completion records are the transport's business, not the engine's.
-                Ok((Record::QpState { .. }, _)) => kvengine::Status::Ok,
+                // Completion records are the transport's (`crate::completion`).
+                Ok((Record::QpState { qpn, bytes }, _)) => {
+                    qp_state(qpn, bytes);
+                    kvengine::Status::Ok
+                }
                 Ok((Record::Group { .. }, _)) => kvengine::Status::Ok,
                 Err(_) => kvengine::Status::ValueTooLarge,
             };
@@ -215,6 +231,37 @@ mod tests {
         assert_eq!(e.get(b"alice", &mut out), Ok(2));
         assert_eq!(e.get(b"bob", &mut out), Ok(3));
         assert_eq!(a.apply(&mut e, None, 100), 0);
+    }
+
+    #[test]
+    fn completion_records_go_to_the_transport_in_ring_order() {
+        let cfg = EngineConfig {
+            mem_bytes: 1 << 20,
+            ..EngineConfig::default()
+        };
+        let mut e = Engine::new(Region::owned(1 << 20), &cfg).unwrap();
+        let (mut p, c) = log_ring(4096);
+        let mut a = Applier::new(c, Arc::new(ApplyStats::default()));
+        p.try_push(&Record::QpState {
+            qpn: 7,
+            bytes: b"intent",
+        })
+        .unwrap();
+        p.try_push(&Record::Put {
+            key: b"k",
+            value: b"v",
+        })
+        .unwrap();
+        p.try_push(&Record::QpState {
+            qpn: 8,
+            bytes: b"frame",
+        })
+        .unwrap();
+        let mut seen = Vec::new();
+        let n = a.apply_with(&mut e, None, 100, &mut |q, b| seen.push((q, b.to_vec())));
+        assert_eq!(n, 3);
+        assert_eq!(seen, vec![(7, b"intent".to_vec()), (8, b"frame".to_vec())]);
+        assert_eq!(e.get(b"k", &mut [0u8; 4]), Ok(1));
     }
 
     #[test]

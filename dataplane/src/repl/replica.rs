@@ -112,7 +112,13 @@ impl Sink for Route<'_> {
                 }
                 return Ok(());
             }
-            Record::QpState { .. } => {
+            Record::QpState { qpn, .. } => {
+                // To the worker that serves that QP (docs/PROTOCOL.md §7), which
+                // keeps it for a RESUME after a failover (`crate::completion`).
+                let n = self.rings.len() as u32;
+                if let Some(r) = self.rings.get_mut((qpn % n.max(1)) as usize) {
+                    r.try_push(&rec).map_err(|_| SinkError)?;
+                }
                 if let Some(r) = self.relay.as_deref_mut() {
                     r.relay_append(&rec);
                 }

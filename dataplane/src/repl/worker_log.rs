@@ -68,6 +68,10 @@ impl MutationSink for ReplLog {
         self.push(&Record::Group { bytes });
     }
 
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        self.push(&Record::QpState { qpn, bytes: blob });
+    }
+
     fn wait_for(&mut self, ring: u32, position: u64) {
         if self.shared.paused.load(Ordering::Relaxed) {
             return;

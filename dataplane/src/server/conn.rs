@@ -3,8 +3,10 @@
 //! replay a duplicate, refuse with an RNR NAK when overloaded) and the RC Acknowledge
 //! frames that go with them.
 
+use super::resume::{self, Restored, ServeMark, INTENT_COST};
 use super::Server;
 use crate::chunk::Chunk;
+use crate::completion::NOT_RESUMING;
 use crate::packet::{Identity, PktCtx, RESPONSE_UDP_SRC_PORT};
 use crate::replay::{Entry, EntryState};
 use crate::respond::Responder;
@@ -15,7 +17,7 @@ use kvwire::transport::{
     emit_accept, emit_ack, slot_size, slot_va, Accept, ConnectFrame, NakCode, Syndrome,
     DEFAULT_CREDITS, MAX_CREDITS,
 };
-use kvwire::{psn, request_payload_capacity, DropReason, EmitError, Request};
+use kvwire::{psn, request_payload_capacity, DropReason, EmitError, Request, Status};
 
 /// RNR NAK timer of an overloaded server: field 14 = 1.28 ms
 /// (`kvwire::transport::rnr_timer_micros`), about what a full tx queue of a few hundred
@@ -163,10 +165,32 @@ impl Server {
             return stats.drop(DropReason::BadRKey);
         }
         let nonce = cf.connect.nonce;
-        if c.connected && nonce < c.nonce {
+        // A RESUME (docs/PROTOCOL.md §6.6): the connection goes on, or (no state for
+        // it here) a new incarnation starts as for a CONNECT.
+        let mut resumed = false;
+        if let Some(next) = cf.resume {
+            if pkts.iter().any(|p| usize::from(p.client) == ci) {
+                self.finish_pending(chunk, pkts, stats, out);
+            }
+            match self.resume(ci, nonce, next) {
+                None if self.write_status != Status::Ok => {
+                    return stats.drop(DropReason::ResumeNotMaster);
+                }
+                None => return stats.drop(DropReason::StaleConnect),
+                Some(true) => {
+                    resumed = true;
+                    stats.resumes.inc();
+                }
+                Some(false) => {}
+            }
+        }
+        let c = &self.clients.as_slice()[ci];
+        if !resumed && c.connected && nonce < c.nonce {
             return stats.drop(DropReason::StaleConnect);
         }
-        if !c.connected || nonce > c.nonce {
+        if resumed {
+            // Answered below with the PSNs it goes on at.
+        } else if !c.connected || nonce > c.nonce || cf.resume.is_some() {
             // Requests of the old incarnation earlier in this burst are answered
             // first, under the old incarnation's response PSNs.
             if pkts.iter().any(|p| usize::from(p.client) == ci) {
@@ -191,8 +215,10 @@ impl Server {
             c.start_psn = req;
             c.resp_psn = resp;
             c.start_resp_psn = resp;
+            c.resume_until = NOT_RESUMING;
             c.replay.fill(Entry::EMPTY);
             stats.connects.inc();
+            self.log_incarnation(ci);
         } else {
             // The same nonce again: its ACCEPT was lost; the same ACCEPT goes again.
             stats.connect_repeats.inc();
@@ -201,10 +227,20 @@ impl Server {
         let accept = Accept {
             nonce,
             credits: self.credits,
-            request_psn: c.start_psn,
-            response_psn: c.start_resp_psn,
+            // A resumed connection goes on at the client's next PSN, with this
+            // node's next response PSN.
+            request_psn: match (resumed, cf.resume) {
+                (true, Some(next)) => next,
+                _ => c.start_psn,
+            },
+            response_psn: if resumed {
+                c.resp_psn
+            } else {
+                c.start_resp_psn
+            },
             slot_size: self.slot_size as u32,
             region_va: self.id.region_va,
+            resumed,
         };
         let params = cf.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
         let (qpn, qkey, own) = (c.qpn, self.id.qkey, self.id.qpn);
@@ -226,8 +262,9 @@ impl Server {
         stats: &WorkerStats,
         out: &mut Responder<'_, '_, T>,
     ) -> bool {
+        self.serve = ServeMark::Plain;
         let id = &self.id;
-        let c = &mut self.clients.as_mut_slice()[ci];
+        let (c, restored) = self.clients.with_restored(ci);
         let params = || req.reply_params(id.mac, id.ip, RESPONSE_UDP_SRC_PORT);
         if !c.connected {
             let nak = Syndrome::Nak(NakCode::InvalidRequest);
@@ -245,15 +282,55 @@ impl Server {
         let e = c.expected_psn;
         let d = psn::distance(e, req.psn);
         if d == 0 {
+            let mut mark = ServeMark::Plain;
+            // A connection resumed across a failover: a request the old master
+            // executed is answered from its completion records, never executed again.
+            if c.resume_until != NOT_RESUMING && self.write_status == Status::Ok {
+                if psn::distance(req.psn, c.resume_until) <= 0 {
+                    c.resume_until = NOT_RESUMING;
+                } else {
+                    match resume::lookup(restored, c.nonce, req.psn) {
+                        Restored::Execute => {}
+                        Restored::Replay(e) => {
+                            let ring = &self.restored_ring;
+                            if resume::replay_restored(
+                                out.tx(),
+                                &params(),
+                                c.qpn,
+                                id,
+                                ring,
+                                &e,
+                                stats,
+                            ) {
+                                c.expected_psn = psn::add(e.psn, 1);
+                                c.nak_sent = false;
+                                stats.replays.inc();
+                                stats.restored_replays.inc();
+                                return false;
+                            }
+                            mark = ServeMark::Unknown;
+                        }
+                        Restored::Unknown => mark = ServeMark::Unknown,
+                    }
+                }
+            }
             // A tap without room for this packet's post-images refuses it like a tx
             // backlog (crate::mutation): nothing is executed that it could not log.
-            let tap_full = self.tap.is_some()
-                && !out.tx().backlogged()
-                && !reserve(
-                    &mut self.tap_budget,
-                    req.payload,
-                    self.engine.max_value_len(),
-                );
+            // A request that may write also logs its INTENT on a master that keeps
+            // completion records.
+            let mut tap_full = false;
+            if mark != ServeMark::Unknown && self.tap.is_some() && !out.tx().backlogged() {
+                let mut need =
+                    crate::mutation::worst_case(req.payload, self.engine.max_value_len());
+                if need > 0 && self.completions && self.write_status == Status::Ok {
+                    need += INTENT_COST;
+                    mark = ServeMark::Logged;
+                }
+                match self.tap_budget.checked_sub(need) {
+                    Some(left) => self.tap_budget = left,
+                    None => tap_full = true,
+                }
+            }
             if tap_full {
                 stats.tap_full.inc();
             }
@@ -270,6 +347,10 @@ impl Server {
             }
             c.expected_psn = psn::add(e, 1);
             c.nak_sent = false;
+            if mark == ServeMark::Logged {
+                self.log_intent(ci, req.psn);
+            }
+            self.serve = mark;
             return true;
         }
         let w = i32::from(self.credits);
@@ -301,7 +382,24 @@ impl Server {
             // Its original is in this burst and not answered yet: that answer is the
             // one the client gets.
             EntryState::Pending if entry.psn == req.psn => stats.drop(DropReason::PsnDuplicate),
-            _ => stats.drop(DropReason::ReplayMissing),
+            // A request answered from completion records is answered from them again.
+            _ => match resume::lookup(restored, c.nonce, req.psn) {
+                Restored::Replay(e)
+                    if resume::replay_restored(
+                        out.tx(),
+                        &params(),
+                        c.qpn,
+                        id,
+                        &self.restored_ring,
+                        &e,
+                        stats,
+                    ) =>
+                {
+                    stats.replays.inc();
+                    stats.restored_replays.inc();
+                }
+                _ => stats.drop(DropReason::ReplayMissing),
+            },
         }
         false
     }

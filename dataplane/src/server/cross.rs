@@ -30,6 +30,7 @@
 //! [`MutationSink::wait_for`]: crate::mutation::MutationSink::wait_for
 
 use super::conn::reserve;
+use super::resume::ServeMark;
 use super::Server;
 use crate::mutation::{record_cost, MutationSink};
 use crate::stats::WorkerStats;
@@ -353,8 +354,18 @@ impl Server {
         // Room for the post-images in each participant's tap (its reservation
         // budget: what its own burst has not reserved), and for the waits in ours.
         let max_value_len = self.engine.max_value_len();
+        // A logged transaction's INTENT is in our ring: each participant's part
+        // waits for it, so no replica has a part without the intent.
+        let logged = self.serve == ServeMark::Logged;
+        let wait = if logged { kvrepl::log::WAIT_LEN } else { 0 };
         for s in parts.iter_mut().flatten() {
-            if s.tap.is_some() && !reserve(&mut s.tap_budget, payload, max_value_len) {
+            if s.tap.is_some()
+                && !(reserve(&mut s.tap_budget, payload, max_value_len)
+                    && s.tap_budget.checked_sub(wait).is_some_and(|l| {
+                        s.tap_budget = l;
+                        true
+                    }))
+            {
                 return TRY_AGAIN;
             }
         }
@@ -407,7 +418,11 @@ impl Server {
                 count[p] += 1;
                 bytes[p] += record_cost(k.len(), v.map_or(0, <[u8]>::len)) as u32;
             }
+            let intent_at = taps[me].as_deref().map_or(0, |t| t.position());
             for (p, t) in taps.iter_mut().enumerate() {
+                if let (Some(t), true) = (t.as_deref_mut(), logged && p != me && count[p] > 0) {
+                    t.wait_for(me as u32, intent_at);
+                }
                 if let (Some(t), true) = (t.as_deref_mut(), count[p] > 1) {
                     t.group(bytes[p]);
                 }

@@ -5,6 +5,7 @@
 //! its post-images go to the mutation tap (replication), and its response carries the
 //! outcome first, then every op's result.
 
+use super::resume::ServeMark;
 use super::Server;
 use crate::chunk::Chunk;
 use crate::mutation::record_cost;
@@ -52,12 +53,35 @@ impl Server {
             self.flush(chunk, pkts, stats, out);
         }
         let pkt = pkts.len() as u8;
+        let mark = self.serve;
         pkts.push(PktCtx {
             params: req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT),
             client: ci as u16,
             psn: req.psn,
             batch_id,
+            logged: mark == ServeMark::Logged,
         });
+        if mark == ServeMark::Unknown {
+            // Begun by the old master, outcome not known here (docs/PROTOCOL.md
+            // §6.6): the outcome result says so and nothing runs.
+            stats.outcome_unknown.inc();
+            let Server {
+                id,
+                clients,
+                hint,
+                hint_len,
+                ..
+            } = self;
+            let mut ctx = Ctx {
+                clients: clients.as_mut_slice(),
+                id,
+                pkts,
+                stats,
+                hint: &hint[..*hint_len],
+            };
+            out.result(&mut ctx, pkt, Status::OutcomeUnknown, &[]);
+            return;
+        }
         let outcome = match &parsed {
             Ok(r) => match self.other_partitions(r) {
                 0 => self.run_local(r),

@@ -86,6 +86,26 @@ impl MutationSink for SnapTee {
         }
     }
 
+    // A transaction's group marker, a cross-partition wait and a completion record
+    // are the replication stream's (the snapshot file has no use for them).
+    fn group(&mut self, bytes: u32) {
+        if let Some(i) = self.inner.as_mut() {
+            i.group(bytes);
+        }
+    }
+
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        if let Some(i) = self.inner.as_mut() {
+            i.wait_for(ring, position);
+        }
+    }
+
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        if let Some(i) = self.inner.as_mut() {
+            i.qp_state(qpn, blob);
+        }
+    }
+
     fn tick(&mut self, engine: &kvengine::Engine) -> bool {
         self.inner.as_mut().is_some_and(|i| i.tick(engine))
     }

@@ -174,6 +174,7 @@ impl RefServer {
                         response_psn: psn::add(0x42, 77 * inc),
                         slot_size: self.cfg.slot_size,
                         region_va: self.cfg.region_va,
+                        resumed: false,
                     };
                     self.qps.insert(
                         c.dest_qp,

@@ -45,13 +45,17 @@ pub enum Status {
     /// A transaction (docs/PROTOCOL.md §3.4) did not commit: nothing of it was
     /// changed. Its outcome result names why; its write ops are answered with this.
     Aborted = 15,
+    /// A request resent across a failover (docs/PROTOCOL.md §6.6) that the failed
+    /// master had begun to execute, and whose outcome the new master does not know:
+    /// its ops may or may not have taken effect (some may have). Never executed again.
+    OutcomeUnknown = 16,
     /// Internal server error.
     Internal = 255,
 }
 
 impl Status {
     /// All status codes.
-    pub const ALL: [Status; 17] = [
+    pub const ALL: [Status; 18] = [
         Status::Ok,
         Status::NotFound,
         Status::OutOfMemory,
@@ -68,6 +72,7 @@ impl Status {
         Status::NotMaster,
         Status::NotEnoughReplicas,
         Status::Aborted,
+        Status::OutcomeUnknown,
         Status::Internal,
     ];
     /// Decodes a status byte.
@@ -89,6 +94,7 @@ impl Status {
             13 => Status::NotMaster,
             14 => Status::NotEnoughReplicas,
             15 => Status::Aborted,
+            16 => Status::OutcomeUnknown,
             255 => Status::Internal,
             _ => return None,
         })
@@ -112,6 +118,7 @@ impl Status {
             Status::NotMaster => "not_master",
             Status::NotEnoughReplicas => "not_enough_replicas",
             Status::Aborted => "aborted",
+            Status::OutcomeUnknown => "outcome_unknown",
             Status::Internal => "internal",
         }
     }

@@ -48,6 +48,77 @@ fn connect_round_trips_and_is_told_from_requests() {
 }
 
 #[test]
+fn resume_round_trips_and_is_told_from_connect() {
+    let mut buf = [0u8; 128];
+    let c = Connect { rkey: 7, nonce: 99 };
+    let n = emit_resume(&mut buf, &params(), 17, 0, &c, 0xab_cdef).unwrap();
+    assert_eq!(n, RESUME_FRAME_LEN);
+    assert_eq!(buf[EXT_OFF + 2], KIND_RESUME);
+    match parse_client_frame(&buf[..n]).unwrap() {
+        ClientFrame::Connect(f) => assert_eq!((f.connect, f.resume), (c, Some(0xab_cdef))),
+        other => panic!("{other:?}"),
+    }
+    // A CONNECT's 16 bytes with the RESUME kind, or a RESUME's 20 with the CONNECT
+    // kind, or a next PSN beyond 24 bits: BadConnect.
+    let mut p = [0u8; RESUME_LEN];
+    c.encode_resume(5, &mut p);
+    assert!(Connect::decode_any(&p[..CONNECT_LEN]).is_none());
+    p[2] = KIND_CONNECT;
+    assert!(Connect::decode_any(&p).is_none());
+    p[2] = KIND_RESUME;
+    p[16] = 1;
+    assert!(Connect::decode_any(&p).is_none());
+    let n = emit_connect(&mut buf, &params(), 17, 0, &c).unwrap();
+    match parse_client_frame(&buf[..n]).unwrap() {
+        ClientFrame::Connect(f) => assert_eq!(f.resume, None),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn accept_carries_the_resumed_flag() {
+    let mut a = Accept {
+        nonce: 1,
+        credits: 32,
+        request_psn: 3,
+        response_psn: 4,
+        slot_size: 64,
+        region_va: 0,
+        resumed: true,
+    };
+    let mut p = [0u8; ACCEPT_LEN];
+    a.encode(&mut p);
+    assert_eq!(p[3], ACCEPT_RESUMED);
+    assert_eq!(Accept::decode(&p), Some(a));
+    a.resumed = false;
+    a.encode(&mut p);
+    assert_eq!((p[3], Accept::decode(&p)), (0, Some(a)));
+}
+
+#[test]
+fn response_parts_read_back_an_emitted_frame() {
+    let mut buf = [0u8; 256];
+    let payload = b"R\x02some payload!";
+    let h = crate::frame::emit_response_headers(
+        &mut buf,
+        &params(),
+        17,
+        0x12_3456,
+        1,
+        2,
+        payload.len(),
+    )
+    .unwrap();
+    buf[h..h + payload.len()].copy_from_slice(payload);
+    let n = finalize(&mut buf).unwrap();
+    assert_eq!(
+        crate::frame::response_parts_unchecked(&buf[..n]),
+        Some((0x12_3456, &payload[..]))
+    );
+    assert_eq!(crate::frame::response_parts_unchecked(&buf[..20]), None);
+}
+
+#[test]
 fn requests_still_parse_through_the_classifier() {
     let mut buf = [0u8; 128];
     let h = emit_request_headers(&mut buf, &params(), 17, 9, 4096, 7, 4).unwrap();
@@ -69,6 +140,7 @@ fn accept_round_trips() {
         response_psn: 7,
         slot_size: 32768,
         region_va: 1 << 32,
+        resumed: false,
     };
     let n = emit_accept(&mut buf, &params(), 17, 0x8001_0000, 1, &a).unwrap();
     assert_eq!(n, ACCEPT_FRAME_LEN);
@@ -143,6 +215,7 @@ fn tshark_decodes_v2_packets() {
         response_psn: 200,
         slot_size: 32768,
         region_va: 1 << 32,
+        resumed: false,
     };
     emit_accept(&mut accept, &p, 17, 0x8001_0000, 1, &a).unwrap();
     let mut nak = [0u8; ACK_FRAME_LEN];

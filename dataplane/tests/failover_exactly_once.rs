@@ -1,0 +1,326 @@
+//! Exactly-once across a failover (docs/PROTOCOL.md §6.6): a real `kvclient::Client`
+//! pipelines fetch-adds to a master (`Server`, no EAL) whose answers are lost; the
+//! master dies; its replica — a `Server` fed the master's mutation tap (post-images
+//! and completion records) up to a chosen point — takes writes; the client resumes
+//! its connections there and resends. Depending on how much of the stream the
+//! replica had:
+//!
+//! * everything: each fetch-add is answered with its original result, none runs again;
+//! * all but the response frames: each is answered `OUTCOME_UNKNOWN`, none runs again;
+//! * nothing past the connections: each runs once, on the replica.
+//!
+//! In every case the counter on the replica counts each fetch-add exactly once.
+//! Without completion records the client's resends would either run again (double
+//! counting) or be reported lost (`ConnectionLost`): each test fails then.
+
+mod common;
+
+use common::{engine, identity, request_params, VecSink, RKEY, SERVER_MAC};
+use dataplane::gate::WriteGate;
+use dataplane::mutation::MutationSink;
+use dataplane::server::Server;
+use dataplane::stats::WorkerStats;
+use kvclient::{Client, ClientConfig, Config, Error, Op, PacketIo, Ticket};
+use kvwire::{Atomic, MasterHint, Status};
+use std::cell::Cell;
+use std::net::Ipv4Addr;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex};
+
+const STEP_NS: u64 = 10_000;
+const MASTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
+const MASTER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
+const QPS: [(u32, u32); 2] = [(100, RKEY), (101, RKEY)];
+const ADDS: u64 = 100;
+
+/// One record of the master's stream, as the replication log would carry it.
+#[derive(Clone, Debug)]
+enum Rec {
+    Put(Vec<u8>, Vec<u8>),
+    Delete(Vec<u8>),
+    Qp(u32, Vec<u8>),
+}
+
+/// The master's mutation tap: records the stream.
+struct Capture(Arc<Mutex<Vec<Rec>>>);
+
+impl MutationSink for Capture {
+    fn room(&self) -> usize {
+        1 << 30
+    }
+    fn put(&mut self, key: &[u8], value: &[u8]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(Rec::Put(key.to_vec(), value.to_vec()));
+    }
+    fn delete(&mut self, key: &[u8]) {
+        self.0.lock().unwrap().push(Rec::Delete(key.to_vec()));
+    }
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        self.0.lock().unwrap().push(Rec::Qp(qpn, blob.to_vec()));
+    }
+}
+
+struct Node {
+    mac: [u8; 6],
+    server: Server,
+    gate: Arc<WriteGate>,
+    inbox: Vec<Vec<u8>>,
+    dead: bool,
+    /// Answers are lost on the way back.
+    mute: bool,
+}
+
+/// Node 0 the replica, node 1 the master; frames routed by destination MAC.
+struct Switch {
+    nodes: Vec<Node>,
+    to_client: Vec<Vec<u8>>,
+    stats: WorkerStats,
+    clock: Rc<Cell<u64>>,
+}
+
+impl PacketIo for Switch {
+    fn send(&mut self, frame: &[u8]) -> bool {
+        for n in &mut self.nodes {
+            if frame[..6] == n.mac {
+                n.inbox.push(frame.to_vec());
+            }
+        }
+        true
+    }
+
+    fn recv(&mut self, f: &mut dyn FnMut(&[u8])) -> usize {
+        for n in &mut self.nodes {
+            let frames = std::mem::take(&mut n.inbox);
+            if frames.is_empty() || n.dead {
+                continue;
+            }
+            let views: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+            let mut tx = VecSink::default();
+            n.server.handle_burst(&views, &self.stats, &mut tx);
+            if !n.mute {
+                self.to_client.extend(tx.sent);
+            }
+        }
+        self.clock.set(self.clock.get() + STEP_NS);
+        let out = std::mem::take(&mut self.to_client);
+        for fr in &out {
+            f(fr);
+        }
+        out.len()
+    }
+}
+
+/// A replica (node 0) and a master (node 1, with the capturing tap), both keeping
+/// completion records, and a client connected to the master.
+fn world(stream: &Arc<Mutex<Vec<Rec>>>) -> Client<Switch> {
+    let mut nodes = Vec::new();
+    for (mac, ip) in [(SERVER_MAC, common::SERVER_IP), (MASTER_MAC, MASTER_IP)] {
+        let mut id = identity();
+        id.mac = mac;
+        id.ip = ip;
+        let mut server = Server::new(id, &QPS, engine(8 << 20));
+        server.set_completion_records(true);
+        let gate = Arc::new(WriteGate::writable());
+        server.set_write_gate(gate.clone());
+        server.engine_mut().put(b"ctr", &0u64.to_le_bytes());
+        nodes.push(Node {
+            mac,
+            server,
+            gate,
+            inbox: Vec::new(),
+            dead: false,
+            mute: false,
+        });
+    }
+    nodes[0].gate.set_master_hint(Some(MasterHint {
+        epoch: 5,
+        ip: MASTER_IP,
+        mac: MASTER_MAC,
+        qpn: 1,
+    }));
+    nodes[0].gate.refuse_not_master();
+    nodes[1]
+        .server
+        .set_mutation_sink(Some(Box::new(Capture(stream.clone()))));
+    let clock = Rc::new(Cell::new(1));
+    let sw = Switch {
+        nodes,
+        to_client: Vec::new(),
+        stats: WorkerStats::default(),
+        clock: clock.clone(),
+    };
+    let cfg = ClientConfig {
+        transport: Config {
+            rto_initial_ns: 300_000,
+            rto_max_ns: 2_000_000,
+            max_retries: 5,
+            ..Config::default()
+        },
+        max_ops_per_packet: 10,
+        ..ClientConfig::default()
+    };
+    let mut params = request_params();
+    params.dst_mac = MASTER_MAC;
+    params.dst_ip = MASTER_IP;
+    let mut c = Client::new(sw, cfg, &QPS, params, Box::new(move || clock.get()));
+    c.set_nodes(&[(MASTER_MAC, MASTER_IP), (SERVER_MAC, common::SERVER_IP)]);
+    c.connect().unwrap();
+    c
+}
+
+fn fetch_add() -> Op {
+    Op::UpdateS2S {
+        key: b"ctr".to_vec(),
+        atomic: Atomic::from_attr(kvwire::func::FETCH_ADD, 0x03).unwrap(),
+        param: 1,
+        param2: 0,
+    }
+}
+
+/// Pipelines [`ADDS`] fetch-adds to the master with its answers lost, then kills
+/// it and promotes the replica after shipping it the stream records `ship` keeps.
+/// Returns each fetch-add's outcome (its original value, or the status), the
+/// counter on the replica, and the client.
+fn failover(ship: impl Fn(&Rec) -> bool) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
+    let stream = Arc::new(Mutex::new(Vec::new()));
+    let mut c = world(&stream);
+    c.io_mut().nodes[1].mute = true;
+    let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
+    // Let the master execute everything (its answers go nowhere).
+    c.flush();
+    for _ in 0..4 {
+        let _ = c.poll();
+    }
+    let sw = c.io_mut();
+    let mut b = [0u8; 8];
+    sw.nodes[1].server.engine_mut().get(b"ctr", &mut b).unwrap();
+    assert_eq!(
+        u64::from_le_bytes(b),
+        ADDS,
+        "the master ran every fetch-add"
+    );
+    // The master dies; the replica gets (part of) its stream and is elected.
+    sw.nodes[1].dead = true;
+    let recs = stream.lock().unwrap().clone();
+    let replica = &mut sw.nodes[0];
+    for r in recs.iter().filter(|r| ship(r)) {
+        match r {
+            Rec::Put(k, v) => {
+                assert_eq!(replica.server.engine_mut().put(k, v), kvengine::Status::Ok)
+            }
+            Rec::Delete(k) => {
+                replica.server.engine_mut().delete(k);
+            }
+            Rec::Qp(q, b) => assert!(replica.server.restore_completion(*q, b)),
+        }
+    }
+    replica.gate.set_master_hint(None);
+    replica.gate.open();
+    let outcomes = tickets
+        .into_iter()
+        .map(|t| match c.wait(t) {
+            Ok(r) if r.status == Status::Ok => {
+                Ok(u64::from_le_bytes(r.value[..8].try_into().unwrap()))
+            }
+            Ok(r) => Err(r.status),
+            Err(Error::Status(s)) => Err(s),
+            Err(e) => panic!("fetch-add failed: {e:?}"),
+        })
+        .collect();
+    let mut b = [0u8; 8];
+    c.io_mut().nodes[0]
+        .server
+        .engine_mut()
+        .get(b"ctr", &mut b)
+        .unwrap();
+    (outcomes, u64::from_le_bytes(b), c)
+}
+
+/// Kind byte of a completion blob (crate::completion: 1 incarnation, 2 intent,
+/// 3 response frame).
+fn kind(r: &Rec) -> Option<u8> {
+    match r {
+        Rec::Qp(_, b) => b.first().copied(),
+        _ => None,
+    }
+}
+
+#[test]
+fn resent_requests_get_their_original_answers_and_do_not_run_again() {
+    let (outcomes, ctr, mut c) = failover(|_| true);
+    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
+    originals.sort_unstable();
+    assert_eq!(
+        originals,
+        (0..ADDS).collect::<Vec<_>>(),
+        "each once, original values"
+    );
+    assert_eq!(ctr, ADDS, "not one applied twice on the new master");
+    assert_eq!(c.node(), Some((SERVER_MAC, common::SERVER_IP)));
+    let t = c.transport().stats();
+    assert!(t.resumed >= 1, "{t:?}");
+    let s = &c.io_mut().stats;
+    assert!(
+        s.restored_replays.get() >= ADDS / 10,
+        "answered from completion records"
+    );
+    assert_eq!(s.outcome_unknown.get(), 0);
+}
+
+#[test]
+fn requests_whose_answers_were_not_replicated_are_reported_unknown_not_rerun() {
+    // The post-images and intents reached the replica, the response frames did not.
+    let (outcomes, ctr, mut c) = failover(|r| kind(r) != Some(3));
+    assert!(
+        outcomes.iter().all(|o| *o == Err(Status::OutcomeUnknown)),
+        "{outcomes:?}"
+    );
+    assert_eq!(
+        ctr, ADDS,
+        "the old master's effects, once; nothing ran again"
+    );
+    assert!(c.io_mut().stats.outcome_unknown.get() >= ADDS / 10);
+}
+
+#[test]
+fn requests_the_replica_never_heard_of_run_there_once() {
+    // Only the connections reached the replica (the client's incarnations).
+    let (outcomes, ctr, mut c) = failover(|r| kind(r) == Some(1));
+    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
+    originals.sort_unstable();
+    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_eq!(ctr, ADDS);
+    assert_eq!(c.io_mut().stats.restored_replays.get(), 0);
+}
+
+#[test]
+fn a_resume_at_a_node_that_is_not_master_is_not_answered() {
+    let stream = Arc::new(Mutex::new(Vec::new()));
+    let mut c = world(&stream);
+    c.io_mut().nodes[1].mute = true;
+    let t = c.submit(fetch_add());
+    c.flush();
+    for _ in 0..4 {
+        let _ = c.poll();
+    }
+    c.io_mut().nodes[1].dead = true;
+    // The replica is never promoted: the RESUMEs go unanswered (no unknown outcome
+    // is invented, nothing is resent as a new request); the operation times out at
+    // the client, its outcome unknown.
+    let mut cfg_wait = 0;
+    while cfg_wait < 2000 && c.poll().is_empty() {
+        cfg_wait += 1;
+    }
+    let drops = c.io_mut().stats.drops[kvwire::DropReason::ResumeNotMaster.index()].get();
+    assert!(drops > 0, "RESUMEs refused by the replica");
+    let mut b = [0u8; 8];
+    c.io_mut().nodes[0]
+        .server
+        .engine_mut()
+        .get(b"ctr", &mut b)
+        .unwrap();
+    assert_eq!(u64::from_le_bytes(b), 0, "nothing ran on the replica");
+    let _ = t;
+}
