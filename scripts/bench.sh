@@ -47,7 +47,8 @@ case "$suite" in
     # replica-failure timeline, Redis 7 master + replica side by side; then offload vs
     # inline replication (SKV Fig. 7/11) and sync mode; failover through etcd (kill -9
     # of a sync master: failover_ms, lost_acked_writes); the replica log file's cost per
-    # fsync policy (results/replica_log.json). --quick and --no-huge pass on.
+    # fsync policy (results/replica_log.json); completion records on vs off
+    # (results/completions.json). --quick and --no-huge pass on.
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     python3 scripts/bench_replication.py "$@" || exit 1
@@ -56,7 +57,10 @@ case "$suite" in
     python3 scripts/bench_offload.py "${more[@]}" || exit 1
     python3 scripts/bench_replica_log.py "${more[@]}" || exit 1
     cargo build --release -q -p ctlplane
-    exec python3 scripts/bench_failover.py "${more[@]}" ;;
+    python3 scripts/bench_failover.py "${more[@]}" || exit 1
+    # What completion records (exactly-once across a failover) cost
+    # (results/completions.json).
+    exec python3 scripts/bench_completions.py "${more[@]}" ;;
   tx)
     # Transactions (issue 15): pktgen --tx vs --tx-baseline (HyperLoop-style), one
     # node and chains of 2 and 3 (results/tx.json); then 1 against 2 workers, where

@@ -142,6 +142,24 @@ impl MutationSink for Recorder {
     fn delete(&mut self, key: &[u8]) {
         self.0.lock().unwrap().push(key.to_vec());
     }
+    fn group(&mut self, bytes: u32) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("#group {bytes}").into_bytes());
+    }
+    fn wait_for(&mut self, ring: u32, position: u64) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("#wait {ring} {position}").into_bytes());
+    }
+    fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("#qp {qpn} {}", blob.len()).into_bytes());
+    }
 }
 
 /// As [`save_while_serving`]; with `inner`, every worker has that tap installed
@@ -257,6 +275,38 @@ fn a_snapshot_on_a_replicating_master_keeps_its_log_tap() {
         seen.iter().all(written),
         "a scan record reached the log tap"
     );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_snapshot_passes_the_streams_markers_to_the_log_tap() {
+    // A transaction's group marker, a cross-partition wait and a completion record
+    // belong to the replication stream: a snapshot in front of the log must pass
+    // them on (a replica would otherwise apply a transaction piecemeal).
+    let rec = Recorder::default();
+    let mut w = Worker::new(0, 1, 10);
+    w.server.set_mutation_sink(Some(Box::new(rec.clone())));
+    let dir = scratch("markers");
+    let ctl = SnapshotCtl::new(1);
+    ctl.start(dir.join("m.kvd")).unwrap();
+    w.snap.poll(&ctl, &mut w.server);
+    assert!(w.snap.active());
+    let t = w.server.mutation_sink_mut().unwrap();
+    t.group(30);
+    t.wait_for(1, 99);
+    t.qp_state(7, b"blob");
+    let seen: Vec<String> = rec
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|k| String::from_utf8_lossy(k).into_owned())
+        .collect();
+    assert_eq!(seen, ["#group 30", "#wait 1 99", "#qp 7 4"]);
+    while w.snap.active() {
+        w.snap.step(&mut w.server);
+    }
+    ctl.wait(Duration::from_secs(10)).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

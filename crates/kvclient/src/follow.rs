@@ -12,9 +12,13 @@
 //!
 //! With **candidate nodes** ([`crate::Client::set_nodes`]), a node that stops
 //! answering (a request given up after the transport's retries) makes the client try
-//! the next candidate; that node serves, or names the master. Operations in flight on
-//! a node that stopped answering fail (`Timeout` / `ConnectionLost`: outcome unknown)
-//! — they are not resent, since a write may have been applied there.
+//! the next candidate; that node serves, or names the master. Requests in flight on a
+//! node that stopped answering are **resumed** there (a RESUME, docs/PROTOCOL.md §6.6):
+//! the new master answers them from the completion records the old one replicated
+//! (their original results), `OUTCOME_UNKNOWN` where only their start arrived, or
+//! runs them if nothing of them arrived — never twice. A node that cannot continue
+//! the connection starts a new one, and the requests fail (`ConnectionLost`: outcome
+//! unknown) without being resent, since a write may have been applied.
 
 use kvwire::{MacAddr, MasterHint};
 use std::net::Ipv4Addr;
