@@ -58,6 +58,9 @@ case "$suite" in
     python3 scripts/bench_replica_log.py "${more[@]}" || exit 1
     cargo build --release -q -p ctlplane
     python3 scripts/bench_failover.py "${more[@]}" || exit 1
+    # The same kill with pktgen following the master (RESUME): exactly once across it
+    # (results/failover_follow.json).
+    python3 scripts/bench_failover.py --follow "${more[@]}" || exit 1
     # What completion records (exactly-once across a failover) cost
     # (results/completions.json).
     exec python3 scripts/bench_completions.py "${more[@]}" ;;

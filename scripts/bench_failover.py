@@ -18,6 +18,16 @@ acknowledged counts); node0 gets SIGKILL --kill-at s into it. Measured:
 Also checked per run: the surviving replica ends with the new master's contents.
 Writes results/failover.json and copies `failover_ms` (median) and
 `lost_acked_writes` (sum over the runs) into results/replication.json.
+
+With --follow (results/failover_follow.json) one pktgen is attached to every node and
+follows the master across the kill (`--follow-ports`: its requests in flight are
+resumed on the next node with a RESUME, docs/PROTOCOL.md §6.6), running on past the
+election. Also measured: client_resumed_ms (from the SIGKILL to the first telemetry
+sample in which the new master executed requests), and exactly-once: every answered
+fetch-add counts once, so the counter's growth minus the acknowledged ones, the ones
+answered OUTCOME_UNKNOWN and the ones given up (applied_twice_bound) must be 0; the
+new master's `restored_replays` counts the requests it answered from the old master's
+completion records instead of running them again.
 """
 import argparse
 import json
@@ -150,6 +160,12 @@ def one_rep(tmp, a, etcd_url, rep):
         x0 = counter(nodes[0], os.path.join(d, "before.kvd"))
         load_args = ["--keys", "1", "--key-size", "8", "--get", "0", "--put", "0", "--atomic", "1",
                      "--warmup", "0", "--duration", str(a.kill_at + 2.5), "--timeout-ms", "300"]
+        if a.follow:
+            # One pktgen on every node's client port, following the master across the
+            # kill (docs/PROTOCOL.md §6.6); long enough to go on after the election.
+            load_args = ["--config", os.path.join(d, "follow.json"),
+                         "--follow-ports", ",".join(f"net_memif{20 + k}" for k in range(3))] + \
+                load_args[:-4] + ["--duration", str(a.kill_at + a.lease_ms / 1000 + 3), "--timeout-ms", "300"]
         p, load_json = pktgen(nodes[0], load_args, "load", wait=False)
         wait_for(lambda: nodes[0].status().get("offset", 0) > 100, 20, "load started")
         time.sleep(a.kill_at)
@@ -166,13 +182,28 @@ def one_rep(tmp, a, etcd_url, rep):
             return None
         m = wait_for(new_master, 10, "a new master")
         failover_ms = (time.monotonic() - t_kill) * 1000
+        resumed_ms = None
+        if a.follow:
+            # The client's view: the new master executes its requests.
+            def ops(n):
+                try:
+                    return br.telemetry(f"{PREFIX}-node{n.k}", "/kvd/stats")["total"]["ops"]
+                except (OSError, ValueError, KeyError):
+                    return None
+            o0 = ops(m)
+            wait_for(lambda: (ops(m) or 0) > (o0 or 0), 20, "the client's requests on the new master")
+            resumed_ms = (time.monotonic() - t_kill) * 1000
         other = nodes[2] if m is nodes[1] else nodes[1]
         epoch = m.status().get("epoch")
         p.wait(60)
         if not os.path.exists(load_json):
             raise RuntimeError("the load wrote no report:\n" + open(os.path.join(d, "load.out")).read()[-2000:])
         r = json.load(open(load_json))
-        acked = r["ops"] - r["errors"]
+        # Following, every answer counts (the run goes on past the kill); otherwise the
+        # measurement window's.
+        acked = r["results_ok"] if a.follow else r["ops"] - r["errors"]
+        unknown = r.get("outcome_unknown", 0)
+        timed_out = r["timeouts"]
         x1 = counter(m, os.path.join(d, "after.kvd"))
         grew = (x1 - x0) % (1 << 64)
         wait_for(lambda: any(pp["state"] == "online" and pp["lag_bytes"] == 0
@@ -190,6 +221,27 @@ def one_rep(tmp, a, etcd_url, rep):
             "lost_acked_writes": max(0, acked - grew),
             "survivor_equals_new_master": equal,
         }
+        if a.follow:
+            # Exactly once: each acknowledged fetch-add counted once, and nothing more
+            # than the ones whose outcome the client was told is unknown (answered
+            # OUTCOME_UNKNOWN, or given up).
+            res.update({
+                "client_resumed_ms": round(resumed_ms, 1),
+                "outcome_unknown_ops": unknown,
+                "timed_out_ops": timed_out,
+                "applied_twice_bound": max(0, grew - acked - unknown - timed_out),
+                "follow_moves": r.get("follow", {}).get("moves"),
+                "resumed_qps": r["transport"]["resumed"],
+                # The new master's side: RESUMEs it continued, requests it answered
+                # from the old master's completion records instead of running them.
+                "new_master_resumes": sm.get("resumes"),
+                "new_master_restored_replays": sm.get("restored_replays"),
+            })
+            log(f"  rep {rep} (following): requests executed on node{m.k} {res['client_resumed_ms']} ms after "
+                f"the kill, {res['follow_moves']} moves, {res['resumed_qps']} QPs resumed, "
+                f"{unknown} OUTCOME_UNKNOWN, {timed_out} given up, "
+                f"{res['new_master_restored_replays']} answered from completion records; growth beyond "
+                f"the acknowledged and unknown ones: {res['applied_twice_bound']}")
         log(f"  rep {rep}: node{m.k} master at epoch {epoch} after {res['failover_ms']} ms; "
             f"{acked} fetch-adds acknowledged, counter +{grew}: lost {res['lost_acked_writes']}; "
             f"survivor equal: {equal}")
@@ -208,11 +260,16 @@ def main():
     ap.add_argument("--kill-at", type=float, default=1.5)
     ap.add_argument("--no-huge", dest="huge", action="store_false")
     ap.add_argument("--quick", action="store_true", help="1 rep")
+    ap.add_argument("--follow", action="store_true",
+                    help="pktgen follows the master across the kill (--follow-ports, RESUME): "
+                         "also checks that no fetch-add ran twice (results/failover_follow.json)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/failover.json"))
     ap.add_argument("--merge-into", default=os.path.join(ROOT, "results/replication.json"))
     a = ap.parse_args()
     if a.quick:
         a.reps = 1
+    if a.follow and a.out == os.path.join(ROOT, "results/failover.json"):
+        a.out = os.path.join(ROOT, "results/failover_follow.json")
     tmp = tempfile.mkdtemp(prefix="kvd-bench-failover-")
     port = free_port()
     etcd_dir = os.path.join(tmp, "etcd")
@@ -239,6 +296,15 @@ def main():
         "wall_s": round(time.monotonic() - t0, 1),
         "runs": runs,
     }
+    if a.follow:
+        res["what"] += "; pktgen follows the master (--follow-ports: RESUME on the next node)"
+        res["client_resumed_ms"] = round(statistics.median(r["client_resumed_ms"] for r in runs), 1)
+        res["client_resumed_ms_runs"] = [r["client_resumed_ms"] for r in runs]
+        res["outcome_unknown_ops"] = sum(r["outcome_unknown_ops"] for r in runs)
+        res["timed_out_ops"] = sum(r["timed_out_ops"] for r in runs)
+        res["applied_twice_bound"] = sum(r["applied_twice_bound"] for r in runs)
+        res["goals"]["applied_twice_bound"] = "0"
+        a.merge_into = ""
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)
@@ -252,7 +318,8 @@ def main():
         j["failover_source"] = os.path.relpath(a.out, ROOT)
         with open(a.merge_into, "w") as f:
             json.dump(j, f, indent=2)
-    bad = [r for r in runs if r["lost_acked_writes"] or not r["survivor_equals_new_master"]]
+    bad = [r for r in runs if r["lost_acked_writes"] or not r["survivor_equals_new_master"]
+           or r.get("applied_twice_bound")]
     sys.exit(1 if bad else 0)
 
 

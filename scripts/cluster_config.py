@@ -12,6 +12,8 @@ Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
        [--topology star|chain]
        [--log-fsync always|everysec|no]  (every node but a fixed master logs the
                                           stream it applies to DIR/nodeK.aof)
+Also writes DIR/follow.json: a pktgen attached to every node's client port, for
+`pktgen --follow-ports net_memif20,net_memif21,...` (follows the master).
 """
 import argparse
 import copy
@@ -117,6 +119,20 @@ def main():
         with open(path, "w") as f:
             json.dump(node_config(base, args.dir, k, n, args), f, indent=2)
         print(path)
+    # A pktgen that follows the master: node0's config with a client port on every
+    # node's client socket (`pktgen --config DIR/follow.json --follow-ports
+    # net_memif20,net_memif21,...`; no node's own pktgen may run at the same time).
+    c = node_config(base, args.dir, 0, n, args)
+    pg = c["pktgen"]
+    pg["file_prefix"] = f"{args.prefix}-follow-pktgen"
+    pg["vdevs"] = [
+        f"net_memif{20 + k},role=client,id=0,socket={os.path.join(args.dir, f'client{k}.sock')},"
+        "socket-abstract=no,rsize=11"
+        for k in range(n)
+    ]
+    pg["port"] = "net_memif20"
+    with open(os.path.join(args.dir, "follow.json"), "w") as f:
+        json.dump(c, f, indent=2)
 
 
 if __name__ == "__main__":

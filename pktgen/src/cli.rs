@@ -207,6 +207,14 @@ pub struct Args {
     /// Fuzz frames sent per transmit flush of the event loop (the fuzz rate).
     #[arg(long, default_value_t = 8)]
     pub fuzz_per_flush: u32,
+    /// Follow the master of a replicated cluster over these DPDK ports (comma-separated
+    /// or repeated), one per node, tried in this order; the run starts on the first
+    /// (the config's `pktgen.port` is not used). When the node in use stops
+    /// answering, the requests in flight are resumed on the next node (RESUME,
+    /// docs/PROTOCOL.md §6.6); a node that answers writes NOT_MASTER is left for the
+    /// next one too.
+    #[arg(long, value_delimiter = ',')]
+    pub follow_ports: Vec<String>,
 }
 
 impl Args {

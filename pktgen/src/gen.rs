@@ -77,6 +77,12 @@ pub struct Counts {
     pub not_enough_replicas: u64,
     /// PUTs answered OUT_OF_MEMORY.
     pub oom: u64,
+    /// Ops answered OUTCOME_UNKNOWN: resent across a failover, begun by the old
+    /// master, their outcome unknown to the new one (docs/PROTOCOL.md §6.6).
+    pub outcome_unknown: u64,
+    /// Results with status OK / NOT_FOUND (or an expected BAD_LENGTH), whenever they
+    /// arrived, in every phase (`done_ops` counts only the measurement window's).
+    pub results_ok: u64,
 }
 
 /// One operation's expectation, kept until its response arrives.
@@ -626,8 +632,11 @@ impl Gen {
             }
             // Without verify, `check` has nothing to do for OK / NOT_FOUND: skip
             // the expectation lookup (the common case, per op).
-            if !verify && matches!(r.status, Status::Ok | Status::NotFound) {
-                continue;
+            if matches!(r.status, Status::Ok | Status::NotFound) {
+                self.tally.counts.results_ok += 1;
+                if !verify {
+                    continue;
+                }
             }
             let e = self.flight.exp[base + idx];
             self.check(phase, &e, r.status, r.value);
@@ -677,6 +686,7 @@ impl Gen {
                 Status::WrongPartition => c.wrong_partition += 1,
                 Status::NotMaster => c.not_master += 1,
                 Status::NotEnoughReplicas => c.not_enough_replicas += 1,
+                Status::OutcomeUnknown => c.outcome_unknown += 1,
                 _ => {}
             }
             c.errors += 1;
@@ -688,6 +698,9 @@ impl Gen {
                 );
             }
             return;
+        }
+        if expected_error {
+            c.results_ok += 1;
         }
         if !self.verify {
             return;

@@ -40,9 +40,14 @@ pub struct PortIo {
     pool: Mempool,
     rxqs: Vec<RxQueue>,
     txqs: Vec<TxQueue>,
-    /// Tx queue of each partition.
+    /// Tx queue of each partition (on the node in use).
     tx_of: Vec<usize>,
+    /// `tx_of` on the first node (`set_node` shifts it).
+    base_tx_of: Vec<usize>,
     nparts: u32,
+    /// Queue pairs per node: the queues of node `k` (`--follow-ports`) are
+    /// `k * per_node ..`; all of them are received from.
+    per_node: usize,
     txb: Vec<MbufBurst<BURST>>,
     rx: MbufBurst<BURST>,
     /// Next rx queue to poll.
@@ -79,6 +84,8 @@ impl PortIo {
             pool,
             rxqs,
             nparts: tx_of.len().max(1) as u32,
+            base_tx_of: tx_of.clone(),
+            per_node: n,
             tx_of,
             txb: (0..n).map(|_| MbufBurst::new()).collect(),
             txqs,
@@ -93,6 +100,20 @@ impl PortIo {
             fuzz: None,
             fuzz_buf: Vec::with_capacity(crate::fuzz::mutate::MAX_FRAME + 64),
         })
+    }
+
+    /// The queues are those of `nodes` ports, `per_node` pairs each, in node order
+    /// (`--follow-ports`); sending starts on node 0.
+    pub fn set_nodes(&mut self, nodes: usize) {
+        self.per_node = self.txqs.len() / nodes.max(1);
+    }
+
+    /// Sends on node `k`'s queues from now on (frames already queued for another node
+    /// stay there).
+    pub fn set_node(&mut self, k: usize) {
+        for (t, b) in self.tx_of.iter_mut().zip(&self.base_tx_of) {
+            *t = k * self.per_node + b;
+        }
     }
 
     /// The mbuf pool (for raw frames).

@@ -88,8 +88,22 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         kvconf::mbuf_data_room(mtu),
         dpdk::SOCKET_ID_ANY,
     )?;
-    let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
-    let PortQueues { rx, tx, .. } = open_port(&port, &pool, p, spec.qps.partitions, mtu)?;
+    // One port, or with --follow-ports one per node of a replicated cluster (their
+    // queues side by side: node k's are k * partitions ..).
+    let names = if args.follow_ports.is_empty() {
+        vec![p.port.clone()]
+    } else {
+        args.follow_ports.clone()
+    };
+    let mut ports = Vec::new();
+    let (mut rx, mut tx) = (Vec::new(), Vec::new());
+    for name in &names {
+        let port = Port::by_name(name).map_err(|e| format!("port {name:?}: {e}"))?;
+        let q: PortQueues = open_port(&port, &pool, p, spec.qps.partitions, mtu)?;
+        rx.extend(q.rx);
+        tx.extend(q.tx);
+        ports.push(port);
+    }
 
     let params = FrameParams::new(
         p.mac_bytes(),
@@ -112,6 +126,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         .map(|p| if spec.qps.misdirect { (p + 1) % n } else { p })
         .collect();
     let mut io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
+    io.set_nodes(ports.len());
     if args.fuzz > 0 {
         let seed = args.fuzz_seed.unwrap_or_else(now_nanos);
         // The fuzz QPs: the config's clients the workload does not use.
@@ -145,7 +160,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     };
     if args.tx_audit {
         let code = txbench::audit(io, &spec, tcfg, params)?;
-        stop_port(&port);
+        stop_ports(&ports);
         drop(eal);
         return Ok(code);
     }
@@ -154,7 +169,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         tx.shared = args.tx_shared;
         tx.inflight = args.tx_inflight;
         let code = txbench::run(io, &spec, tcfg, params, &tx)?;
-        stop_port(&port);
+        stop_ports(&ports);
         drop(eal);
         return Ok(code);
     }
@@ -177,6 +192,12 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         request_payload_capacity(usize::from(mtu)),
     );
     let mut d = Driver::new(gen, io, transport, &spec);
+    if ports.len() > 1 {
+        if ph.echo {
+            return Err("--follow-ports needs the transport (not --echo)".into());
+        }
+        d.follow(ports.len());
+    }
     d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
 
     let calib_ns = match spec.phases.calibrate {
@@ -215,16 +236,27 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
             .collect();
         println!("fuzz: mutations {}", kinds.join(", "));
     }
+    let follow = d
+        .follow_moves()
+        .map(|m| serde_json::json!({"nodes": ports.len(), "moves": m}));
+    if let Some(f) = &follow {
+        println!("follow: {} nodes, moved {} times", ports.len(), f["moves"]);
+    }
     if let Some(path) = &spec.json {
         outcome.write(path)?;
-        if let Some(f) = &fuzz {
+        if fuzz.is_some() || follow.is_some() {
             let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
-            v["fuzz"] = serde_json::to_value(f)?;
+            if let Some(f) = &fuzz {
+                v["fuzz"] = serde_json::to_value(f)?;
+            }
+            if let Some(f) = follow {
+                v["follow"] = f;
+            }
             std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
         }
     }
     drop(d);
-    stop_port(&port);
+    stop_ports(&ports);
     drop(eal);
     Ok(outcome.exit_code())
 }
@@ -239,9 +271,11 @@ const QUIESCE: Duration = Duration::from_millis(50);
 /// (DPDK 22.11's memif unmaps the regions from its interrupt thread without waiting
 /// for the datapath; seen with 8 KiB responses at MTU 9000): every request is
 /// answered or given up by now, so after a pause the server's queue is idle.
-fn stop_port(port: &Port) {
+fn stop_ports(ports: &[Port]) {
     std::thread::sleep(QUIESCE);
-    let _ = port.stop();
+    for p in ports {
+        let _ = p.stop();
+    }
 }
 
 fn open_port(

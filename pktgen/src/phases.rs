@@ -60,7 +60,27 @@ pub struct Driver {
     clock: Clock,
     /// The transport's failed-request count when failed QPs were last reconnected.
     revived_at_failed: u64,
+    /// Following the master over several nodes' ports (`--follow-ports`).
+    follow: Option<Follow>,
 }
+
+/// Where pktgen sends in a replicated cluster (`--follow-ports`, docs/PROTOCOL.md
+/// §6.6): node `cur` of `nodes`, moving on when it stops answering (a QP lost) or
+/// refuses writes (NOT_MASTER).
+#[derive(Debug, Default)]
+struct Follow {
+    nodes: usize,
+    cur: usize,
+    /// Transport time of the last move.
+    last_move_ns: u64,
+    /// NOT_MASTER results counted when last looked at.
+    not_master_seen: u64,
+    moves: u64,
+}
+
+/// After a move, NOT_MASTER answers for this long are the old node's (requests that
+/// were in flight there): they do not make pktgen move again.
+const FOLLOW_SETTLE_NS: u64 = 20_000_000;
 
 /// Transport time: wall-clock ns at start, advanced by the TSC (so connection nonces
 /// grow across pktgen runs, docs/PROTOCOL.md §6.1).
@@ -110,7 +130,73 @@ impl Driver {
             timeout_ms: spec.phases.timeout_ms,
             clock: Clock::new(hz),
             revived_at_failed: 0,
+            follow: None,
         }
+    }
+
+    /// Follows the master over `nodes` nodes (their queues side by side in the I/O):
+    /// the transport keeps a lost QP's requests for a RESUME on the next node.
+    pub fn follow(&mut self, nodes: usize) {
+        if let Some(t) = self.transport.as_mut() {
+            t.set_resume(true);
+        }
+        self.follow = Some(Follow {
+            nodes,
+            ..Follow::default()
+        });
+    }
+
+    /// Moves made while following (`None` when not following).
+    pub fn follow_moves(&self) -> Option<u64> {
+        self.follow.as_ref().map(|f| f.moves)
+    }
+
+    /// Moves to the next node when the one in use stopped answering (a QP lost) or
+    /// refused writes; requests in flight are resumed there, other QPs connect anew.
+    fn follow_step(&mut self, now_ns: u64) {
+        let Driver {
+            io,
+            transport,
+            follow,
+            gen,
+            ..
+        } = self;
+        let (Some(f), Some(t)) = (follow.as_mut(), transport.as_mut()) else {
+            return;
+        };
+        let lost = (0..t.qp_count()).any(|q| t.state(q) == kvclient::QpState::Lost);
+        let nm = gen.tally.counts.not_master;
+        let refused =
+            nm > f.not_master_seen && now_ns.saturating_sub(f.last_move_ns) > FOLLOW_SETTLE_NS;
+        f.not_master_seen = nm;
+        if !lost && !refused {
+            return;
+        }
+        f.cur = (f.cur + 1) % f.nodes;
+        f.moves += 1;
+        f.last_move_ns = now_ns;
+        io.set_node(f.cur);
+        for qp in 0..t.qp_count() {
+            let st = t.state(qp);
+            if t.in_flight(qp) > 0
+                || matches!(st, kvclient::QpState::Lost | kvclient::QpState::Resuming)
+            {
+                t.resume(qp, io, now_ns);
+            } else {
+                t.connect(qp, io, now_ns);
+            }
+        }
+        eprintln!(
+            "pktgen: follow: node {} {}, now node {} (move {})",
+            (f.cur + f.nodes - 1) % f.nodes,
+            if lost {
+                "stopped answering"
+            } else {
+                "refuses writes"
+            },
+            f.cur,
+            f.moves
+        );
     }
 
     /// The transport's counters and the injected faults, for the report.
@@ -533,6 +619,9 @@ impl Driver {
                 }
             };
             in_flight -= done.min(in_flight);
+            if self.follow.is_some() {
+                self.follow_step(now_ns);
+            }
             idle.poll(!moved);
             // Timeouts (echo mode; the transport times out its own), every ~1 ms.
             if now.wrapping_sub(last_scan) > hz_ticks / 1000 {

@@ -94,6 +94,12 @@ impl Outcome<'_> {
                 c.not_master, c.not_enough_replicas
             );
         }
+        if c.outcome_unknown > 0 {
+            println!(
+                "  OUTCOME_UNKNOWN results (begun by a failed master): {}",
+                c.outcome_unknown
+            );
+        }
         if c.wrong_partition > 0 {
             println!("  WRONG_PARTITION results: {}", c.wrong_partition);
         }
@@ -166,6 +172,8 @@ impl Outcome<'_> {
             "wrong_partition": c.wrong_partition,
             "not_master": c.not_master,
             "not_enough_replicas": c.not_enough_replicas,
+            "outcome_unknown": c.outcome_unknown,
+            "results_ok": c.results_ok,
             "partitions": spec.qps.partitions,
             "misdirect": spec.qps.misdirect,
             "partition_ops": m.part_ops,
@@ -186,6 +194,8 @@ impl Outcome<'_> {
                 "stale_frames": t.stale_frames, "gap_frames": t.gap_frames,
                 "bad_frames": t.bad_frames, "completed": t.completed, "failed": t.failed,
                 "fast_retransmits": t.fast_retransmits,
+                "resumes_sent": t.resumes_sent, "resumed": t.resumed,
+                "resume_refused": t.resume_refused,
                 "rto_us": spec.phases.rto_us, "rto_min_us": spec.phases.rto_min_us,
                 "injected_tx": faults(ftx), "injected_rx": faults(frx),
                 "loss": spec.phases.tx_faults.loss, "dup": spec.phases.tx_faults.dup,
@@ -509,11 +519,13 @@ mod tests {
                 "not_enough_replicas",
                 "not_master",
                 "ops",
+                "outcome_unknown",
                 "packets",
                 "partition_ops",
                 "partition_ops_k",
                 "partitions",
                 "readback",
+                "results_ok",
                 "rx_drops",
                 "share_within_10us",
                 "stale_responses",

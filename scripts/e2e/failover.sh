@@ -10,7 +10,10 @@
 #     with the new master's contents;
 #  3. sync mode: kill -9 of the master under fetch-adds to one counter: every
 #     fetch-add it acknowledged is in the counter of the new master (read from a
-#     snapshot, scripts/snapshot_dump.py).
+#     snapshot, scripts/snapshot_dump.py);
+#  4. the same with a client that follows the master (pktgen --follow-ports): its
+#     requests in flight are resumed on the new master, and every fetch-add it was
+#     answered counts exactly once (docs/PROTOCOL.md §6.6).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -203,3 +206,49 @@ x1=$(counter "$new" after)
 grew=$(python3 -c "print(($x1 - $x0) % 2**64)")
 [ "$grew" -ge "$acked" ] || fail "sync mode lost acknowledged writes: counter grew by $grew, $acked fetch-adds acknowledged"
 pass "sync mode, master killed: node$new master; all $acked acknowledged fetch-adds are in its counter (+$grew)"
+stop_node "$D" 1
+stop_node "$D" 2
+
+# --- 4: a client that follows the master (pktgen --follow-ports: one port per node)
+# under fetch-adds across kill -9 of the master, sync mode. Its requests in flight at
+# the kill are resumed on the new master (RESUME, docs/PROTOCOL.md §6.6), which answers
+# the ones the old master had run from their completion records: every fetch-add the
+# client was answered counts exactly once — the counter grows by the acknowledged ones,
+# plus at most those answered OUTCOME_UNKNOWN or given up.
+D="$E2E_TMP/d"
+python3 scripts/cluster_config.py "$D" 2 --prefix kvd-e2e-fo-fo-d \
+  --etcd "http://127.0.0.1:$ETCD_PORT" --cluster fo-d --lease-ms "$LEASE_MS" \
+  --mode sync --min-replicas 1 --probe-ms 50 --waiting-ms 200 --backlog-mb 64 >/dev/null
+start_node "$D" 0
+wait_role "$D" 0 master 10
+start_node "$D" 1
+start_node "$D" 2
+wait_followers "$D" 0 30 1 2
+pg "$D" 0 fill --keys 1 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.1 --warmup 0 \
+  || { cat "$D/fill.out"; fail "fill failed"; }
+x0=$(counter 0 before)
+( timeout 60 "$PG" --config "$D/follow.json" --follow-ports net_memif20,net_memif21,net_memif22 \
+    --no-huge --json "$D/fadds.json" --keys 1 --key-size 8 --get 0 --put 0 --atomic 1 \
+    --duration 4 --warmup 0 --timeout-ms 300 >"$D/fadds.out" 2>&1 || true ) &
+LOAD=$!
+sleep 1
+kill -KILL "${NODE_PID[0]}"
+new=$(elected "$D")
+[ -n "$new" ] || fail "following: no replica became master within 5 s"
+wait "$LOAD" || true
+[ -f "$D/fadds.json" ] || { cat "$D/fadds.out"; fail "the following client reported nothing"; }
+acked=$(json_field "$D/fadds.json" 'd["results_ok"]')
+unknown=$(json_field "$D/fadds.json" 'd["outcome_unknown"]')
+gaveup=$(json_field "$D/fadds.json" 'd["timeouts"]')
+resumed=$(json_field "$D/fadds.json" 'd["transport"]["resumed"]')
+moves=$(json_field "$D/fadds.json" 'd["follow"]["moves"]')
+x1=$(counter "$new" after)
+grew=$(python3 -c "print(($x1 - $x0) % 2**64)")
+[ "$resumed" -ge 1 ] || { cat "$D/fadds.out"; fail "following: no QP was resumed ($moves moves)"; }
+[ "$acked" -gt 1000 ] || fail "following: only $acked fetch-adds answered"
+[ "$grew" -ge "$acked" ] || fail "following: acknowledged fetch-adds lost: +$grew, $acked acknowledged"
+[ "$grew" -le $((acked + unknown + gaveup)) ] \
+  || fail "following: a fetch-add ran twice: +$grew > $acked acknowledged + $unknown unknown + $gaveup given up"
+stop_node "$D" "$new"
+replays=$(json_field "$D/node$new.stats.json" 'd["restored_replays"]')
+pass "following the master: $moves moves, $resumed QPs resumed on node$new ($replays requests answered from completion records); $acked fetch-adds answered, counter +$grew ($unknown unknown, $gaveup given up)"
