@@ -288,6 +288,7 @@ def main():
     res = {
         "what": f"kill -9 of the master of 3 etcd-managed nodes under a verifying PUT load, mode {a.mode}, "
                 f"min_replicas 1, lease {a.lease_ms} ms",
+        "command": "scripts/bench_failover.py" + (" --follow" if a.follow else "") + (" --quick" if a.quick else ""),
         "reps": a.reps,
         "failover_ms": round(statistics.median(r["failover_ms"] for r in runs), 1),
         "failover_ms_runs": [r["failover_ms"] for r in runs],
