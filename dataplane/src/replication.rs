@@ -182,6 +182,14 @@ pub fn setup(
         )
         .with_lease_ttl_ms(etcd.lease_ttl_ms);
         let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
+        // A chain node relays its stream to its successor while it is a replica
+        // (as in a fixed chain, below); elected, it becomes the head.
+        let relay = (r.topology == kvconf::Topology::Chain).then(|| {
+            let rs = Arc::new(ReplStatus::default());
+            let _ = rs.link_names.set(names.clone());
+            let _ = status.relay.set(rs.clone());
+            (relay_config(&mc), rs)
+        });
         let node = ClusterNode::new(ClusterParts {
             master: mc,
             replica: rc,
@@ -194,6 +202,7 @@ pub fn setup(
             status: status.clone(),
             view: view.clone(),
             log,
+            relay,
         })?;
         cluster = Some((handle, view));
         Box::new(node)
@@ -234,12 +243,8 @@ pub fn setup(
                     }
                     let rs = Arc::new(ReplStatus::default());
                     let _ = rs.link_names.set(names.clone());
-                    let mut relay_cfg = mc.clone();
-                    relay_cfg.gate.mode = kvrepl::progress::Mode::Async;
-                    relay_cfg.gate.min_replicas = 0;
-                    relay_cfg.chain = false;
                     let relay = MasterNode::new(
-                        relay_cfg,
+                        relay_config(&mc),
                         links.len(),
                         logs,
                         scans,
@@ -409,6 +414,16 @@ fn master_config(
 
 /// The replica's settings from the config. With etcd the master is found by
 /// broadcasting HELLO on every link (whoever is master answers).
+/// A chain replica's relay: it ships what it applies on to its successor, whatever
+/// the chain's write mode (the head's gate decides when a write is answered).
+fn relay_config(mc: &MasterConfig) -> MasterConfig {
+    let mut c = mc.clone();
+    c.gate.mode = kvrepl::progress::Mode::Async;
+    c.gate.min_replicas = 0;
+    c.chain = false;
+    c
+}
+
 fn replica_config(
     cfg: &Config,
     node_id: u64,
@@ -416,20 +431,31 @@ fn replica_config(
     ip: std::net::Ipv4Addr,
 ) -> Result<ReplicaConfig, Box<dyn std::error::Error>> {
     let r = &cfg.replication;
+    let chain = r.topology == kvconf::Topology::Chain;
+    // With etcd a star's replicas ask whoever answers (the elected master); a
+    // chain's follow their predecessor as configured.
     let master = match (&r.master, &r.etcd) {
         (Some(m), None) => Some((kvconf::parse_mac(&m.mac)?, m.ip)),
+        (Some(m), Some(_)) if chain => Some((kvconf::parse_mac(&m.mac)?, m.ip)),
         _ => None,
     };
+    let mut fallback: Vec<_> = r
+        .fallback
+        .iter()
+        .map(|a| Ok((kvconf::parse_mac(&a.mac)?, a.ip)))
+        .collect::<Result<_, kvconf::ConfigError>>()?;
+    if chain && r.etcd.is_some() && master.is_some() {
+        // The head may have been elected anywhere down the chain: when every
+        // predecessor is silent, ask whoever answers (the head, or a relay, which
+        // redirects down to the tail).
+        fallback.push(([0xff; 6], std::net::Ipv4Addr::BROADCAST));
+    }
     Ok(ReplicaConfig {
         node_id,
         mac,
         ip,
         master,
-        fallback: r
-            .fallback
-            .iter()
-            .map(|a| Ok((kvconf::parse_mac(&a.mac)?, a.ip)))
-            .collect::<Result<_, kvconf::ConfigError>>()?,
+        fallback,
         waiting_time_ns: r.waiting_time_ms * MS,
         ack_interval_ns: r.ack_interval_ms * MS,
         hello_interval_ns: HELLO_INTERVAL_MS * MS,

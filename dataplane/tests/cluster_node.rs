@@ -120,6 +120,7 @@ impl Node {
             status: status.clone(),
             view: view.clone(),
             log: None,
+            relay: None,
         })
         .unwrap();
         Node {

@@ -235,9 +235,6 @@ impl ReplicationSection {
             parse_mac(&m.mac)
                 .map_err(|e| ConfigError(format!("replication.fallback[{i}].mac: {e}")))?;
         }
-        if self.topology == Topology::Chain && self.etcd.is_some() {
-            return err("topology chain has fixed roles: it does not take etcd".into());
-        }
         if role == ReplRole::Replica && self.master.is_none() && self.etcd.is_none() {
             return err("master (or etcd) is needed to find the master".into());
         }

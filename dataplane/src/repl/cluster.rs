@@ -83,6 +83,9 @@ pub struct ClusterParts {
     /// The replica's log file feed, and the (id, epoch, offset) its loaded data
     /// stands at (config `replication.log_file`).
     pub log: Option<LogStart>,
+    /// A chain node (`topology: chain`): as a replica it relays its stream to its
+    /// successor through a relay over the log rings, with these settings and status.
+    pub relay: Option<(MasterConfig, Arc<ReplStatus>)>,
 }
 
 /// The replication logic of a node whose role etcd decides.
@@ -105,6 +108,8 @@ pub struct ClusterNode {
     /// While master: when its gate was closed because the view stopped saying "master
     /// at my epoch" (lease not renewed, handover); `None` while open.
     fenced_since_ns: Option<u64>,
+    /// A chain node's relay settings and status (`ClusterParts::relay`).
+    relay: Option<(MasterConfig, Arc<ReplStatus>)>,
 }
 
 impl ClusterNode {
@@ -129,8 +134,8 @@ impl ClusterNode {
                 replica.resume_at(id, epoch, offset);
             }
         }
-        Ok(ClusterNode {
-            node: Node::Replica(replica),
+        let mut node = ClusterNode {
+            node: Node::Switching,
             logs: Some((p.logs, p.scans)),
             rings: None,
             master_cfg: p.master,
@@ -142,7 +147,46 @@ impl ClusterNode {
             hint: None,
             log: None,
             fenced_since_ns: None,
-        })
+            relay: p.relay,
+        };
+        node.attach_relay(&mut replica)?;
+        node.node = Node::Replica(replica);
+        Ok(node)
+    }
+
+    /// A chain node's replica relays its stream to its successor: the relay takes
+    /// the log rings (their live logging paused; they carry a successor's full-sync
+    /// scan) until the node is promoted.
+    fn attach_relay(&mut self, r: &mut ReplicaNode) -> Result<(), String> {
+        let Some((cfg, status)) = self.relay.clone() else {
+            return Ok(());
+        };
+        let Some((logs, scans)) = self.logs.take() else {
+            return Err("no log rings for the relay".into());
+        };
+        let relay = MasterNode::new(
+            cfg,
+            self.links,
+            logs,
+            scans,
+            status,
+            Arc::new(WriteGate::writable()),
+            0,
+        )?
+        .into_relay();
+        r.set_relay(relay);
+        Ok(())
+    }
+
+    /// Takes a replica apart for a promotion: its log feed, its apply rings, and (a
+    /// chain node) the log rings back from its relay.
+    fn dismantle(&mut self, mut r: ReplicaNode) {
+        self.take_log(&mut r);
+        if let Some(relay) = r.take_relay() {
+            self.logs = Some(relay.into_parts());
+        }
+        let (rings, consumed) = r.into_parts();
+        self.rings = Some((rings, consumed));
     }
 
     /// Names the view's master in `NOT_MASTER` answers (when it changed).
@@ -238,6 +282,7 @@ impl ClusterNode {
             r.set_log(f);
         }
         r.set_epoch_floor(self.view.epoch());
+        self.attach_relay(&mut r)?;
         self.hint = None;
         self.status.demotions.fetch_add(1, Ordering::Relaxed);
         self.node = Node::Replica(r);
@@ -262,9 +307,7 @@ impl ClusterNode {
                 r.set_epoch_floor(epoch);
                 if role == Role::Master && r.drained() {
                     let prev = r.position();
-                    self.take_log(&mut r);
-                    let (rings, consumed) = r.into_parts();
-                    self.rings = Some((rings, consumed));
+                    self.dismantle(r);
                     if let Err(e) = self.become_master(epoch, prev, now_ns) {
                         eprintln!("dataplane: promotion at epoch {epoch} failed: {e}");
                     }
@@ -285,14 +328,11 @@ impl ClusterNode {
                         return;
                     }
                     if role == Role::Master {
-                        let Node::Replica(mut r) =
-                            std::mem::replace(&mut self.node, Node::Switching)
+                        let Node::Replica(r) = std::mem::replace(&mut self.node, Node::Switching)
                         else {
                             return;
                         };
-                        self.take_log(&mut r);
-                        let (rings, consumed) = r.into_parts();
-                        self.rings = Some((rings, consumed));
+                        self.dismantle(r);
                         if let Err(e) = self.become_master(epoch, prev, now_ns) {
                             eprintln!("dataplane: promotion at epoch {epoch} failed: {e}");
                         }

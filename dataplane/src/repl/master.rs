@@ -252,6 +252,23 @@ impl MasterNode {
         }
     }
 
+    /// A relay's upstream is on `link`: nothing of the relay goes there (in an
+    /// etcd-managed chain, the successor may have been elected head and welcomed
+    /// this node: a node cannot be both).
+    pub fn forget_peer(&mut self, link: usize) {
+        let Some(p) = self.peers.get_mut(link) else {
+            return;
+        };
+        if p.hello.is_none() && p.params.is_none() {
+            return;
+        }
+        p.shipper.stop();
+        p.state = ReplicaState::Connecting;
+        p.hello = None;
+        p.params = None;
+        p.applied = 0;
+    }
+
     /// A relay's record of the live stream, in stream order.
     pub fn relay_append(&mut self, rec: &kvrepl::Record<'_>) {
         if self.live.append_record(rec).is_err() {

@@ -63,7 +63,9 @@ pub struct ReplicaConfig {
     /// the predecessor.
     pub master: Option<(MacAddr, Ipv4Addr)>,
     /// A chain node: the nodes before its predecessor, nearest first. The replica
-    /// joins the next one when its upstream is silent for `waiting_time_ns`.
+    /// joins the next one when its upstream is silent for `waiting_time_ns`. The
+    /// broadcast address stands for "whichever node answers" (an etcd-managed chain,
+    /// whose head may have been elected anywhere).
     pub fallback: Vec<(MacAddr, Ipv4Addr)>,
     /// How long an upstream may be silent before a chain node tries the next one.
     pub waiting_time_ns: u64,
@@ -298,6 +300,11 @@ impl ReplicaNode {
     /// `relay` (a [`MasterNode::into_relay`] over the same links).
     pub fn set_relay(&mut self, relay: MasterNode) {
         self.relay = Some(Box::new(relay));
+    }
+
+    /// Takes the relay back (a chain node promoted to head).
+    pub fn take_relay(&mut self) -> Option<MasterNode> {
+        self.relay.take().map(|r| *r)
     }
 
     /// The upstream it follows now (the master, or a fallback of a chain, or the
@@ -536,6 +543,7 @@ impl ReplLogic for ReplicaNode {
             let Ok(frame) = parse_repl_frame(f) else {
                 continue;
             };
+            let upstream_link = self.master_link.as_ref().map(|(l, _)| *l);
             match frame {
                 ReplFrame::WriteImm(w) => {
                     // Ours, into our ring: the R_Key and the slot of its PSN.
@@ -623,6 +631,7 @@ impl ReplLogic for ReplicaNode {
                             self.applier.on_welcome(&w, &mut sink);
                             self.upstream_heard_ns = now_ns;
                             if let Some(r) = &mut self.relay {
+                                r.forget_peer(link);
                                 r.relay_restart(w.repl_id, w.epoch, w.offset, tx);
                             }
                             self.checkpoints.clear();
@@ -642,15 +651,22 @@ impl ReplLogic for ReplicaNode {
                             self.master_link = Some((link, params));
                         }
                         Control::Hello(_) | Control::Progress(_) | Control::ProbeReply(_) => {
-                            // A successor's: the relay's business.
-                            if let Some(r) = &mut self.relay {
+                            // A successor's: the relay's business (never from the
+                            // upstream's link).
+                            if let (Some(r), false) = (&mut self.relay, upstream_link == Some(link))
+                            {
                                 r.on_frames(link, &[*f], now_ns, tx);
                             }
                         }
                         Control::Probe(p) => {
-                            if self
-                                .upstream_addr()
-                                .is_some_and(|(m, _)| m == s.link.src_mac)
+                            // From the upstream it asked, or (having asked by
+                            // broadcast) from the node that welcomed it.
+                            let src = s.link.src_mac;
+                            if self.upstream_addr().is_some_and(|(m, _)| m == src)
+                                || self
+                                    .master_link
+                                    .as_ref()
+                                    .is_some_and(|(_, p)| p.dst_mac == src)
                             {
                                 self.upstream_heard_ns = now_ns;
                             }
@@ -670,7 +686,7 @@ impl ReplLogic for ReplicaNode {
                 }
                 ReplFrame::Ack(_) => {
                     // Acknowledgements of the relay's segments by its successor.
-                    if let Some(r) = &mut self.relay {
+                    if let (Some(r), false) = (&mut self.relay, upstream_link == Some(link)) {
                         r.on_frames(link, &[*f], now_ns, tx);
                     }
                 }
