@@ -65,6 +65,13 @@ impl Outcome {
 pub fn error_code(e: &Error) -> (i32, String) {
     match e {
         Error::Status(Status::NotFound) => (EXIT_NOT_FOUND, "key not found".into()),
+        // Resent across a failover, begun by the old master: as a timeout, the outcome
+        // is unknown (docs/PROTOCOL.md §6.6).
+        Error::Status(Status::OutcomeUnknown) => (
+            EXIT_UNREACHABLE,
+            "server answered OUTCOME_UNKNOWN: the master failed while running it              (outcome unknown)"
+                .into(),
+        ),
         Error::Status(s) => {
             let hint = match s {
                 Status::BadLength => {
