@@ -94,22 +94,15 @@ def main():
     if a.quick:
         a.reps, a.duration = 1, 1.0
     tmp = tempfile.mkdtemp(prefix="kvd-bench-completions-")
-    port = bf.free_port()
-    etcd_dir = os.path.join(tmp, "etcd")
-    subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "start", "--port", str(port), "--dir", etcd_dir],
-                   check=True, stdout=subprocess.DEVNULL)
     runs = []
     t0 = time.monotonic()
     try:
-        with br.dpdk_lock():
+        with bf.etcd(tmp) as url, br.dpdk_lock():
             for rep in range(a.reps):
-                url = f"http://127.0.0.1:{port}"
                 on = one_cluster(tmp, a, url, f"on{rep}", True)
                 off = one_cluster(tmp, a, url, f"off{rep}", False)
                 runs.append({"with": on, "without": off})
     finally:
-        subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "stop", "--port", str(port), "--dir", etcd_dir],
-                       check=False, stdout=subprocess.DEVNULL)
         shutil.rmtree(tmp, ignore_errors=True)
 
     def med(f):

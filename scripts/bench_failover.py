@@ -30,6 +30,7 @@ new master's `restored_replays` counts the requests it answered from the old mas
 completion records instead of running them again.
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -100,6 +101,18 @@ class Node:
             self.proc.kill()
             self.proc.wait()
         self.proc = None
+
+
+@contextlib.contextmanager
+def etcd(tmp):
+    """A private etcd (scripts/etcd.sh) under `tmp` for the run; yields its URL."""
+    port = free_port()
+    cmd = [os.path.join(ROOT, "scripts/etcd.sh"), "{}", "--port", str(port), "--dir", os.path.join(tmp, "etcd")]
+    subprocess.run([c.format("start") for c in cmd], check=True, stdout=subprocess.DEVNULL)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        subprocess.run([c.format("stop") for c in cmd], check=False, stdout=subprocess.DEVNULL)
 
 
 def wait_for(pred, timeout, what):
@@ -271,19 +284,11 @@ def main():
     if a.follow and a.out == os.path.join(ROOT, "results/failover.json"):
         a.out = os.path.join(ROOT, "results/failover_follow.json")
     tmp = tempfile.mkdtemp(prefix="kvd-bench-failover-")
-    port = free_port()
-    etcd_dir = os.path.join(tmp, "etcd")
-    subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "start", "--port", str(port), "--dir", etcd_dir],
-                   check=True, stdout=subprocess.DEVNULL)
     runs = []
     t0 = time.monotonic()
-    try:
-        with br.dpdk_lock():
-            for rep in range(a.reps):
-                runs.append(one_rep(tmp, a, f"http://127.0.0.1:{port}", rep))
-    finally:
-        subprocess.run([os.path.join(ROOT, "scripts/etcd.sh"), "stop", "--port", str(port), "--dir", etcd_dir],
-                       check=False, stdout=subprocess.DEVNULL)
+    with etcd(tmp) as url, br.dpdk_lock():
+        for rep in range(a.reps):
+            runs.append(one_rep(tmp, a, url, rep))
     lost = [r["lost_acked_writes"] for r in runs]
     res = {
         "what": f"kill -9 of the master of 3 etcd-managed nodes under a verifying PUT load, mode {a.mode}, "

@@ -13,17 +13,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
 CTL=target/release/ctlplane
-ETCD_PORT=$((26000 + RANDOM % 2000))
-ETCD_DIR="$E2E_TMP/etcd"
 LEASE_MS=1000
-
-etcd_stop() { scripts/etcd.sh stop --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null 2>&1 || true; }
-trap 'etcd_stop; e2e_cleanup' EXIT
-scripts/etcd.sh start --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null || fail "etcd did not start"
+etcd_up 26000
 
 D="$E2E_TMP/c"
 python3 scripts/cluster_config.py "$D" 2 --prefix kvd-e2e-cfo --topology chain --mode sync \
-  --min-replicas 1 --probe-ms 50 --waiting-ms 200 --etcd "http://127.0.0.1:$ETCD_PORT" \
+  --min-replicas 1 --probe-ms 50 --waiting-ms 200 --etcd "$ETCD_URL" \
   --cluster cfo --lease-ms "$LEASE_MS" >/dev/null
 
 status() { repl_status "$D" "$1" "$2"; }               # K EXPR

@@ -18,18 +18,13 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
 CTL=target/release/ctlplane
-ETCD_PORT=$((24000 + RANDOM % 2000))
-ETCD_DIR="$E2E_TMP/etcd"
 LEASE_MS=1000
-
-etcd_stop() { scripts/etcd.sh stop --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null 2>&1 || true; }
-trap 'etcd_stop; e2e_cleanup' EXIT
-scripts/etcd.sh start --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null || fail "etcd did not start"
+etcd_up 24000
 
 # cluster DIR N_REPLICAS NAME: configs of N+1 etcd-managed nodes (cluster NAME).
 cluster() {
   python3 scripts/cluster_config.py "$1" "$2" --prefix "kvd-e2e-fo-$3" \
-    --etcd "http://127.0.0.1:$ETCD_PORT" --cluster "$3" --lease-ms "$LEASE_MS" \
+    --etcd "$ETCD_URL" --cluster "$3" --lease-ms "$LEASE_MS" \
     --probe-ms 50 --waiting-ms 200 --backlog-mb 256 >/dev/null
 }
 
@@ -168,18 +163,22 @@ same_contents "$D" 1 0
 
 # --- 3: sync mode, kill -9 of the master under acknowledged fetch-adds: every one the
 # dying master acknowledged is in the counter the new master has.
-D="$E2E_TMP/c"
-python3 scripts/cluster_config.py "$D" 2 --prefix kvd-e2e-fo-fo-c \
-  --etcd "http://127.0.0.1:$ETCD_PORT" --cluster fo-c --lease-ms "$LEASE_MS" \
-  --mode sync --min-replicas 1 --probe-ms 50 --waiting-ms 200 --backlog-mb 64 >/dev/null
-start_node "$D" 0
-wait_role "$D" 0 master 10
-start_node "$D" 1
-start_node "$D" 2
-wait_followers "$D" 0 30 1 2
-# One 8-byte counter (key index 0).
-pg "$D" 0 fill --keys 1 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.1 --warmup 0 \
-  || { cat "$D/fill.out"; fail "fill failed"; }
+# counter_cluster NAME: D = a sync-mode cluster of 3 nodes (min_replicas 1), node0
+# master, holding one 8-byte counter (key index 0).
+counter_cluster() {
+  D="$E2E_TMP/$1"
+  python3 scripts/cluster_config.py "$D" 2 --prefix "kvd-e2e-fo-fo-$1" \
+    --etcd "$ETCD_URL" --cluster "fo-$1" --lease-ms "$LEASE_MS" \
+    --mode sync --min-replicas 1 --probe-ms 50 --waiting-ms 200 --backlog-mb 64 >/dev/null
+  start_node "$D" 0
+  wait_role "$D" 0 master 10
+  start_node "$D" 1
+  start_node "$D" 2
+  wait_followers "$D" 0 30 1 2
+  pg "$D" 0 fill --keys 1 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.1 --warmup 0 \
+    || { cat "$D/fill.out"; fail "fill failed"; }
+}
+counter_cluster c
 counter() { # K NAME: node K's counter value, from a snapshot of it
   "$CTL" snapshot save "$D/$2.kvd" --config "$D/node$1.json" >/dev/null || fail "snapshot of node$1 failed"
   python3 - "$D/$2.kvd" <<'PY'
@@ -215,17 +214,7 @@ stop_node "$D" 2
 # the ones the old master had run from their completion records: every fetch-add the
 # client was answered counts exactly once — the counter grows by the acknowledged ones,
 # plus at most those answered OUTCOME_UNKNOWN or given up.
-D="$E2E_TMP/d"
-python3 scripts/cluster_config.py "$D" 2 --prefix kvd-e2e-fo-fo-d \
-  --etcd "http://127.0.0.1:$ETCD_PORT" --cluster fo-d --lease-ms "$LEASE_MS" \
-  --mode sync --min-replicas 1 --probe-ms 50 --waiting-ms 200 --backlog-mb 64 >/dev/null
-start_node "$D" 0
-wait_role "$D" 0 master 10
-start_node "$D" 1
-start_node "$D" 2
-wait_followers "$D" 0 30 1 2
-pg "$D" 0 fill --keys 1 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.1 --warmup 0 \
-  || { cat "$D/fill.out"; fail "fill failed"; }
+counter_cluster d
 x0=$(counter 0 before)
 ( timeout 60 "$PG" --config "$D/follow.json" --follow-ports net_memif20,net_memif21,net_memif22 \
     --no-huge --json "$D/fadds.json" --keys 1 --key-size 8 --get 0 --put 0 --atomic 1 \

@@ -21,6 +21,16 @@ trap e2e_cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 pass() { echo "PASS: $*"; }
 
+# etcd_up BASE_PORT: a private etcd on a port in BASE..BASE+1999 (sets ETCD_PORT and
+# ETCD_URL), stopped at exit with everything else.
+etcd_up() {
+  ETCD_PORT=$(($1 + RANDOM % 2000))
+  ETCD_URL="http://127.0.0.1:$ETCD_PORT"
+  ETCD_DIR="$E2E_TMP/etcd"
+  trap 'scripts/etcd.sh stop --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null 2>&1 || true; e2e_cleanup' EXIT
+  scripts/etcd.sh start --port "$ETCD_PORT" --dir "$ETCD_DIR" >/dev/null || fail "etcd did not start"
+}
+
 # json_field FILE EXPR: a value from a JSON file (python expression on `d`).
 json_field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print($2)" "$1"; }
 

@@ -420,19 +420,9 @@ pub fn emit_connect(
     psn: u32,
     connect: &Connect,
 ) -> Result<usize, EmitError> {
-    emit_lower(
-        buf,
-        params,
-        opcode::RC_SEND_ONLY,
-        dest_qp,
-        psn,
-        CONNECT_LEN,
-        CONNECT_FRAME_LEN,
-    )?;
     let mut payload = [0u8; CONNECT_LEN];
     connect.encode(&mut payload);
-    buf[EXT_OFF..EXT_OFF + CONNECT_LEN].copy_from_slice(&payload);
-    finalize(buf)
+    emit_send(buf, params, dest_qp, psn, &payload)
 }
 
 /// Writes a whole RESUME frame into `buf` (the incarnation `connect` goes on at
@@ -445,18 +435,31 @@ pub fn emit_resume(
     connect: &Connect,
     next_psn: u32,
 ) -> Result<usize, EmitError> {
+    let mut payload = [0u8; RESUME_LEN];
+    connect.encode_resume(next_psn, &mut payload);
+    emit_send(buf, params, dest_qp, psn, &payload)
+}
+
+/// An RC SEND Only frame (no extension header) carrying `payload` (a multiple of 4
+/// bytes: no pad).
+fn emit_send(
+    buf: &mut [u8],
+    params: &FrameParams,
+    dest_qp: u32,
+    psn: u32,
+    payload: &[u8],
+) -> Result<usize, EmitError> {
+    let frame_len = EXT_OFF + payload.len() + ICRC_LEN;
     emit_lower(
         buf,
         params,
         opcode::RC_SEND_ONLY,
         dest_qp,
         psn,
-        RESUME_LEN,
-        RESUME_FRAME_LEN,
+        payload.len(),
+        frame_len,
     )?;
-    let mut payload = [0u8; RESUME_LEN];
-    connect.encode_resume(next_psn, &mut payload);
-    buf[EXT_OFF..EXT_OFF + RESUME_LEN].copy_from_slice(&payload);
+    buf[EXT_OFF..EXT_OFF + payload.len()].copy_from_slice(payload);
     finalize(buf)
 }
 

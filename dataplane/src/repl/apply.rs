@@ -184,13 +184,17 @@ mod tests {
     use kvengine::{EngineConfig, Region};
     use kvrepl::log::log_ring;
 
-    #[test]
-    fn a_transaction_is_applied_whole_or_not_yet() {
+    fn engine() -> Engine {
         let cfg = EngineConfig {
             mem_bytes: 1 << 20,
             ..EngineConfig::default()
         };
-        let mut e = Engine::new(Region::owned(1 << 20), &cfg).unwrap();
+        Engine::new(Region::owned(1 << 20), &cfg).unwrap()
+    }
+
+    #[test]
+    fn a_transaction_is_applied_whole_or_not_yet() {
+        let mut e = engine();
         let (mut p, c) = log_ring(4096);
         let mut a = Applier::new(c, Arc::new(ApplyStats::default()));
         let recs = [
@@ -235,11 +239,7 @@ mod tests {
 
     #[test]
     fn completion_records_go_to_the_transport_in_ring_order() {
-        let cfg = EngineConfig {
-            mem_bytes: 1 << 20,
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(Region::owned(1 << 20), &cfg).unwrap();
+        let mut e = engine();
         let (mut p, c) = log_ring(4096);
         let mut a = Applier::new(c, Arc::new(ApplyStats::default()));
         p.try_push(&Record::QpState {
@@ -266,11 +266,7 @@ mod tests {
 
     #[test]
     fn applies_in_order_and_publishes_progress() {
-        let cfg = EngineConfig {
-            mem_bytes: 1 << 20,
-            ..EngineConfig::default()
-        };
-        let mut e = Engine::new(Region::owned(1 << 20), &cfg).unwrap();
+        let mut e = engine();
         let (mut p, c) = log_ring(4096);
         let stats = Arc::new(ApplyStats::default());
         let mut a = Applier::new(c, stats.clone());

@@ -61,28 +61,14 @@ impl Server {
             batch_id,
             logged: mark == ServeMark::Logged,
         });
-        if mark == ServeMark::Unknown {
-            // Begun by the old master, outcome not known here (docs/PROTOCOL.md
-            // §6.6): the outcome result says so and nothing runs.
-            stats.outcome_unknown.inc();
-            let Server {
-                id,
-                clients,
-                hint,
-                hint_len,
-                ..
-            } = self;
-            let mut ctx = Ctx {
-                clients: clients.as_mut_slice(),
-                id,
-                pkts,
-                stats,
-                hint: &hint[..*hint_len],
-            };
-            out.result(&mut ctx, pkt, Status::OutcomeUnknown, &[]);
-            return;
-        }
+        // Begun by the old master, outcome not known here (docs/PROTOCOL.md §6.6):
+        // nothing runs, and the outcome result says so.
+        let unknown = mark == ServeMark::Unknown;
         let outcome = match &parsed {
+            _ if unknown => {
+                stats.outcome_unknown.inc();
+                Outcome::Committed
+            }
             Ok(r) => match self.other_partitions(r) {
                 0 => self.run_local(r),
                 others => self.run_cross(r, req.payload, others, stats),
@@ -107,6 +93,7 @@ impl Server {
         } = self;
         let mut value = [0u8; TX_ABORT_LEN + MASTER_HINT_LEN];
         let (status, len) = match outcome {
+            _ if unknown => (Status::OutcomeUnknown, 0),
             Outcome::Committed => {
                 stats.tx_committed.inc();
                 (Status::Ok, 0)
@@ -130,7 +117,7 @@ impl Server {
             hint: &hint[..*hint_len],
         };
         out.result(&mut ctx, pkt, status, &value[..len]);
-        if parsed.is_ok() {
+        if parsed.is_ok() && !unknown {
             for (s, v) in tx_exec.results() {
                 out.result(&mut ctx, pkt, s, v);
             }
