@@ -180,7 +180,14 @@ pub fn setup(
             cluster_id(&r.node_id),
             addr,
         )
-        .with_lease_ttl_ms(etcd.lease_ttl_ms);
+        .with_lease_ttl_ms(etcd.lease_ttl_ms)
+        // A chain node's position (its configured predecessors): on equal offsets the
+        // dead head's successor is elected before the nodes behind it.
+        .with_rank(if r.topology == kvconf::Topology::Chain {
+            (usize::from(r.master.is_some()) + r.fallback.len()) as u32
+        } else {
+            0
+        });
         let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
         // A chain node relays its stream to its successor while it is a replica
         // (as in a fixed chain, below); elected, it becomes the head.

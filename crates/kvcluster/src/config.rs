@@ -151,6 +151,9 @@ pub struct ClusterConfig {
     pub handover_timeout_ms: u64,
     /// Timeout of each etcd request (and of connecting). Default 1000.
     pub op_timeout_ms: u64,
+    /// This node's preference in an election among members with equal offsets, lower
+    /// first (`MemberRecord::rank`; a chain node's position). Default 0.
+    pub rank: u32,
 }
 
 impl ClusterConfig {
@@ -168,7 +171,14 @@ impl ClusterConfig {
             election_wait_ms: 500,
             handover_timeout_ms: 5000,
             op_timeout_ms: 1000,
+            rank: 0,
         }
+    }
+
+    /// Sets the election rank ([`ClusterConfig::rank`]).
+    pub fn with_rank(mut self, rank: u32) -> Self {
+        self.rank = rank;
+        self
     }
 
     /// Sets the lease TTL and the keep-alive interval that goes with it (TTL / 4).

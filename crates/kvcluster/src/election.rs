@@ -2,7 +2,8 @@
 //!
 //! When the leader key is gone, every live node decides on its own, from the same etcd
 //! state, whether to campaign. The rule: a planned switchover's target campaigns alone;
-//! otherwise the live member with the highest final offset campaigns (ties: lowest id),
+//! otherwise the live member with the highest final offset campaigns (ties: lowest
+//! rank — a chain node's position — then lowest id),
 //! where "final" means written after the loss of the master (the member's `ready` field
 //! names the lost epoch). Members that do not report within `election_wait_ms` are left
 //! out, so a stalled node cannot block the election. The etcd transaction (leader absent
@@ -57,11 +58,17 @@ pub struct ElectionInput<'a> {
     pub handover_timeout_ms: u64,
 }
 
-/// The member preferred as master among `members`: highest offset, then lowest id.
+/// The member preferred as master among `members`: highest offset, then lowest rank,
+/// then lowest id.
 pub fn preferred<'a>(members: impl IntoIterator<Item = &'a MemberRecord>) -> Option<u32> {
     members
         .into_iter()
-        .max_by(|a, b| a.offset.cmp(&b.offset).then(b.id.cmp(&a.id)))
+        .max_by(|a, b| {
+            a.offset
+                .cmp(&b.offset)
+                .then(b.rank.cmp(&a.rank))
+                .then(b.id.cmp(&a.id))
+        })
         .map(|m| m.id)
 }
 
@@ -119,6 +126,7 @@ mod tests {
             offset,
             epoch: 1,
             ready,
+            rank: 0,
         }
     }
 
@@ -138,6 +146,21 @@ mod tests {
             election_wait_ms: 500,
             handover_timeout_ms: 5000,
         }
+    }
+
+    #[test]
+    fn equal_offsets_go_to_the_lower_rank_before_the_lower_id() {
+        let mut ms = [member(1, 100, Some(1)), member(2, 100, Some(1))];
+        ms[0].rank = 2; // a chain's tail
+        ms[1].rank = 1; // the dead head's successor
+        assert_eq!(decide(&input(2, &ms, None, 0)), Decision::Campaign);
+        assert_eq!(
+            decide(&input(1, &ms, None, 0)),
+            Decision::Wait(WaitReason::OtherPreferred)
+        );
+        // A higher offset still wins whatever the rank.
+        ms[0].offset = 101;
+        assert_eq!(decide(&input(1, &ms, None, 0)), Decision::Campaign);
     }
 
     #[test]

@@ -23,6 +23,14 @@ pub struct MemberRecord {
     /// candidates of the election after epoch `e` compare final offsets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready: Option<u64>,
+    /// Preference among members with equal offsets, lower first (a chain node's
+    /// position: the dead head's successor before the tail). 0 when not set.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rank: u32,
+}
+
+fn is_zero(r: &u32) -> bool {
+    *r == 0
 }
 
 /// A role as written into etcd.
@@ -119,13 +127,20 @@ mod tests {
             offset: 1 << 40,
             epoch: 9,
             ready: Some(9),
+            rank: 0,
         };
         let b = encode(&m);
+        assert!(!String::from_utf8_lossy(&b).contains("rank"));
         assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), m);
         let no_ready = MemberRecord { ready: None, ..m };
         let b = encode(&no_ready);
         assert!(!String::from_utf8_lossy(&b).contains("ready"));
         assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), no_ready);
+        let ranked = MemberRecord { rank: 2, ..m };
+        assert_eq!(
+            decode::<MemberRecord>("m", &encode(&ranked)).unwrap(),
+            ranked
+        );
     }
 
     #[test]

@@ -548,6 +548,7 @@ impl Node {
             offset: self.sh.view.offset(),
             epoch: self.max_epoch,
             ready: self.ready,
+            rank: self.cfg.rank,
         };
         if let Some(last) = &self.last_published {
             if *last == rec {
