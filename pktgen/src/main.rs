@@ -261,16 +261,17 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     Ok(outcome.exit_code())
 }
 
-/// Configures and starts `port` with one queue pair per partition and waits for its
-/// link.
-/// How long pktgen leaves the link up after its last request before disconnecting.
-const QUIESCE: Duration = Duration::from_millis(50);
+/// How long pktgen leaves the link up after its last request before disconnecting:
+/// longer than the scheduling stalls of a loaded 2-core host (a dataplane worker
+/// descheduled in the middle of a copy must have finished it).
+const QUIESCE: Duration = Duration::from_millis(200);
 
-/// Stops the port once the server had time to finish sending. A memif server whose
+/// Stops the ports once the server had time to finish sending. A memif server whose
 /// client disconnects while it is copying a frame into the shared memory crashes
 /// (DPDK 22.11's memif unmaps the regions from its interrupt thread without waiting
-/// for the datapath; seen with 8 KiB responses at MTU 9000): every request is
-/// answered or given up by now, so after a pause the server's queue is idle.
+/// for the datapath; seen with 8 KiB responses at MTU 9000, and once in a CI run of
+/// the partitions test after 50 ms): every request is answered or given up by now,
+/// so after a pause the server's queue is idle.
 fn stop_ports(ports: &[Port]) {
     std::thread::sleep(QUIESCE);
     for p in ports {
@@ -278,6 +279,8 @@ fn stop_ports(ports: &[Port]) {
     }
 }
 
+/// Configures and starts `port` with one queue pair per partition and waits for its
+/// link.
 fn open_port(
     port: &Port,
     pool: &Mempool,

@@ -38,7 +38,9 @@ tx_run() {
   local name=$1; shift
   run_pktgen "$name" --partitions 2 --qps 4 --value-size 64 --warmup 0.2 --duration 1.5 \
     --timeout-ms 5000 --json "$E2E_TMP/$name.json" "$@" >"$E2E_TMP/$name.out" 2>&1 \
-    || { cat "$E2E_TMP/$name.out"; fail "$name: pktgen exited non-zero"; }
+    || { tail -n 20 "$E2E_TMP/$name.out"; echo "dataplane log:"; tail -n 30 "$DP_LOG"
+         kill -0 "$DP_PID" 2>/dev/null || echo "(the dataplane is not running)"
+         fail "$name: pktgen exited non-zero"; }
   local c inv
   c=$(json_field "$E2E_TMP/$name.json" 'd["committed"]')
   inv=$(json_field "$E2E_TMP/$name.json" 'd["invariant_holds"]')
