@@ -80,6 +80,19 @@ struct Switch {
     clock: Rc<Cell<u64>>,
 }
 
+impl Switch {
+    /// Node `k`'s counter.
+    fn counter(&mut self, k: usize) -> u64 {
+        let mut b = [0u8; 8];
+        self.nodes[k]
+            .server
+            .engine_mut()
+            .get(b"ctr", &mut b)
+            .unwrap();
+        u64::from_le_bytes(b)
+    }
+}
+
 impl PacketIo for Switch {
     fn send(&mut self, frame: &[u8]) -> bool {
         for n in &mut self.nodes {
@@ -194,13 +207,7 @@ fn failover(ship: impl Fn(&Rec) -> bool) -> (Vec<Result<u64, Status>>, u64, Clie
         let _ = c.poll();
     }
     let sw = c.io_mut();
-    let mut b = [0u8; 8];
-    sw.nodes[1].server.engine_mut().get(b"ctr", &mut b).unwrap();
-    assert_eq!(
-        u64::from_le_bytes(b),
-        ADDS,
-        "the master ran every fetch-add"
-    );
+    assert_eq!(sw.counter(1), ADDS, "the master ran every fetch-add");
     // The master dies; the replica gets (part of) its stream and is elected.
     sw.nodes[1].dead = true;
     let recs = stream.lock().unwrap().clone();
@@ -229,13 +236,8 @@ fn failover(ship: impl Fn(&Rec) -> bool) -> (Vec<Result<u64, Status>>, u64, Clie
             Err(e) => panic!("fetch-add failed: {e:?}"),
         })
         .collect();
-    let mut b = [0u8; 8];
-    c.io_mut().nodes[0]
-        .server
-        .engine_mut()
-        .get(b"ctr", &mut b)
-        .unwrap();
-    (outcomes, u64::from_le_bytes(b), c)
+    let ctr = c.io_mut().counter(0);
+    (outcomes, ctr, c)
 }
 
 /// Kind byte of a completion blob (crate::completion: 1 incarnation, 2 intent,
@@ -309,18 +311,12 @@ fn a_resume_at_a_node_that_is_not_master_is_not_answered() {
     // The replica is never promoted: the RESUMEs go unanswered (no unknown outcome
     // is invented, nothing is resent as a new request); the operation times out at
     // the client, its outcome unknown.
-    let mut cfg_wait = 0;
-    while cfg_wait < 2000 && c.poll().is_empty() {
-        cfg_wait += 1;
+    let mut polls = 0;
+    while polls < 2000 && c.poll().is_empty() {
+        polls += 1;
     }
     let drops = c.io_mut().stats.drops[kvwire::DropReason::ResumeNotMaster.index()].get();
     assert!(drops > 0, "RESUMEs refused by the replica");
-    let mut b = [0u8; 8];
-    c.io_mut().nodes[0]
-        .server
-        .engine_mut()
-        .get(b"ctr", &mut b)
-        .unwrap();
-    assert_eq!(u64::from_le_bytes(b), 0, "nothing ran on the replica");
+    assert_eq!(c.io_mut().counter(0), 0, "nothing ran on the replica");
     let _ = t;
 }

@@ -1,16 +1,18 @@
 //! The low-level reliable transport: [`Transport`] (see the crate documentation for
 //! the design).
 
+mod frames;
+
 use crate::pool::FramePool;
 use crate::qp::{Qp, QpState, Slot};
 use crate::{Error, PacketIo};
+use frames::{rehead, resend, send_join};
 use hashbrown::HashMap;
 use kvwire::payload::{req_field, ResponseReader};
 use kvwire::psn;
 use kvwire::transport::{
-    emit_connect, emit_resume, parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame,
-    AckFrame, Connect, NakCode, ServerFrame, Syndrome, CONNECT_FRAME_LEN, MAX_CREDITS,
-    RESUME_FRAME_LEN,
+    parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame, AckFrame, NakCode, ServerFrame,
+    Syndrome, MAX_CREDITS,
 };
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, request_payload_capacity, FrameParams,
@@ -252,7 +254,7 @@ impl Transport {
         q.state = QpState::Resuming;
         q.resume_tries = 0;
         q.abort = false;
-        send_resume(q, io, now_ns, &mut self.stats);
+        send_join(q, io, now_ns, &mut self.stats, true);
     }
 
     /// The retransmission timeout after progress: from the round-trip estimate once
@@ -404,7 +406,7 @@ impl Transport {
         let q = &mut self.qps[qp];
         q.nonce = now_ns.max(q.nonce + 1);
         q.state = QpState::Connecting;
-        send_connect(q, io, now_ns, &mut self.stats);
+        send_join(q, io, now_ns, &mut self.stats, false);
     }
 
     /// True if a request may be sent on QP `qp` now: connected, a credit and a
@@ -552,7 +554,7 @@ impl Transport {
         match q.state {
             QpState::Connecting => {
                 if now >= q.connect_sent + cfg.connect_timeout_ns {
-                    send_connect(q, io, now, &mut self.stats);
+                    send_join(q, io, now, &mut self.stats, false);
                 }
                 return;
             }
@@ -562,7 +564,7 @@ impl Transport {
                         q.state = QpState::Lost;
                         on_event(Event::Lost { qp: i });
                     } else {
-                        send_resume(q, io, now, &mut self.stats);
+                        send_join(q, io, now, &mut self.stats, true);
                     }
                 }
                 return;
@@ -853,85 +855,5 @@ fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
     match pending {
         Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
         _ => p,
-    }
-}
-
-fn send_resume<I: PacketIo + ?Sized>(q: &mut Qp, io: &mut I, now: u64, stats: &mut Stats) {
-    let mut buf = [0u8; RESUME_FRAME_LEN];
-    let c = Connect {
-        rkey: q.rkey,
-        nonce: q.nonce,
-    };
-    let next = if q.in_flight > 0 { q.una } else { q.next_psn };
-    q.connect_sent = now;
-    q.resume_tries = q.resume_tries.saturating_add(1);
-    if let Ok(n) = emit_resume(&mut buf, &q.params, q.qpn, 0, &c, next) {
-        if io.send(&buf[..n]) {
-            stats.resumes_sent += 1;
-        }
-    }
-}
-
-/// Re-addresses every request in flight of `q` for its current frame parameters and
-/// request ring (a resumed connection on another node), and resets their retry
-/// counts: same payloads, same PSNs.
-fn rehead(q: &mut Qp, pool: &mut FramePool) {
-    for k in 0..q.ring.len() {
-        let s = q.ring[k];
-        if !s.busy {
-            continue;
-        }
-        let va = slot_va(q.region_va, u64::from(q.slot_size), q.credits, s.psn);
-        let frame = &mut pool.buf_mut(s.buf)[..usize::from(s.len)];
-        // The payload length is the RETH's DMA length (the RETH ends the headers).
-        let dma = &frame[REQUEST_HEADER_LEN - 4..REQUEST_HEADER_LEN];
-        let n = u32::from_be_bytes([dma[0], dma[1], dma[2], dma[3]]) as usize;
-        let ok = emit_request_headers(frame, &q.params, q.qpn, s.psn, va, q.rkey, n)
-            .and_then(|_| finalize(frame));
-        debug_assert!(ok.is_ok(), "a frame that was sent re-addresses");
-        q.ring[k].retries = 0;
-    }
-}
-
-fn send_connect<I: PacketIo + ?Sized>(q: &mut Qp, io: &mut I, now: u64, stats: &mut Stats) {
-    let mut buf = [0u8; CONNECT_FRAME_LEN];
-    let c = Connect {
-        rkey: q.rkey,
-        nonce: q.nonce,
-    };
-    q.connect_sent = now;
-    if let Ok(n) = emit_connect(&mut buf, &q.params, q.qpn, 0, &c) {
-        if io.send(&buf[..n]) {
-            stats.connects_sent += 1;
-        }
-    }
-}
-
-/// Go-back-N: resends every incomplete request of `q` from PSN `from` on, oldest
-/// first, same bytes. Stops at the first frame `io` refuses (the timer resends it).
-fn resend<I: PacketIo + ?Sized>(
-    q: &mut Qp,
-    pool: &FramePool,
-    stats: &mut Stats,
-    io: &mut I,
-    now: u64,
-    from: u32,
-    rto: bool,
-) {
-    let mut p = from;
-    while p != q.next_psn {
-        let k = q.idx(p);
-        let s = &mut q.ring[k];
-        if s.busy && s.psn == p {
-            if !io.send(pool.frame(s.buf, usize::from(s.len))) {
-                return;
-            }
-            stats.retransmitted += 1;
-            s.last_sent = now;
-            if rto {
-                s.retries = s.retries.saturating_add(1);
-            }
-        }
-        p = psn::add(p, 1);
     }
 }

@@ -422,7 +422,7 @@ pub fn emit_connect(
 ) -> Result<usize, EmitError> {
     let mut payload = [0u8; CONNECT_LEN];
     connect.encode(&mut payload);
-    emit_send(buf, params, dest_qp, psn, &payload)
+    crate::repl::emit_send(buf, params, dest_qp, psn, &payload)
 }
 
 /// Writes a whole RESUME frame into `buf` (the incarnation `connect` goes on at
@@ -437,30 +437,7 @@ pub fn emit_resume(
 ) -> Result<usize, EmitError> {
     let mut payload = [0u8; RESUME_LEN];
     connect.encode_resume(next_psn, &mut payload);
-    emit_send(buf, params, dest_qp, psn, &payload)
-}
-
-/// An RC SEND Only frame (no extension header) carrying `payload` (a multiple of 4
-/// bytes: no pad).
-fn emit_send(
-    buf: &mut [u8],
-    params: &FrameParams,
-    dest_qp: u32,
-    psn: u32,
-    payload: &[u8],
-) -> Result<usize, EmitError> {
-    let frame_len = EXT_OFF + payload.len() + ICRC_LEN;
-    emit_lower(
-        buf,
-        params,
-        opcode::RC_SEND_ONLY,
-        dest_qp,
-        psn,
-        payload.len(),
-        frame_len,
-    )?;
-    buf[EXT_OFF..EXT_OFF + payload.len()].copy_from_slice(payload);
-    finalize(buf)
+    crate::repl::emit_send(buf, params, dest_qp, psn, &payload)
 }
 
 /// Writes a whole ACCEPT frame into `buf`; returns its length.

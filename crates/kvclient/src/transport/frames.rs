@@ -1,0 +1,97 @@
+//! The frames a [`Transport`](super::Transport) sends on its own: CONNECT and RESUME,
+//! go-back-N resends, and the re-addressing of kept requests for a resumed connection.
+
+use super::Stats;
+use crate::pool::FramePool;
+use crate::qp::Qp;
+use crate::PacketIo;
+use kvwire::psn;
+use kvwire::transport::{
+    emit_connect, emit_resume, slot_va, Connect, CONNECT_FRAME_LEN, RESUME_FRAME_LEN,
+};
+use kvwire::{emit_request_headers, finalize, REQUEST_HEADER_LEN};
+
+/// Sends QP `q`'s CONNECT (a new incarnation), or with `resume` its RESUME (the
+/// incarnation goes on at its oldest request in flight, or its next PSN), with the
+/// QP's nonce; notes the time for the retransmission timer.
+pub(super) fn send_join<I: PacketIo + ?Sized>(
+    q: &mut Qp,
+    io: &mut I,
+    now: u64,
+    stats: &mut Stats,
+    resume: bool,
+) {
+    let mut buf = [0u8; RESUME_FRAME_LEN];
+    const _: () = assert!(CONNECT_FRAME_LEN <= RESUME_FRAME_LEN);
+    let c = Connect {
+        rkey: q.rkey,
+        nonce: q.nonce,
+    };
+    q.connect_sent = now;
+    let emitted = if resume {
+        q.resume_tries = q.resume_tries.saturating_add(1);
+        let next = if q.in_flight > 0 { q.una } else { q.next_psn };
+        emit_resume(&mut buf, &q.params, q.qpn, 0, &c, next)
+    } else {
+        emit_connect(&mut buf, &q.params, q.qpn, 0, &c)
+    };
+    if let Ok(n) = emitted {
+        if io.send(&buf[..n]) {
+            if resume {
+                stats.resumes_sent += 1;
+            } else {
+                stats.connects_sent += 1;
+            }
+        }
+    }
+}
+
+/// Re-addresses every request in flight of `q` for its current frame parameters and
+/// request ring (a resumed connection on another node), and resets their retry
+/// counts: same payloads, same PSNs.
+pub(super) fn rehead(q: &mut Qp, pool: &mut FramePool) {
+    for k in 0..q.ring.len() {
+        let s = q.ring[k];
+        if !s.busy {
+            continue;
+        }
+        let va = slot_va(q.region_va, u64::from(q.slot_size), q.credits, s.psn);
+        let frame = &mut pool.buf_mut(s.buf)[..usize::from(s.len)];
+        // The payload length is the RETH's DMA length (the RETH ends the headers).
+        let dma = &frame[REQUEST_HEADER_LEN - 4..REQUEST_HEADER_LEN];
+        let n = u32::from_be_bytes([dma[0], dma[1], dma[2], dma[3]]) as usize;
+        let ok = emit_request_headers(frame, &q.params, q.qpn, s.psn, va, q.rkey, n)
+            .and_then(|_| finalize(frame));
+        debug_assert!(ok.is_ok(), "a frame that was sent re-addresses");
+        q.ring[k].retries = 0;
+    }
+}
+
+/// Go-back-N: resends every incomplete request of `q` from PSN `from` on, oldest
+/// first, same bytes. Stops at the first frame `io` refuses (the timer resends it).
+pub(super) fn resend<I: PacketIo + ?Sized>(
+    q: &mut Qp,
+    pool: &FramePool,
+    stats: &mut Stats,
+    io: &mut I,
+    now: u64,
+    from: u32,
+    rto: bool,
+) {
+    let mut p = from;
+    while p != q.next_psn {
+        let k = q.idx(p);
+        let s = &mut q.ring[k];
+        if s.busy && s.psn == p {
+            if !io.send(pool.frame(s.buf, usize::from(s.len))) {
+                return;
+            }
+            stats.retransmitted += 1;
+            s.last_sent = now;
+            if rto {
+                s.retries = s.retries.saturating_add(1);
+            }
+        }
+        p = psn::add(p, 1);
+    }
+}
