@@ -569,6 +569,10 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
             "repl_apply_failed".into(),
             apply.iter().map(|a| a.failed.load(Relaxed)).sum(),
         ));
+        all.push((
+            "repl_applied_spans".into(),
+            apply.iter().map(|a| a.spans.load(Relaxed)).sum(),
+        ));
     }
     all.push(("slab_merges".into(), slab.merges()));
     all.push(("engine_utilization_ppm".into(), (util * 1e6) as u64));

@@ -87,6 +87,30 @@ pub trait MutationSink: Send {
     /// default ignores it (sinks whose order across workers does not matter).
     fn wait_for(&mut self, _ring: u32, _position: u64) {}
 
+    /// `key`, of another worker's partition, now holds `value`: written by a
+    /// cross-partition transaction this worker coordinates, which goes whole into
+    /// this worker's replication stream (one group, so a replica applies it at
+    /// once); the key's owner takes the local copy ([`MutationSink::local_put`]).
+    /// Costs [`record_cost`]. The default ignores it (sinks that do not replicate).
+    fn stream_put(&mut self, _key: &[u8], _value: &[u8]) {}
+
+    /// [`MutationSink::stream_put`] for a key that was deleted.
+    fn stream_delete(&mut self, _key: &[u8]) {}
+
+    /// `key`, of this worker's partition, now holds `value`, and its replication
+    /// record went into another worker's stream (a cross-partition transaction's
+    /// coordinator's, [`MutationSink::stream_put`]): only what stays with this
+    /// partition (a snapshot) takes it. The default is [`MutationSink::put`]
+    /// (sinks that do not replicate).
+    fn local_put(&mut self, key: &[u8], value: &[u8]) {
+        self.put(key, value)
+    }
+
+    /// [`MutationSink::local_put`] for a key that was deleted.
+    fn local_delete(&mut self, key: &[u8]) {
+        self.delete(key)
+    }
+
     /// Called by the worker between bursts with read access to its engine: a sink
     /// that walks the engine (a full sync's scan) does a bounded step here. Returns
     /// whether it did work. The default does nothing.
@@ -143,6 +167,22 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         self.0.wait_for(ring, position);
         self.1.wait_for(ring, position);
     }
+    fn stream_put(&mut self, key: &[u8], value: &[u8]) {
+        self.0.stream_put(key, value);
+        self.1.stream_put(key, value);
+    }
+    fn stream_delete(&mut self, key: &[u8]) {
+        self.0.stream_delete(key);
+        self.1.stream_delete(key);
+    }
+    fn local_put(&mut self, key: &[u8], value: &[u8]) {
+        self.0.local_put(key, value);
+        self.1.local_put(key, value);
+    }
+    fn local_delete(&mut self, key: &[u8]) {
+        self.0.local_delete(key);
+        self.1.local_delete(key);
+    }
     fn tick(&mut self, engine: &Engine) -> bool {
         let a = self.0.tick(engine);
         self.1.tick(engine) || a
@@ -170,6 +210,18 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     }
     fn wait_for(&mut self, ring: u32, position: u64) {
         (**self).wait_for(ring, position)
+    }
+    fn stream_put(&mut self, key: &[u8], value: &[u8]) {
+        (**self).stream_put(key, value)
+    }
+    fn stream_delete(&mut self, key: &[u8]) {
+        (**self).stream_delete(key)
+    }
+    fn local_put(&mut self, key: &[u8], value: &[u8]) {
+        (**self).local_put(key, value)
+    }
+    fn local_delete(&mut self, key: &[u8]) {
+        (**self).local_delete(key)
     }
     fn tick(&mut self, engine: &Engine) -> bool {
         (**self).tick(engine)

@@ -509,6 +509,12 @@ fn replica_rings(
         consumed.push(st.clone());
         apply.push(st);
     }
+    // A transaction spanning partitions waits in one ring for the others.
+    for s in stores.iter_mut() {
+        if let Some(a) = s.apply.as_mut() {
+            a.set_peers(consumed.clone());
+        }
+    }
     (rings, consumed)
 }
 

@@ -222,6 +222,12 @@ impl Server {
         self.partition = me.min(self.partitions - 1);
     }
 
+    /// This server's partition and the node's number of partitions
+    /// ([`Server::set_partition`]).
+    pub fn partitioning(&self) -> (u32, u32) {
+        (self.partition, self.partitions)
+    }
+
     /// Makes writes depend on `gate` (replication: a replica or a fenced master
     /// answers them `NOT_MASTER`, a master short of replicas `NOT_ENOUGH_REPLICAS`);
     /// the gate is read once per burst.

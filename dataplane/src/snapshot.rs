@@ -388,7 +388,10 @@ fn write_rings(
                             false
                         }
                     },
-                    LogItem::ScanBegin(_) | LogItem::ScanEnd(_) | LogItem::Wait { .. } => true,
+                    LogItem::ScanBegin(_)
+                    | LogItem::ScanEnd(_)
+                    | LogItem::Wait { .. }
+                    | LogItem::Span { .. } => true,
                 })
                 .map_err(|e| format!("worker ring: {e}"))?;
             if let Some(e) = err.take() {

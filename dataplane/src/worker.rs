@@ -10,7 +10,7 @@ use dataplane::control::{self, WorkerControl};
 use dataplane::hold::HoldQueue;
 use dataplane::latency::Sampler;
 use dataplane::packet::MAX_BURST;
-use dataplane::repl::apply::Applier;
+use dataplane::repl::apply::{apply_span, Applier};
 use dataplane::repl::scan::ScanShared;
 use dataplane::server::Server;
 use dataplane::snapshot::WorkerSnap;
@@ -460,8 +460,17 @@ pub fn run(
         // (Through the mutation tap, so a snapshot taken on a replica sees them.)
         let applied = match store.apply.as_mut() {
             Some(a) => {
-                let (engine, tap, mut restore) = store.server.apply_parts();
-                a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
+                let k = {
+                    let (engine, tap, mut restore) = store.server.apply_parts();
+                    a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
+                };
+                // A transaction over several partitions: with their workers parked.
+                k + a.pending_span().map_or(0, |parts| {
+                    store
+                        .server
+                        .with_parked(parts, |me, others| apply_span(a, me, others))
+                        .unwrap_or(0)
+                })
             }
             None => 0,
         } + usize::from(store.server.tick_mutation_sink())

@@ -4,9 +4,10 @@
 //! account while the other serves its own plain requests and transactions on the
 //! same keys. Checked: the bank total in every audit and at the end, no update lost
 //! between a coordinator writing a parked partition and that partition's own
-//! requests, and the post-images each partition's tap received — each key's records
-//! in its owner's tap, a group before each part of two or more, the coordinator's
-//! wait for each participant — replaying to the final contents.
+//! requests, and the replication streams of the two taps — a cross-partition
+//! transaction whole in its coordinator's tap behind one group, after a wait for the
+//! other tap, which waits for it past the transaction — merged in the order the waits
+//! allow (as the replication lcore does), replaying to the final contents.
 
 mod common;
 
@@ -34,10 +35,18 @@ enum Ev {
     Wait(u32, u64),
 }
 
-/// A tap recording every call, with a byte position like a replication ring's.
+/// A tap recording every call that reaches a replication stream, with a byte
+/// position like a replication ring's (as `repl::worker_log::ReplLog`).
 struct RecTap {
     evs: Arc<Mutex<Vec<Ev>>>,
     pos: u64,
+}
+
+impl RecTap {
+    fn ev(&mut self, cost: usize, ev: Ev) {
+        self.pos += cost as u64;
+        self.evs.lock().unwrap().push(ev);
+    }
 }
 
 impl MutationSink for RecTap {
@@ -63,6 +72,18 @@ impl MutationSink for RecTap {
         self.pos += kvrepl::log::WAIT_LEN as u64;
         self.evs.lock().unwrap().push(Ev::Wait(ring, position));
     }
+    fn stream_put(&mut self, key: &[u8], value: &[u8]) {
+        self.ev(
+            record_cost(key.len(), value.len()),
+            Ev::Put(key.to_vec(), value.to_vec()),
+        );
+    }
+    fn stream_delete(&mut self, key: &[u8]) {
+        self.ev(record_cost(key.len(), 0), Ev::Del(key.to_vec()));
+    }
+    // The record is in the coordinator's stream.
+    fn local_put(&mut self, _key: &[u8], _value: &[u8]) {}
+    fn local_delete(&mut self, _key: &[u8]) {}
     fn position(&self) -> u64 {
         self.pos
     }
@@ -326,48 +347,76 @@ fn transfers_across_partitions_from_two_workers_keep_every_invariant() {
         t1.plain_adds + t0.cross_committed
     );
 
-    // Each tap: only its own partition's keys, groups covering the records after
-    // them, waits for the other ring at positions it reached; replayed in order,
-    // the taps give the final contents.
-    for (p, evs) in taps.iter().enumerate() {
-        let evs = evs.lock().unwrap();
-        let mut waits = 0;
-        let mut i = 0;
-        while i < evs.len() {
-            match &evs[i] {
-                Ev::Put(k, v) => {
-                    assert_eq!(part(k), p as u32, "a key in its owner's tap only");
-                    model.insert(k.clone(), v.clone());
-                }
-                Ev::Del(k) => {
-                    model.remove(k);
+    // Each tap: its own partition's keys, and the other's only inside a group (a
+    // transaction it coordinated); each group covering the records after it; at
+    // least one wait per coordinated transaction, always for the other ring.
+    let evs: Vec<Vec<Ev>> = taps.iter().map(|t| t.lock().unwrap().clone()).collect();
+    let cost = |e: &Ev| match e {
+        Ev::Put(k, v) => record_cost(k.len(), v.len()) as u64,
+        Ev::Del(k) => record_cost(k.len(), 0) as u64,
+        Ev::Group(_) => kvrepl::GROUP_RECORD_LEN as u64,
+        Ev::Wait(..) => kvrepl::log::WAIT_LEN as u64,
+    };
+    for (p, evs) in evs.iter().enumerate() {
+        let (mut waits, mut foreign, mut group_left) = (0u64, 0u64, 0u64);
+        for e in evs {
+            match e {
+                Ev::Put(k, _) | Ev::Del(k) => {
+                    if part(k) != p as u32 {
+                        assert!(group_left > 0, "another partition's key outside a group");
+                        foreign += 1;
+                    }
+                    group_left = group_left.saturating_sub(cost(e));
                 }
                 Ev::Group(bytes) => {
-                    let mut covered = 0u32;
-                    let mut j = i + 1;
-                    while covered < *bytes {
-                        match &evs[j] {
-                            Ev::Put(k, v) => covered += record_cost(k.len(), v.len()) as u32,
-                            other => panic!("{other:?} inside a group"),
-                        }
-                        j += 1;
-                    }
-                    assert_eq!(covered, *bytes);
-                    assert!(j - i > 2, "a group covers two or more records");
+                    assert_eq!(group_left, 0, "a group inside a group");
+                    group_left = u64::from(*bytes);
                 }
                 Ev::Wait(ring, _) => {
+                    assert_eq!(group_left, 0, "a wait inside a group");
                     assert_eq!(*ring, 1 - p as u32);
                     waits += 1;
                 }
             }
-            i += 1;
         }
-        let coordinated = if p == 0 {
-            t0.coordinated
-        } else {
-            t1.coordinated
-        };
-        assert_eq!(waits, coordinated, "one wait per coordinated transaction");
+        assert_eq!(group_left, 0, "a group covers exactly the records after it");
+        let mine = if p == 0 { &t0 } else { &t1 };
+        assert!(
+            waits >= mine.coordinated,
+            "one wait per coordinated transaction"
+        );
+        assert!(
+            foreign >= mine.cross_committed,
+            "{foreign} records of the other partition"
+        );
+    }
+    // Merged as the replication lcore drains the rings: a wait holds its tap until
+    // the other tap was taken up to the position named; replayed in that order, the
+    // streams give the final contents.
+    let (mut at, mut pos) = ([0usize; 2], [0u64; 2]);
+    while at[0] < evs[0].len() || at[1] < evs[1].len() {
+        let mut moved = false;
+        for p in 0..2 {
+            while let Some(e) = evs[p].get(at[p]) {
+                match e {
+                    Ev::Wait(ring, w) if pos[*ring as usize] < *w => break,
+                    Ev::Put(k, v) => {
+                        model.insert(k.clone(), v.clone());
+                    }
+                    Ev::Del(k) => {
+                        model.remove(k);
+                    }
+                    Ev::Group(_) | Ev::Wait(..) => {}
+                }
+                pos[p] += cost(e);
+                at[p] += 1;
+                moved = true;
+            }
+        }
+        assert!(
+            moved,
+            "the waits of the two taps wait for each other at {at:?}"
+        );
     }
     for (k, v) in &model {
         let s = if part(k) == 0 { &mut s0 } else { &mut s1 };

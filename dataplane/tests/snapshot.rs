@@ -160,6 +160,14 @@ impl MutationSink for Recorder {
             .unwrap()
             .push(format!("#qp {qpn} {}", blob.len()).into_bytes());
     }
+    // As the replication log: another partition's key a transaction this worker
+    // coordinated wrote is in its stream; its own key's record in another's.
+    fn stream_put(&mut self, key: &[u8], _value: &[u8]) {
+        let mut k = b"#stream ".to_vec();
+        k.extend_from_slice(key);
+        self.0.lock().unwrap().push(k);
+    }
+    fn local_put(&mut self, _key: &[u8], _value: &[u8]) {}
 }
 
 /// As [`save_while_serving`]; with `inner`, every worker has that tap installed
@@ -282,7 +290,9 @@ fn a_snapshot_on_a_replicating_master_keeps_its_log_tap() {
 fn a_snapshot_passes_the_streams_markers_to_the_log_tap() {
     // A transaction's group marker, a cross-partition wait and a completion record
     // belong to the replication stream: a snapshot in front of the log must pass
-    // them on (a replica would otherwise apply a transaction piecemeal).
+    // them on (a replica would otherwise apply a transaction piecemeal). A
+    // cross-partition transaction's post-images split: the coordinator's stream takes
+    // the other partition's keys, the snapshot of the partition owning a key takes it.
     let rec = Recorder::default();
     let mut w = Worker::new(0, 1, 10);
     w.server.set_mutation_sink(Some(Box::new(rec.clone())));
@@ -295,6 +305,8 @@ fn a_snapshot_passes_the_streams_markers_to_the_log_tap() {
     t.group(30);
     t.wait_for(1, 99);
     t.qp_state(7, b"blob");
+    t.stream_put(b"theirs", b"1");
+    t.local_put(b"mine", b"2");
     let seen: Vec<String> = rec
         .0
         .lock()
@@ -302,11 +314,26 @@ fn a_snapshot_passes_the_streams_markers_to_the_log_tap() {
         .iter()
         .map(|k| String::from_utf8_lossy(k).into_owned())
         .collect();
-    assert_eq!(seen, ["#group 30", "#wait 1 99", "#qp 7 4"]);
+    assert_eq!(
+        seen,
+        ["#group 30", "#wait 1 99", "#qp 7 4", "#stream theirs"]
+    );
     while w.snap.active() {
         w.snap.step(&mut w.server);
     }
     ctl.wait(Duration::from_secs(10)).unwrap();
+    let mut e = common::engine(4 << 20);
+    load_into(&dir.join("m.kvd"), &mut [&mut e]).unwrap();
+    let mut out = [0u8; 8];
+    assert_eq!(
+        e.get(b"mine", &mut out),
+        Ok(1),
+        "the local copy in the snapshot"
+    );
+    assert!(
+        e.get(b"theirs", &mut out).is_err(),
+        "not another partition's key"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

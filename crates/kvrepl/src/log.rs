@@ -27,8 +27,11 @@
 //! index u32 LE, position u64 LE) is a [`LogItem::Wait`]: the records after it
 //! may enter the stream only once that other ring was drained up to that
 //! position (a cross-partition transaction's order, see
-//! [`LogProducer::try_push_wait`]). These never leave the ring: the consumer
-//! hands out the plain record encoding.
+//! [`LogProducer::try_push_wait`]). Kind `0xFC` with a 12-byte key (partition
+//! set u64 LE, group bytes u32 LE) is a [`LogItem::Span`]: a replica routed a
+//! transaction spanning its partitions into this ring, to be applied with those
+//! partitions' workers parked ([`LogProducer::try_push_span`]). These never leave
+//! the ring: the consumer hands out the plain record encoding.
 
 use crate::record::{Record, RecordError, MAX_RECORD_LEN, RECORD_HEADER_LEN};
 use rtrb::{Consumer, Producer, RingBuffer};
@@ -45,6 +48,11 @@ const KIND_SCAN_END: u8 = 0xFF;
 const KIND_WAIT: u8 = 0xFD;
 /// Bytes a wait marker takes in the ring ([`LogItem::Wait`]).
 pub const WAIT_LEN: usize = RECORD_HEADER_LEN + 12;
+/// Ring-only kind: a transaction over several partitions follows (key = partition
+/// set u64 LE, group bytes u32 LE).
+const KIND_SPAN: u8 = 0xFC;
+/// Bytes a span marker takes in the ring ([`LogItem::Span`]).
+pub const SPAN_LEN: usize = RECORD_HEADER_LEN + 12;
 /// Smallest ring: the largest record must always fit.
 pub const MIN_LOG_CAPACITY: usize = MAX_RECORD_LEN;
 
@@ -141,6 +149,18 @@ impl LogProducer {
         key[..4].copy_from_slice(&ring.to_le_bytes());
         key[4..].copy_from_slice(&position.to_le_bytes());
         self.write_parts([KIND_WAIT, 12, 0, 0], [&key, &[]])
+    }
+
+    /// Marks that the GROUP record after it and the `bytes` of records it covers
+    /// are one transaction over the partitions in `partitions` (a bit set): a
+    /// replica with several workers routes such a transaction whole into one
+    /// worker's ring, which applies it with the other partitions' workers parked.
+    /// Takes [`SPAN_LEN`] bytes.
+    pub fn try_push_span(&mut self, partitions: u64, bytes: u32) -> Result<(), PushError> {
+        let mut key = [0u8; 12];
+        key[..8].copy_from_slice(&partitions.to_le_bytes());
+        key[8..].copy_from_slice(&bytes.to_le_bytes());
+        self.write_parts([KIND_SPAN, 12, 0, 0], [&key, &[]])
     }
 
     /// Free bytes in the ring now (the consumer may free more meanwhile).
@@ -243,6 +263,14 @@ pub enum LogItem<'a> {
         /// Its position that must have been drained.
         position: u64,
     },
+    /// A GROUP record and `bytes` of records follow: one transaction over the
+    /// partitions in `partitions`; see [`LogProducer::try_push_span`].
+    Span {
+        /// The partitions the transaction's keys belong to (a bit set).
+        partitions: u64,
+        /// The GROUP record's `bytes`.
+        bytes: u32,
+    },
 }
 
 impl LogItem<'_> {
@@ -252,6 +280,7 @@ impl LogItem<'_> {
             LogItem::Live(b) | LogItem::Scan(b) => b.len(),
             LogItem::ScanBegin(_) | LogItem::ScanEnd(_) => MARKER_LEN,
             LogItem::Wait { .. } => WAIT_LEN,
+            LogItem::Span { .. } => SPAN_LEN,
         }
     }
 }
@@ -379,7 +408,10 @@ impl LogConsumer {
 
 /// True for the ring-only marker kinds.
 fn is_marker(kind: u8) -> bool {
-    matches!(kind, KIND_SCAN_BEGIN | KIND_SCAN_END | KIND_WAIT)
+    matches!(
+        kind,
+        KIND_SCAN_BEGIN | KIND_SCAN_END | KIND_WAIT | KIND_SPAN
+    )
 }
 
 /// Copies `out.len()` bytes starting at logical position `at` of the two
@@ -416,6 +448,21 @@ fn classify(bytes: &[u8], scan: bool) -> Result<LogItem<'_>, RecordError> {
         return Ok(LogItem::Wait {
             ring: u32::from_le_bytes(r),
             position: u64::from_le_bytes(p),
+        });
+    }
+    if kind == KIND_SPAN {
+        let k = bytes
+            .get(RECORD_HEADER_LEN..)
+            .ok_or(RecordError::BadLayout)?;
+        let (Ok(m), Ok(b)) = (
+            <[u8; 8]>::try_from(k.get(..8).unwrap_or_default()),
+            <[u8; 4]>::try_from(k.get(8..).unwrap_or_default()),
+        ) else {
+            return Err(RecordError::BadLayout);
+        };
+        return Ok(LogItem::Span {
+            partitions: u64::from_le_bytes(m),
+            bytes: u32::from_le_bytes(b),
         });
     }
     if is_marker(kind) {
@@ -665,6 +712,33 @@ mod tests {
             }),
             Err(PushError::Invalid(RecordError::BadQpn(1 << 24)))
         );
+    }
+
+    #[test]
+    fn span_marker_round_trips() {
+        let (mut p, mut c) = log_ring(0);
+        p.try_push_span(0b1010, 77).unwrap();
+        p.try_push(&Record::Group { bytes: 5 }).unwrap();
+        p.try_push(&Record::Delete { key: b"k" }).unwrap();
+        assert_eq!(
+            p.pushed(),
+            (SPAN_LEN + crate::record::GROUP_RECORD_LEN + 5) as u64
+        );
+        let mut items = Vec::new();
+        c.drain(10, |item| {
+            items.push(format!("{item:?}"));
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            items,
+            [
+                "Span { partitions: 10, bytes: 77 }",
+                "Live([4, 0, 4, 0, 5, 0, 0, 0])",
+                "Live([2, 1, 0, 0, 107])"
+            ]
+        );
+        assert_eq!(c.popped(), p.pushed());
     }
 
     #[test]

@@ -340,7 +340,7 @@ mod tests {
                 LogItem::ScanBegin(s) => fs.on_scan_begin(0, s).unwrap(),
                 LogItem::Scan(b) => fs.on_scan(0, b).unwrap(),
                 LogItem::ScanEnd(s) => fs.on_scan_end(0, s).unwrap(),
-                LogItem::Live(_) | LogItem::Wait { .. } => panic!(),
+                LogItem::Live(_) | LogItem::Wait { .. } | LogItem::Span { .. } => panic!(),
             }
             true
         })

@@ -6,11 +6,20 @@
 //! number per loop iteration, applies them in order, and publishes how many ring
 //! bytes it consumed, from which the replication lcore derives the stream offset all
 //! workers have applied (the offset a replica acknowledges).
+//!
+//! A transaction whose keys span this node's partitions arrives whole in one
+//! worker's ring behind a SPAN marker (`repl::group_route`), after WAITs for the
+//! other partitions' rings: the worker waits until those workers applied what
+//! precedes the transaction, then applies all of it with them parked
+//! ([`Applier::pending_span`], [`apply_span`]) — no read on any partition sees part
+//! of it. The others' rings wait for this one past the transaction.
 
 use crate::mutation::MutationSink;
+use crate::server::{Server, MAX_PARTITIONS};
 use kvengine::Engine;
-use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
-use kvrepl::{Record, KIND_GROUP};
+use kvrepl::log::{GroupWindow, LogConsumer, LogItem, SPAN_LEN};
+use kvrepl::{Record, GROUP_RECORD_LEN, KIND_GROUP};
+use kvwire::partition::partition_of_hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -26,18 +35,43 @@ pub struct ApplyStats {
     pub failed: AtomicU64,
     /// Ring contents that were not records (a bug): draining stopped there.
     pub corrupt: AtomicU64,
+    /// Transactions applied over several partitions at once (their workers parked).
+    pub spans: AtomicU64,
 }
 
 /// A replica worker's inbound record ring.
 pub struct Applier {
     ring: LogConsumer,
     stats: Arc<ApplyStats>,
+    /// Every worker's counters, by worker: a WAIT in the ring names one.
+    peers: Vec<Arc<ApplyStats>>,
+    /// The SPAN marker the ring stopped at: (partitions, group bytes).
+    span: Option<(u64, u32)>,
 }
 
 impl Applier {
     /// An applier draining `ring` and counting into `stats`.
     pub fn new(ring: LogConsumer, stats: Arc<ApplyStats>) -> Applier {
-        Applier { ring, stats }
+        Applier {
+            ring,
+            stats,
+            peers: Vec::new(),
+            span: None,
+        }
+    }
+
+    /// The counters of every worker of the node, by worker (for the WAITs of
+    /// transactions spanning partitions; without them a WAIT is passed over).
+    pub fn set_peers(&mut self, peers: Vec<Arc<ApplyStats>>) {
+        self.peers = peers;
+    }
+
+    /// The partitions (a bit set) of the transaction at the head of the ring when
+    /// all of it is there: apply it with [`apply_span`].
+    pub fn pending_span(&self) -> Option<u64> {
+        let (partitions, bytes) = self.span?;
+        (self.ring.pending_bytes() >= SPAN_LEN + GROUP_RECORD_LEN + bytes as usize)
+            .then_some(partitions)
     }
 
     /// Applies up to `max` records to `engine`, each also to `tap` (a snapshot being
@@ -63,15 +97,32 @@ impl Applier {
         max: usize,
         qp_state: &mut dyn FnMut(u32, &[u8]),
     ) -> usize {
-        if self.ring.pending_bytes() == 0 {
+        if self.ring.pending_bytes() == 0 || self.span.is_some() {
             return 0;
         }
+        let Applier {
+            ring, peers, span, ..
+        } = self;
         let (mut ok, mut failed) = (0u64, 0u64);
         // A transaction's records (after its GROUP record) are applied in one go, past
         // `max` if need be, and only once all of them are in the ring: between two
         // calls the worker serves reads, which must never see part of a transaction.
-        let mut win = GroupWindow::new(self.ring.pending_bytes(), max);
-        let r = self.ring.drain(usize::MAX, |item| {
+        let mut win = GroupWindow::new(ring.pending_bytes(), max);
+        let r = ring.drain(usize::MAX, |item| {
+            match item {
+                // Until that worker applied what precedes a transaction spanning it.
+                LogItem::Wait { ring, position } => {
+                    return peers
+                        .get(ring as usize)
+                        .is_none_or(|s| s.consumed.load(Ordering::Acquire) >= position)
+                }
+                // Stop: the worker applies it with the other partitions parked.
+                LogItem::Span { partitions, bytes } => {
+                    *span = Some((partitions, bytes));
+                    return false;
+                }
+                _ => {}
+            }
             // Outside a transaction, a record the tap cannot take waits; a transaction
             // enters only when the tap can take all of it.
             if let (false, LogItem::Live(b) | LogItem::Scan(b), Some(t)) =
@@ -92,37 +143,18 @@ impl Applier {
                     clear(engine);
                     return true;
                 }
-                // Only a master's worker rings carry waits; nothing to apply.
-                LogItem::ScanEnd(_) | LogItem::Wait { .. } => return true,
+                LogItem::ScanEnd(_) | LogItem::Wait { .. } | LogItem::Span { .. } => return true,
             };
             if bytes.first() == Some(&KIND_GROUP) {
                 return true;
             }
             let status = match Record::decode(bytes) {
-                Ok((Record::Put { key, value }, _)) => {
-                    let s = engine.put(key, value);
-                    if let (kvengine::Status::Ok, Some(t)) = (s, tap.as_deref_mut()) {
-                        t.put(key, value);
-                    }
-                    s
-                }
-                Ok((Record::Delete { key }, _)) => match engine.delete(key) {
-                    // Deleting an absent key leaves the same state: idempotent replay.
-                    kvengine::Status::NotFound => kvengine::Status::Ok,
-                    kvengine::Status::Ok => {
-                        if let Some(t) = tap.as_deref_mut() {
-                            t.delete(key);
-                        }
-                        kvengine::Status::Ok
-                    }
-                    s => s,
-                },
                 // Completion records are the transport's (`crate::completion`).
                 Ok((Record::QpState { qpn, bytes }, _)) => {
                     qp_state(qpn, bytes);
                     kvengine::Status::Ok
                 }
-                Ok((Record::Group { .. }, _)) => kvengine::Status::Ok,
+                Ok((rec, _)) => apply_kv(engine, tap.as_deref_mut(), rec),
                 Err(_) => kvengine::Status::ValueTooLarge,
             };
             if status == kvengine::Status::Ok {
@@ -142,6 +174,109 @@ impl Applier {
             .store(self.ring.popped(), Ordering::Release);
         (ok + failed) as usize
     }
+}
+
+/// Applies a PUT or DELETE record to `engine` and, when it changed something, to
+/// `tap` (a snapshot being taken on this replica); any other record changes nothing.
+fn apply_kv(
+    engine: &mut Engine,
+    tap: Option<&mut (dyn MutationSink + 'static)>,
+    rec: Record<'_>,
+) -> kvengine::Status {
+    match rec {
+        Record::Put { key, value } => {
+            let s = engine.put(key, value);
+            if let (kvengine::Status::Ok, Some(t)) = (s, tap) {
+                t.put(key, value);
+            }
+            s
+        }
+        Record::Delete { key } => match engine.delete(key) {
+            // Deleting an absent key leaves the same state: idempotent replay.
+            kvengine::Status::NotFound => kvengine::Status::Ok,
+            kvengine::Status::Ok => {
+                if let Some(t) = tap {
+                    t.delete(key);
+                }
+                kvengine::Status::Ok
+            }
+            s => s,
+        },
+        Record::QpState { .. } | Record::Group { .. } => kvengine::Status::Ok,
+    }
+}
+
+/// Applies the transaction at the head of `a`'s ring ([`Applier::pending_span`])
+/// over `me` and the parked servers `parts` (by partition, as
+/// [`Server::with_parked`] hands them out): each record to the engine and tap of
+/// the partition owning its key. Returns the records applied.
+pub fn apply_span(
+    a: &mut Applier,
+    me: &mut Server,
+    mut parts: [Option<&mut Server>; MAX_PARTITIONS],
+) -> usize {
+    let Some((_, bytes)) = a.span else { return 0 };
+    let (p, n) = me.partitioning();
+    let mut sides: [Option<(&mut Engine, Option<&mut (dyn MutationSink + 'static)>)>;
+        MAX_PARTITIONS] = std::array::from_fn(|_| None);
+    if let Some(s) = sides.get_mut(p as usize) {
+        *s = Some(me.engine_mut_and_tap());
+    }
+    for (q, s) in parts.iter_mut().enumerate() {
+        if let Some(s) = s.as_deref_mut() {
+            sides[q] = Some(s.engine_mut_and_tap());
+        }
+    }
+    let (mut ok, mut failed) = (0u64, 0u64);
+    // The marker, the group record, then `bytes` of records.
+    let mut left = bytes as usize;
+    let mut head = 2u8;
+    let r = a.ring.drain(usize::MAX, |item| {
+        if head > 0 {
+            head -= 1;
+            return true;
+        }
+        if left == 0 {
+            return false;
+        }
+        let b = match item {
+            LogItem::Live(b) | LogItem::Scan(b) => b,
+            _ => {
+                // Not a record inside a group: a routing bug; counted, skipped.
+                failed += 1;
+                return true;
+            }
+        };
+        left = left.saturating_sub(b.len());
+        let (rec, key) = match Record::decode(b) {
+            Ok((rec @ (Record::Put { key, .. } | Record::Delete { key }), _)) => (rec, key),
+            _ => {
+                failed += 1;
+                return true;
+            }
+        };
+        let q = partition_of_hash(kvengine::key_hash(key), n) as usize;
+        let Some(Some((engine, tap))) = sides.get_mut(q) else {
+            failed += 1;
+            return true;
+        };
+        let status = apply_kv(engine, tap.as_deref_mut(), rec);
+        if status == kvengine::Status::Ok {
+            ok += 1;
+        } else {
+            failed += 1;
+        }
+        true
+    });
+    if r.is_err() {
+        a.stats.corrupt.fetch_add(1, Ordering::Relaxed);
+    }
+    a.span = None;
+    a.stats.spans.fetch_add(1, Ordering::Relaxed);
+    a.stats.applied.fetch_add(ok, Ordering::Relaxed);
+    a.stats.failed.fetch_add(failed, Ordering::Relaxed);
+    a.stats.consumed.store(a.ring.popped(), Ordering::Release);
+    (ok + failed) as usize
 }
 
 /// Deletes every key of `engine`, one bucket chain at a time (a full sync starts

@@ -360,7 +360,8 @@ impl MasterNode {
                         LogItem::Scan(b) => sync.on_scan(w, b),
                         LogItem::ScanBegin(s) => sync.on_scan_begin(w, s),
                         LogItem::ScanEnd(s) => sync.on_scan_end(w, s),
-                        LogItem::Wait { .. } => Ok(()),
+                        // Only a replica's apply rings carry spans.
+                        LogItem::Wait { .. } | LogItem::Span { .. } => Ok(()),
                     };
                     broken |= r.is_err();
                     true

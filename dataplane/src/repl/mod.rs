@@ -3,6 +3,7 @@
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
 //! * [`cluster`]: a node whose role etcd decides (promotion, demotion, fencing).
+//! * [`group_route`]: a replica routes records to its workers, transactions whole.
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
 //! * [`scan`]: a master worker's scan of its engine for a full sync.
 //! * [`status`]: what the replication lcore publishes for operators.
@@ -11,6 +12,7 @@
 
 pub mod apply;
 pub mod cluster;
+pub mod group_route;
 pub mod link;
 pub mod master;
 pub mod replica;

@@ -9,16 +9,15 @@
 //! so no record is ever dropped between the link and the engines.
 
 use super::apply::ApplyStats;
+use super::group_route::{GroupBuf, Route};
 use super::link::{send_control, LinkTx, ReplLogic};
 use super::master::MasterNode;
 use super::replica_log::LogFeed;
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
-use kvrepl::applier::{Applier, Outcome, Reply, Sink, SinkError};
+use kvrepl::applier::{Applier, Outcome, Reply};
 use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport};
 use kvrepl::log::LogProducer;
-use kvrepl::Record;
-use kvwire::partition::partition_of_hash;
 use kvwire::repl::{parse_repl_frame, LinkHeader, ReplFrame};
 use kvwire::transport::{emit_ack, Syndrome};
 use kvwire::{FrameParams, MacAddr};
@@ -79,70 +78,6 @@ pub struct ReplicaConfig {
     pub rkey: u32,
 }
 
-/// Routes records to the workers' rings by key partition, and copies them into the
-/// log file's feed and (live records of a chain node) the relay's stream.
-struct Route<'a> {
-    rings: &'a mut [LogProducer],
-    log: Option<&'a mut LogFeed>,
-    relay: Option<&'a mut MasterNode>,
-}
-
-impl Sink for Route<'_> {
-    fn clear(&mut self) {
-        // The workers clear their engines when they reach this marker.
-        for r in self.rings.iter_mut() {
-            let _ = r.try_push_scan_begin(0);
-        }
-    }
-
-    fn apply(&mut self, rec: Record<'_>) -> Result<(), SinkError> {
-        let key = match rec {
-            Record::Put { key, .. } | Record::Delete { key } => key,
-            Record::Group { .. } => {
-                // A transaction's records follow, contiguous in the stream; with one
-                // worker they are contiguous in its ring too and it applies them as
-                // one. With several, the master's partitions need not be ours: the
-                // marker is dropped and the records are applied one by one.
-                if let [ring] = self.rings {
-                    ring.try_push(&rec).map_err(|_| SinkError)?;
-                }
-                if let Some(l) = self.log.as_deref_mut() {
-                    l.record(&rec);
-                }
-                if let Some(r) = self.relay.as_deref_mut() {
-                    r.relay_append(&rec);
-                }
-                return Ok(());
-            }
-            Record::QpState { qpn, .. } => {
-                // To the worker that serves that QP (docs/PROTOCOL.md §7), which
-                // keeps it for a RESUME after a failover (`crate::completion`).
-                let n = self.rings.len() as u32;
-                if let Some(r) = self.rings.get_mut((qpn % n.max(1)) as usize) {
-                    r.try_push(&rec).map_err(|_| SinkError)?;
-                }
-                if let Some(r) = self.relay.as_deref_mut() {
-                    r.relay_append(&rec);
-                }
-                return Ok(());
-            }
-        };
-        let n = self.rings.len() as u32;
-        let p = partition_of_hash(kvengine::key_hash(key), n) as usize;
-        match self.rings.get_mut(p) {
-            Some(r) => r.try_push(&rec).map_err(|_| SinkError)?,
-            None => return Err(SinkError),
-        }
-        if let Some(l) = self.log.as_deref_mut() {
-            l.record(&rec);
-        }
-        if let Some(r) = self.relay.as_deref_mut() {
-            r.relay_append(&rec);
-        }
-        Ok(())
-    }
-}
-
 /// Which stream a checkpoint belongs to.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum StreamKind {
@@ -156,6 +91,8 @@ pub struct ReplicaNode {
     applier: Applier,
     rings: Vec<LogProducer>,
     consumed: Vec<Arc<ApplyStats>>,
+    /// A transaction being received, routed once whole.
+    group: GroupBuf,
     /// (stream, offset, ring positions): the offset is applied once every worker
     /// consumed its ring up to those positions.
     checkpoints: VecDeque<(StreamKind, u64, [u64; MAX_WORKERS])>,
@@ -226,6 +163,7 @@ impl ReplicaNode {
             applier: Applier::new(8),
             rings,
             consumed,
+            group: GroupBuf::default(),
             checkpoints: VecDeque::with_capacity(CHECKPOINTS),
             applied_live: 0,
             applied_sync: 0,
@@ -434,7 +372,7 @@ impl ReplicaNode {
     ) {
         let params = hdr.reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
         // Room for every record of the segment in whichever ring it goes to.
-        let need = payload.len() + 64;
+        let need = payload.len() + 64 + self.group.pending(self.rings.len());
         if self.rings.iter().any(|r| r.free_bytes() < need)
             || self.log.as_ref().is_some_and(|l| !l.room(need))
         {
@@ -469,6 +407,7 @@ impl ReplicaNode {
                 rings: &mut self.rings,
                 log: self.log.as_mut(),
                 relay: self.relay.as_deref_mut().filter(|_| live),
+                group: &mut self.group,
             };
             self.applier
                 .on_segment(hdr.psn, hdr.ack_req, imm, payload, &mut sink)
@@ -623,10 +562,18 @@ impl ReplLogic for ReplicaNode {
                                     l.begin(w.repl_id, w.epoch);
                                 }
                             }
+                            // A transaction half received is dropped unless this
+                            // stream goes on right after it.
+                            let continues = w.mode == kvrepl::control::WelcomeMode::Partial
+                                && self.applier.position() == (w.repl_id, w.offset);
+                            if !continues {
+                                self.group.reset();
+                            }
                             let mut sink = Route {
                                 rings: &mut self.rings,
                                 log: None,
                                 relay: None,
+                                group: &mut self.group,
                             };
                             self.applier.on_welcome(&w, &mut sink);
                             self.upstream_heard_ns = now_ns;

@@ -165,7 +165,9 @@ mod tests {
                         got.insert(key.to_vec(), value.to_vec());
                     }
                 }
-                LogItem::Live(_) | LogItem::Wait { .. } => panic!("no live record expected"),
+                LogItem::Live(_) | LogItem::Wait { .. } | LogItem::Span { .. } => {
+                    panic!("no live record expected")
+                }
             }
             true
         })

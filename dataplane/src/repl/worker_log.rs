@@ -68,6 +68,19 @@ impl MutationSink for ReplLog {
         self.push(&Record::Group { bytes });
     }
 
+    fn stream_put(&mut self, key: &[u8], value: &[u8]) {
+        self.push(&Record::Put { key, value });
+    }
+
+    fn stream_delete(&mut self, key: &[u8]) {
+        self.push(&Record::Delete { key });
+    }
+
+    // The record is in the coordinator's ring.
+    fn local_put(&mut self, _key: &[u8], _value: &[u8]) {}
+
+    fn local_delete(&mut self, _key: &[u8]) {}
+
     fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
         self.push(&Record::QpState { qpn, bytes: blob });
     }

@@ -15,12 +15,15 @@
 //!   other and none starves; a worker waiting for its turn parks when asked.
 //!   Single-partition requests never touch the token: their hot path costs one
 //!   relaxed load of the worker's own slot per loop.
-//! * **Replication order**: each post-image goes to the tap of the partition that
-//!   owns its key (so a key's records stay in one worker ring, in order), a group
-//!   record before each part of two or more; then the coordinator's tap waits for
-//!   every participant's ring up to what it took ([`MutationSink::wait_for`]), so a
-//!   response held for the coordinator's position in sync mode also covers the
-//!   participants' writes — and their earlier ones the transaction read.
+//! * **Replication order**: the coordinator's tap first waits for every
+//!   participant's ring up to what it took ([`MutationSink::wait_for`]: their
+//!   earlier writes of the transaction's keys, and those it read, come first in the
+//!   stream, so a response held for the coordinator's position in sync mode covers
+//!   them); then takes the whole committed transaction as one group (another
+//!   partition's keys through [`MutationSink::stream_put`], their snapshot copies to
+//!   their owners' taps through [`MutationSink::local_put`]), so a replica applies it
+//!   at once; then each participant written waits for the coordinator's ring past the
+//!   group (its later writes of those keys come after).
 //!
 //! This is H-Store's multi-partition execution, with partitions locked as a whole
 //! instead of Orca's per-key lock table: a run-to-completion worker serves its
@@ -28,9 +31,10 @@
 //! transaction is what a per-key table would cost on the hot path of every request.
 //!
 //! [`MutationSink::wait_for`]: crate::mutation::MutationSink::wait_for
+//! [`MutationSink::stream_put`]: crate::mutation::MutationSink::stream_put
+//! [`MutationSink::local_put`]: crate::mutation::MutationSink::local_put
 
 use super::conn::reserve;
-use super::resume::ServeMark;
 use super::Server;
 use crate::mutation::{record_cost, MutationSink};
 use crate::stats::WorkerStats;
@@ -272,8 +276,6 @@ impl Server {
     /// Runs `tx` over this partition and the partitions `others` (a bit set), with
     /// their workers parked; `payload` is its request's (for the room its post-images
     /// may take in the participants' taps).
-    // The one unsafe step of the crate: using a parked worker's server (below).
-    #[allow(unsafe_code)]
     pub(super) fn run_cross(
         &mut self,
         tx: &TxReader<'_>,
@@ -281,11 +283,28 @@ impl Server {
         others: u64,
         stats: &WorkerStats,
     ) -> Outcome {
-        let Some(table) = self.cross.clone() else {
-            return TRY_AGAIN;
-        };
         stats.tx_cross_partition.inc();
+        self.with_parked(others, |me, parts| {
+            me.execute_parked(tx, payload, others, parts)
+        })
+        .unwrap_or(TRY_AGAIN)
+    }
+
+    /// Runs `f` over this server and the servers of the partitions `others` (a bit
+    /// set; by partition in `f`'s array), with their workers parked: takes the token
+    /// (one coordinator at a time, in arrival order), parks every worker of
+    /// `others`, runs `f`, lets them go. `None` (and `f` not run) without a table or
+    /// when one of those workers stopped.
+    // The one unsafe step of the crate: using a parked worker's server (below).
+    #[allow(unsafe_code)]
+    pub fn with_parked<R>(
+        &mut self,
+        others: u64,
+        f: impl FnOnce(&mut Server, [Option<&mut Server>; MAX_PARTITIONS]) -> R,
+    ) -> Option<R> {
+        let table = self.cross.clone()?;
         let me = self.partition;
+        let others = others & !(1u64 << me);
         let mut b = Backoff::default();
         let ticket = table.next.0.fetch_add(1, Ordering::Relaxed);
         while table.serving.0.load(Ordering::Acquire) != ticket {
@@ -299,7 +318,10 @@ impl Server {
         let mut servers = [std::ptr::null_mut::<Server>(); MAX_PARTITIONS];
         let mut all_parked = true;
         for p in bits(others) {
-            let slot = table.slot(p);
+            let Some(slot) = table.slots.get(p as usize) else {
+                all_parked = false;
+                break;
+            };
             if slot
                 .state
                 .compare_exchange(RUNNING, PARK_REQUESTED, Ordering::AcqRel, Ordering::Acquire)
@@ -316,21 +338,22 @@ impl Server {
             }
             servers[p as usize] = slot.server.load(Ordering::Acquire);
         }
-        let outcome = if all_parked {
+        let out = if all_parked {
             // Every pointer of `others` was published by its worker right before it
             // stored PARKED (Release), which this thread read (Acquire): it points
             // to that worker's live server, which its worker does not touch until
             // the state is RUNNING again (stored below, Release, so our writes are
             // visible to it then). The token keeps every other coordinator out,
-            // and each partition is a distinct server: the `&mut` are unique.
+            // and each partition is a distinct server, not this one (`others`
+            // excludes it): the `&mut` are unique.
             let mut parts: [Option<&mut Server>; MAX_PARTITIONS] = std::array::from_fn(|_| None);
             for p in bits(others) {
                 // SAFETY: `servers[p]` is parked (above): ours alone until RUNNING.
                 parts[p as usize] = unsafe { servers[p as usize].as_mut() };
             }
-            self.execute_parked(tx, payload, others, parts)
+            Some(f(self, parts))
         } else {
-            TRY_AGAIN
+            None
         };
         for p in bits(parked) {
             table.slot(p).state.store(RUNNING, Ordering::Release);
@@ -339,7 +362,7 @@ impl Server {
             .serving
             .0
             .store(ticket.wrapping_add(1), Ordering::Release);
-        outcome
+        out
     }
 
     /// The transaction itself, over this server and the parked servers `parts`
@@ -351,13 +374,12 @@ impl Server {
         others: u64,
         mut parts: [Option<&mut Server>; MAX_PARTITIONS],
     ) -> Outcome {
-        // Room for the post-images in each participant's tap (its reservation
-        // budget: what its own burst has not reserved), and for the waits in ours.
+        // Room in each participant's tap (its reservation budget: what its own burst
+        // has not reserved) for the local copies of the post-images (a snapshot's)
+        // and the wait for our ring; in ours for the waits (the post-images and
+        // their group were reserved with the request).
         let max_value_len = self.engine.max_value_len();
-        // A logged transaction's INTENT is in our ring: each participant's part
-        // waits for it, so no replica has a part without the intent.
-        let logged = self.serve == ServeMark::Logged;
-        let wait = if logged { kvrepl::log::WAIT_LEN } else { 0 };
+        let wait = kvrepl::log::WAIT_LEN;
         for s in parts.iter_mut().flatten() {
             if s.tap.is_some()
                 && !(reserve(&mut s.tap_budget, payload, max_value_len)
@@ -408,42 +430,62 @@ impl Server {
             |_| true,
             *write_status,
         );
-        if outcome == Outcome::Committed {
-            // Each part in its owner's ring, behind a group record when it has two
-            // or more post-images (docs/REPLICATION.md §2).
-            let mut count = [0u32; MAX_PARTITIONS];
-            let mut bytes = [0u32; MAX_PARTITIONS];
-            for (k, v) in tx_exec.post_images() {
-                let p = partition_of(k, n) as usize;
-                count[p] += 1;
-                bytes[p] += record_cost(k.len(), v.map_or(0, <[u8]>::len)) as u32;
-            }
-            let intent_at = taps[me].as_deref().map_or(0, |t| t.position());
-            for (p, t) in taps.iter_mut().enumerate() {
-                if let (Some(t), true) = (t.as_deref_mut(), logged && p != me && count[p] > 0) {
-                    t.wait_for(me as u32, intent_at);
-                }
-                if let (Some(t), true) = (t.as_deref_mut(), count[p] > 1) {
-                    t.group(bytes[p]);
-                }
-            }
-            for (k, v) in tx_exec.post_images() {
-                if let Some(t) = taps[partition_of(k, n) as usize].as_deref_mut() {
-                    match v {
-                        Some(v) => t.put(k, v),
-                        None => t.delete(k),
-                    }
-                }
-            }
-        }
-        // Whatever the outcome (a read may have seen a participant's write not yet
-        // on the replicas): our later records and held responses come after the
-        // participants' records up to now.
+        // What this ring takes from here on enters the stream after the participants'
+        // records up to now: their earlier writes of the keys the transaction wrote
+        // (a key's records stay in order), and those it read (in sync mode its
+        // answer, held for our position, then covers them) — whatever the outcome.
         let positions: [u64; MAX_PARTITIONS] =
             std::array::from_fn(|p| taps[p].as_deref().map_or(0, |t| t.position()));
         if let Some(own) = taps[me].as_deref_mut() {
             for p in bits(others) {
                 own.wait_for(p, positions[p as usize]);
+            }
+        }
+        if outcome == Outcome::Committed {
+            // The whole transaction in our ring, behind one group record when it has
+            // two or more post-images (docs/REPLICATION.md §2): a replica applies it
+            // at once, over all its partitions. Each key's local copy (a snapshot's)
+            // goes to the tap of the partition that owns it.
+            let (mut count, mut bytes, mut wrote) = (0u32, 0u32, 0u64);
+            for (k, v) in tx_exec.post_images() {
+                count += 1;
+                bytes += record_cost(k.len(), v.map_or(0, <[u8]>::len)) as u32;
+                wrote |= 1 << partition_of(k, n);
+            }
+            if let (Some(own), true) = (taps[me].as_deref_mut(), count > 1) {
+                own.group(bytes);
+            }
+            for (k, v) in tx_exec.post_images() {
+                let p = partition_of(k, n) as usize;
+                if p == me {
+                    if let Some(t) = taps[me].as_deref_mut() {
+                        match v {
+                            Some(v) => t.put(k, v),
+                            None => t.delete(k),
+                        }
+                    }
+                    continue;
+                }
+                if let Some(t) = taps[me].as_deref_mut() {
+                    match v {
+                        Some(v) => t.stream_put(k, v),
+                        None => t.stream_delete(k),
+                    }
+                }
+                if let Some(t) = taps[p].as_deref_mut() {
+                    match v {
+                        Some(v) => t.local_put(k, v),
+                        None => t.local_delete(k),
+                    }
+                }
+            }
+            // A participant's later writes of those keys enter the stream after the
+            // transaction.
+            let end = taps[me].as_deref().map_or(0, |t| t.position());
+            for p in bits(wrote & others) {
+                if let Some(t) = taps[p as usize].as_deref_mut() {
+                    t.wait_for(me as u32, end);
+                }
             }
         }
         outcome

@@ -100,6 +100,34 @@ impl MutationSink for SnapTee {
         }
     }
 
+    // A cross-partition transaction's post-images: the snapshot keeps each with the
+    // partition owning its key, the stream takes them where the coordinator logs.
+    fn stream_put(&mut self, key: &[u8], value: &[u8]) {
+        if let Some(i) = self.inner.as_mut() {
+            i.stream_put(key, value);
+        }
+    }
+
+    fn stream_delete(&mut self, key: &[u8]) {
+        if let Some(i) = self.inner.as_mut() {
+            i.stream_delete(key);
+        }
+    }
+
+    fn local_put(&mut self, key: &[u8], value: &[u8]) {
+        self.ring.put(key, value);
+        if let Some(i) = self.inner.as_mut() {
+            i.local_put(key, value);
+        }
+    }
+
+    fn local_delete(&mut self, key: &[u8]) {
+        self.ring.delete(key);
+        if let Some(i) = self.inner.as_mut() {
+            i.local_delete(key);
+        }
+    }
+
     fn qp_state(&mut self, qpn: u32, blob: &[u8]) {
         if let Some(i) = self.inner.as_mut() {
             i.qp_state(qpn, blob);

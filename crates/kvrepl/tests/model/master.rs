@@ -232,7 +232,7 @@ impl Master {
                         LogItem::Scan(b) => fs.on_scan(i, b).unwrap(),
                         LogItem::ScanBegin(s) => fs.on_scan_begin(i, s).unwrap(),
                         LogItem::ScanEnd(s) => fs.on_scan_end(i, s).unwrap(),
-                        LogItem::Wait { .. } => unreachable!(),
+                        LogItem::Wait { .. } | LogItem::Span { .. } => unreachable!(),
                     }
                     true
                 })
