@@ -34,7 +34,7 @@ mops = {w: [round(d["throughput_mops"], 3) for d in v] for w, v in runs.items()}
 med = {w: statistics.median(v) for w, v in mops.items()}
 out = {"what": "2 workers, pktgen --partitions 2 GET/PUT/atomics Zipf 3000 keys, verified; "
                "Mops per run, binaries alternating",
-       "base": rev, "head": head, "mops": mops, "median_mops": med,
+       "command": f"scripts/ab_partitions.sh {rev}", "base": rev, "head": head, "mops": mops, "median_mops": med,
        "head_vs_base": round(med["head"] / med["base"], 3)}
 json.dump(out, open("results/ab_partitions.json", "w"), indent=2)
 print(f"ab: head {head} {med['head']} Mops vs {rev} {med['base']} Mops -> {out['head_vs_base']}")
