@@ -22,15 +22,7 @@ for round in 1 2 3; do
     if [ "$which" = base ]; then DP="$old/target/release/dataplane"; else DP=target/release/dataplane; fi
     D="$E2E_TMP/$which-$round"
     python3 scripts/cluster_config.py "$D" 1 --prefix "kvd-ab-xrepl" --mode sync --min-replicas 1 \
-      --probe-ms 50 --waiting-ms 500 >/dev/null
-    for n in 0 1; do
-      python3 - "$D/node$n.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["dataplane"]["lcores"] = "0@0,1@1,2@1"
-json.dump(c, open(sys.argv[1], "w"), indent=2)
-PY
-    done
+      --probe-ms 50 --waiting-ms 500 --lcores 0@0,1@1,2@1 >/dev/null
     start_node "$D" 0
     start_node "$D" 1
     wait_repl "replica online" 30 "$D" 0 'd["peers"]["0"]["state"] == "online"'

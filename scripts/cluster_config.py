@@ -28,7 +28,7 @@ def node_config(base, d, k, n, args):
     dp, pg = c["dataplane"], c["pktgen"]
     dp["file_prefix"] = f"{args.prefix}-node{k}"
     pg["file_prefix"] = f"{args.prefix}-node{k}-pktgen"
-    dp["lcores"] = "0,1"
+    dp["lcores"] = args.lcores
     # Small enough that several nodes and a pktgen fit the host's hugepages.
     dp["memory_mb"] = 96
     pg["memory_mb"] = 96
@@ -107,6 +107,9 @@ def main():
     ap.add_argument("--prefix", default="kvd", help="EAL file prefix stem of the nodes")
     ap.add_argument("--no-completions", action="store_true",
                     help="etcd nodes log and keep no completion records (docs/PROTOCOL.md §6.6)")
+    ap.add_argument("--lcores", default="0,1",
+                    help="dataplane.lcores of every node (e.g. 0@0,1@1,2@1: two workers and "
+                         "the replication lcore on 2 CPUs)")
     ap.add_argument("--mtu", type=int, default=1500,
                     help="server.mtu of every node (up to 9000: jumbo frames)")
     args = ap.parse_args()

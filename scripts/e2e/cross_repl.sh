@@ -18,15 +18,7 @@ cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
 D="$E2E_TMP/x"
 python3 scripts/cluster_config.py "$D" 1 --prefix kvd-e2e-xrepl --mode sync --min-replicas 1 \
-  --probe-ms 50 --waiting-ms 500 >/dev/null
-for n in 0 1; do
-  python3 - "$D/node$n.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1]))
-c["dataplane"]["lcores"] = "0@0,1@1,2@1"
-json.dump(c, open(sys.argv[1], "w"), indent=2)
-PY
-done
+  --probe-ms 50 --waiting-ms 500 --lcores 0@0,1@1,2@1 >/dev/null
 
 wait_for() { wait_repl "$1" "$2" "$D" 0 "$3"; } # WHAT TIMEOUT_S EXPR on the master
 

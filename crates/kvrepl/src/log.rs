@@ -435,34 +435,23 @@ fn copy_out(a: &[u8], b: &[u8], at: usize, out: &mut [u8]) -> Result<(), ()> {
 /// Turns a whole ring entry (scan bit already cleared) into a [`LogItem`].
 fn classify(bytes: &[u8], scan: bool) -> Result<LogItem<'_>, RecordError> {
     let kind = bytes[0];
-    if kind == KIND_WAIT {
-        let k = bytes
+    if kind == KIND_WAIT || kind == KIND_SPAN {
+        // A 12-byte key: (u32, u64) for a wait, (u64, u32) for a span.
+        let k: [u8; 12] = bytes
             .get(RECORD_HEADER_LEN..)
+            .and_then(|k| k.try_into().ok())
             .ok_or(RecordError::BadLayout)?;
-        let (Ok(r), Ok(p)) = (
-            <[u8; 4]>::try_from(k.get(..4).unwrap_or_default()),
-            <[u8; 8]>::try_from(k.get(4..).unwrap_or_default()),
-        ) else {
-            return Err(RecordError::BadLayout);
-        };
-        return Ok(LogItem::Wait {
-            ring: u32::from_le_bytes(r),
-            position: u64::from_le_bytes(p),
-        });
-    }
-    if kind == KIND_SPAN {
-        let k = bytes
-            .get(RECORD_HEADER_LEN..)
-            .ok_or(RecordError::BadLayout)?;
-        let (Ok(m), Ok(b)) = (
-            <[u8; 8]>::try_from(k.get(..8).unwrap_or_default()),
-            <[u8; 4]>::try_from(k.get(8..).unwrap_or_default()),
-        ) else {
-            return Err(RecordError::BadLayout);
-        };
-        return Ok(LogItem::Span {
-            partitions: u64::from_le_bytes(m),
-            bytes: u32::from_le_bytes(b),
+        let [a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11] = k;
+        return Ok(if kind == KIND_WAIT {
+            LogItem::Wait {
+                ring: u32::from_le_bytes([a0, a1, a2, a3]),
+                position: u64::from_le_bytes([a4, a5, a6, a7, a8, a9, a10, a11]),
+            }
+        } else {
+            LogItem::Span {
+                partitions: u64::from_le_bytes([a0, a1, a2, a3, a4, a5, a6, a7]),
+                bytes: u32::from_le_bytes([a8, a9, a10, a11]),
+            }
         });
     }
     if is_marker(kind) {

@@ -164,7 +164,13 @@ impl Applier {
             }
             true
         });
-        if r.is_err() {
+        self.settle(r.is_err(), ok, failed)
+    }
+
+    /// After a drain: counts it and publishes the ring bytes consumed; returns the
+    /// records applied.
+    fn settle(&self, corrupt: bool, ok: u64, failed: u64) -> usize {
+        if corrupt {
             self.stats.corrupt.fetch_add(1, Ordering::Relaxed);
         }
         self.stats.applied.fetch_add(ok, Ordering::Relaxed);
@@ -268,15 +274,9 @@ pub fn apply_span(
         }
         true
     });
-    if r.is_err() {
-        a.stats.corrupt.fetch_add(1, Ordering::Relaxed);
-    }
     a.span = None;
     a.stats.spans.fetch_add(1, Ordering::Relaxed);
-    a.stats.applied.fetch_add(ok, Ordering::Relaxed);
-    a.stats.failed.fetch_add(failed, Ordering::Relaxed);
-    a.stats.consumed.store(a.ring.popped(), Ordering::Release);
-    (ok + failed) as usize
+    a.settle(r.is_err(), ok, failed)
 }
 
 /// Deletes every key of `engine`, one bucket chain at a time (a full sync starts
