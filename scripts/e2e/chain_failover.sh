@@ -7,8 +7,12 @@
 #     goes on behind it; the new head holds every account exactly as the tail had it
 #     before the kill (all the old head's committed transfers), and transfers run on
 #     it (bank total unchanged);
-#  3. the old head restarts: it joins the chain behind the tail;
-#  4. all three end with the same KVs.
+#  3. the old head restarts: it joins the chain behind the tail, and its member
+#     record in etcd ranks it behind the others (ranks 1, 2, 3);
+#  4. kill -9 of the new head: on equal offsets the election prefers the lower rank,
+#     so the tail — the node right behind the dead head — is elected, not the old
+#     head behind it, which goes on behind the new head;
+#  5. the survivors end with the same KVs.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -87,8 +91,28 @@ wait_for "old head online behind the tail" 30 "$other" 'd["relay"]["peers"]["0"]
 pass "old head restarted: appended behind the tail (node$new -> node$other -> node0)"
 wait_for "tail caught up" 10 "$new" 'int(d["peers"]["1"]["acked_offset"]) == int(d["offset"])'
 wait_for "old head caught up" 10 "$other" 'int(d["relay"]["peers"]["0"]["acked_offset"]) == int(d["offset"])'
+ranks() { # the member records' ranks in etcd, sorted
+  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" get --prefix /kvd/cfo/members/ --print-value-only \
+    | python3 -c 'import json, sys; print(sorted(json.loads(l).get("rank", 0) for l in sys.stdin if l.strip()))'
+}
+r=""
+for _ in $(seq 1 50); do r=$(ranks); [ "$r" = "[1, 2, 3]" ] && break; sleep 0.1; done
+[ "$r" = "[1, 2, 3]" ] || fail "member ranks $r: the appended old head should rank behind the others"
+pass "member ranks in etcd $r: the old head ranks behind the tail"
+
+kill -KILL "${NODE_PID[$new]}"
+elected=""
+for _ in $(seq 1 100); do
+  for k in "$other" 0; do
+    [ "$(status "$k" 'd["role"] == "master" and int(d["epoch"]) >= 3')" = True ] && elected=$k
+  done
+  [ -n "$elected" ] && break
+  sleep 0.1
+done
+[ "$elected" = "$other" ] || fail "node${elected:-?} elected after the second kill, want node$other (the lower rank)"
+wait_for "old head online behind the tail's mastership" 15 "$other" 'd["peers"]["0"]["state"] == "online"'
+pass "new head killed: node$other (rank 2) elected at epoch $(status "$other" 'd["epoch"]'), node0 (rank 3) behind it"
+wait_for "old head caught up again" 10 "$other" 'int(d["peers"]["0"]["acked_offset"]) == int(d["offset"])'
 stop_node "$D" 0
 stop_node "$D" "$other"
-stop_node "$D" "$new"
-same_kvs "$D" "$new" "$other"
-same_kvs "$D" "$new" 0
+same_kvs "$D" "$other" 0

@@ -73,6 +73,8 @@ pub struct ClusterView {
     offset: AtomicU64,
     switchover: AtomicU64,
     keepalives: AtomicU64,
+    /// 1 once the node was appended behind a chain's tail.
+    appended: AtomicU64,
 }
 
 /// `switchover` value for "to the best replica".
@@ -93,6 +95,7 @@ impl ClusterView {
             offset: AtomicU64::new(0),
             switchover: AtomicU64::new(0),
             keepalives: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
         }
     }
 
@@ -197,6 +200,20 @@ impl ClusterView {
     /// The offset last passed to [`ClusterView::set_offset`].
     pub fn offset(&self) -> u64 {
         self.offset.load(Ordering::Relaxed)
+    }
+
+    /// Tells the control thread that this chain node joined behind the chain's tail
+    /// (it followed a REDIRECT down the chain): from then on its member record's rank
+    /// is one more than the highest rank of the other members, so the election
+    /// prefers, on equal offsets, the nodes before it in the chain
+    /// (`MemberRecord::rank`).
+    pub fn note_appended(&self) {
+        self.appended.store(1, Ordering::Relaxed);
+    }
+
+    /// Whether [`ClusterView::note_appended`] was called.
+    pub fn appended(&self) -> bool {
+        self.appended.load(Ordering::Relaxed) != 0
     }
 
     /// Asks the control thread for a planned switchover to `target` (or to the live

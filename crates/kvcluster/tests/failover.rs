@@ -329,3 +329,28 @@ fn frozen_etcd_fences_the_master_by_time_alone() {
     let loser = if winner == 1 { &mut n2 } else { &mut n1 };
     assert!(!loser.saw(|e| matches!(e, ClusterEvent::BecameMaster { epoch: 2 })));
 }
+
+#[test]
+fn a_node_appended_behind_a_chain_ranks_after_the_others_in_the_election() {
+    // A chain: node 1 (rank 0) the head, node 2 (rank 1) behind it, and node 3,
+    // configured at rank 0 (a head that came back) but appended behind node 2 by the
+    // data plane. On equal offsets the election must pick node 2 — the one right
+    // behind the dead head — not node 3 (with its configured rank 0 it would win).
+    let etcd = Etcd::start();
+    let c = "appended";
+    let mut n1 = Node::start(config(&etcd, c, 1).with_rank(0), 500);
+    n1.wait_for("BecameMaster{1}", secs(5.0), is_master);
+    let mut n2 = Node::start(config(&etcd, c, 2).with_rank(1), 500);
+    n2.wait_for("BecameReplica{1,1}", secs(5.0), |e| is_replica_of(e, 1, 1));
+    let mut n3 = Node::start(config(&etcd, c, 3).with_rank(0), 500);
+    n3.wait_for("BecameReplica{1,1}", secs(5.0), |e| is_replica_of(e, 1, 1));
+    n3.view.note_appended();
+    // Its next member record carries the new rank (published within an interval).
+    std::thread::sleep(secs(0.3));
+    n1.handle.shutdown();
+    n2.wait_for("BecameMaster{2}", secs(5.0), |e| {
+        *e == ClusterEvent::BecameMaster { epoch: 2 }
+    });
+    n3.wait_for("BecameReplica{2,2}", secs(5.0), |e| is_replica_of(e, 2, 2));
+    assert!(!n3.saw(is_master), "the appended node must not win the tie");
+}

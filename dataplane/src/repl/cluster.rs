@@ -314,6 +314,9 @@ impl ClusterNode {
                     return;
                 }
                 self.view.set_offset(r.position().1);
+                if r.appended {
+                    self.view.note_appended();
+                }
                 self.update_hint();
                 Node::Replica(r)
             }

@@ -118,6 +118,10 @@ pub struct ReplicaNode {
     redirect: Option<(MacAddr, Ipv4Addr)>,
     /// REDIRECTs followed since the last WELCOME that admitted this node.
     redirect_hops: u32,
+    /// A WELCOME admitted this node after it followed a REDIRECT: it joined behind
+    /// the chain's tail (an etcd-managed node then ranks itself behind the others,
+    /// `kvcluster::ClusterView::note_appended`).
+    pub appended: bool,
     links: usize,
     epoch_seen: u64,
     /// The master refused our connection (it declared us invalid): join again from
@@ -178,6 +182,7 @@ impl ReplicaNode {
             upstream_switches: 0,
             redirect: None,
             redirect_hops: 0,
+            appended: false,
             links,
             epoch_seen: 0,
             rejoin: false,
@@ -553,6 +558,7 @@ impl ReplLogic for ReplicaNode {
                             self.stale_epoch += 1;
                         }
                         Control::Welcome(w) if w.nonce == self.nonce => {
+                            self.appended |= self.redirect_hops > 0;
                             self.redirect_hops = 0;
                             self.epoch_seen = self.epoch_seen.max(w.epoch);
                             if let Some(l) = &mut self.log {

@@ -99,6 +99,11 @@ struct Node {
     ready: Option<u64>,
     last_published: Option<MemberRecord>,
     last_publish_ns: u64,
+    /// The election rank published: the configured one, until the node is appended
+    /// behind a chain's tail ([`ClusterView::note_appended`]).
+    rank: u32,
+    /// Set once the rank was moved behind the other members'.
+    rank_appended: bool,
     last_campaign_ns: u64,
     /// (role, epoch, master id) last shown in the view.
     shown: (Role, u64, Option<u32>),
@@ -122,6 +127,7 @@ pub(crate) fn run(cfg: ClusterConfig, sh: Arc<Shared>, events: Sender<TimedEvent
         }
     };
     let keys = cfg.keys();
+    let rank = cfg.rank;
     let mut node = Node {
         cfg,
         keys,
@@ -145,6 +151,8 @@ pub(crate) fn run(cfg: ClusterConfig, sh: Arc<Shared>, events: Sender<TimedEvent
         ready: None,
         last_published: None,
         last_publish_ns: 0,
+        rank,
+        rank_appended: false,
         last_campaign_ns: 0,
         shown: (Role::Fenced, 0, None),
     };
@@ -548,7 +556,7 @@ impl Node {
             offset: self.sh.view.offset(),
             epoch: self.max_epoch,
             ready: self.ready,
-            rank: self.cfg.rank,
+            rank: self.rank(),
         };
         if let Some(last) = &self.last_published {
             if *last == rec {
@@ -573,6 +581,26 @@ impl Node {
         self.last_published = Some(rec);
         self.last_publish_ns = now;
         Ok(())
+    }
+
+    /// The rank to publish: once the data plane says this node was appended behind
+    /// the chain's tail, one more than the highest rank of the other members then
+    /// (kept for the rest of the run; a restart appends it again).
+    fn rank(&mut self) -> u32 {
+        if !self.rank_appended && self.sh.view.appended() {
+            let me = self.cfg.node_id;
+            let last = self
+                .members
+                .values()
+                .filter(|m| m.id != me)
+                .map(|m| m.rank)
+                .max();
+            if let Some(r) = last {
+                self.rank = r.saturating_add(1).max(self.rank);
+            }
+            self.rank_appended = true;
+        }
+        self.rank
     }
 
     async fn maybe_campaign(&mut self, client: &mut Client, now: u64) -> Result<(), ClusterError> {
