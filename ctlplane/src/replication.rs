@@ -1,9 +1,12 @@
-//! `ctlplane replication status|failover`: the replication view of a running node
-//! (`/kvd/replication`) and a planned switchover (`/kvd/replication/failover`).
+//! `ctlplane replication status|failover|members`: the replication view of a running
+//! node (`/kvd/replication`), a planned switchover (`/kvd/replication/failover`), and
+//! an etcd-managed cluster's live members in chain order (from etcd).
 
 use crate::target::Target;
 use clap::Subcommand;
-use serde_json::Value;
+use serde_json::{json, Value};
+use std::path::PathBuf;
+use std::time::Duration;
 
 /// Replication commands.
 #[derive(Subcommand, Debug)]
@@ -25,6 +28,17 @@ pub enum ReplicationCmd {
         /// The node to hand over to (its node_id).
         #[arg(long)]
         to: String,
+    },
+    /// The live members of an etcd-managed cluster (their member keys), in chain
+    /// order — the master first, then by election rank — with role, epoch, offset
+    /// and rank (docs/FAILOVER.md "Keys").
+    Members {
+        /// A node's config: its `replication.etcd` endpoints and cluster.
+        #[arg(long, default_value = "configs/memif.json")]
+        config: PathBuf,
+        /// Print JSON: `{"master", "order", "members"}`.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -53,7 +67,63 @@ pub fn run(cmd: ReplicationCmd) -> Result<(), String> {
             println!("failover: {}", v["result"].as_str().unwrap_or("requested"));
             Ok(())
         }
+        ReplicationCmd::Members { config, json } => members(&config, json),
     }
+}
+
+/// `replication members`.
+fn members(config: &std::path::Path, as_json: bool) -> Result<(), String> {
+    let cfg = kvconf::Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    let etcd = cfg
+        .replication
+        .etcd
+        .as_ref()
+        .ok_or_else(|| format!("{}: no replication.etcd section", config.display()))?;
+    let (master, ms) =
+        kvcluster::list_members(&etcd.endpoints, &etcd.cluster, Duration::from_secs(2))
+            .map_err(|e| format!("etcd: {e}"))?;
+    let order: Vec<u32> = ms.iter().map(|m| m.id).collect();
+    if as_json {
+        let v = json!({ "master": master, "order": order, "members": ms });
+        println!("{v}");
+        return Ok(());
+    }
+    let ids: Vec<String> = order.iter().map(u32::to_string).collect();
+    println!(
+        "cluster {}: {}",
+        etcd.cluster,
+        if ids.is_empty() {
+            "no live member".into()
+        } else {
+            ids.join(" -> ")
+        }
+    );
+    println!(
+        "{:>10}  {:<8} {:>6} {:>14} {:>5}  address",
+        "id", "role", "epoch", "offset", "rank"
+    );
+    for m in &ms {
+        let role = serde_json::to_value(m.role)
+            .ok()
+            .and_then(|r| r.as_str().map(String::from))
+            .unwrap_or_default();
+        println!(
+            "{:>10}  {:<8} {:>6} {:>14} {:>5}  {} {}",
+            m.id,
+            role,
+            m.epoch,
+            m.offset,
+            m.rank,
+            m.addr
+                .mac
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<Vec<_>>()
+                .join(":"),
+            m.addr.ip
+        );
+    }
+    Ok(())
 }
 
 /// The human-readable status.

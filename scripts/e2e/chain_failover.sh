@@ -91,14 +91,16 @@ wait_for "old head online behind the tail" 30 "$other" 'd["relay"]["peers"]["0"]
 pass "old head restarted: appended behind the tail (node$new -> node$other -> node0)"
 wait_for "tail caught up" 10 "$new" 'int(d["peers"]["1"]["acked_offset"]) == int(d["offset"])'
 wait_for "old head caught up" 10 "$other" 'int(d["relay"]["peers"]["0"]["acked_offset"]) == int(d["offset"])'
-ranks() { # the member records' ranks in etcd, sorted
-  ETCDCTL_API=3 etcdctl --endpoints "$ETCD_URL" get --prefix /kvd/cfo/members/ --print-value-only \
-    | python3 -c 'import json, sys; print(sorted(json.loads(l).get("rank", 0) for l in sys.stdin if l.strip()))'
+ranks() { # the members' (role, rank) in chain order, from etcd
+  "$CTL" replication members --config "$D/node0.json" --json \
+    | python3 -c 'import json, sys; d = json.load(sys.stdin); print([(m["role"], m.get("rank", 0)) for m in d["members"]])'
 }
+want="[('master', 1), ('replica', 2), ('replica', 3)]"
 r=""
-for _ in $(seq 1 50); do r=$(ranks); [ "$r" = "[1, 2, 3]" ] && break; sleep 0.1; done
-[ "$r" = "[1, 2, 3]" ] || fail "member ranks $r: the appended old head should rank behind the others"
-pass "member ranks in etcd $r: the old head ranks behind the tail"
+for _ in $(seq 1 50); do r=$(ranks); [ "$r" = "$want" ] && break; sleep 0.1; done
+[ "$r" = "$want" ] || fail "members $r: the appended old head should rank behind the others"
+"$CTL" replication members --config "$D/node0.json"
+pass "members in etcd, chain order $r: the old head ranks behind the tail"
 
 kill -KILL "${NODE_PID[$new]}"
 elected=""

@@ -1,11 +1,12 @@
-//! [`discover_master`]: where clients (kvclient, pktgen) find the master.
+//! [`discover_master`]: where clients (kvclient, pktgen) find the master;
+//! [`list_members`]: the live members and the chain order, for operators and clients.
 
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
 use crate::config::validate_cluster_name;
-use crate::records::{decode, LeaderRecord};
+use crate::records::{decode, LeaderRecord, MemberRecord};
 use crate::{ClusterError, Keys, MasterInfo};
 
 /// Reads the leader key of `cluster`: `Ok(None)` when the cluster has no master right now
@@ -31,17 +32,9 @@ pub async fn discover_master_async(
     cluster: &str,
     timeout: Duration,
 ) -> Result<Option<MasterInfo>, ClusterError> {
-    validate_cluster_name(cluster)?;
-    if endpoints.is_empty() {
-        return Err(ClusterError::Config("no etcd endpoints".into()));
-    }
     let keys = Keys::new(cluster);
-    let opts = ConnectOptions::new().with_connect_timeout(timeout);
+    let mut client = connect(endpoints, cluster, timeout).await?;
     let too_slow = |what: &str| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}"));
-    let mut client = tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
-        .await
-        .map_err(|_| too_slow("connect"))?
-        .map_err(|e| ClusterError::Etcd(format!("connect: {e}")))?;
     let resp = tokio::time::timeout(timeout, client.get(keys.leader.as_str(), None))
         .await
         .map_err(|_| too_slow("get leader"))?
@@ -55,4 +48,104 @@ pub async fn discover_master_async(
         epoch: l.epoch,
         addr: l.addr,
     }))
+}
+
+/// Connects to `endpoints` for `cluster` (validated), within `timeout`.
+async fn connect(
+    endpoints: &[String],
+    cluster: &str,
+    timeout: Duration,
+) -> Result<Client, ClusterError> {
+    validate_cluster_name(cluster)?;
+    if endpoints.is_empty() {
+        return Err(ClusterError::Config("no etcd endpoints".into()));
+    }
+    let opts = ConnectOptions::new().with_connect_timeout(timeout);
+    tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+        .await
+        .map_err(|_| ClusterError::Etcd(format!("connect: no answer within {timeout:?}")))?
+        .map_err(|e| ClusterError::Etcd(format!("connect: {e}")))
+}
+
+/// The live members of `cluster` (their member keys), in [`chain_order`], and the
+/// master's id when there is one. A member key whose value does not parse is
+/// skipped. Blocking, as [`discover_master`].
+pub fn list_members(
+    endpoints: &[String],
+    cluster: &str,
+    timeout: Duration,
+) -> Result<(Option<u32>, Vec<MemberRecord>), ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Thread(e.to_string()))?;
+    rt.block_on(async {
+        let keys = Keys::new(cluster);
+        let mut client = connect(endpoints, cluster, timeout).await?;
+        let resp = tokio::time::timeout(
+            timeout,
+            client.get(
+                keys.prefix.as_str(),
+                Some(etcd_client::GetOptions::new().with_prefix()),
+            ),
+        )
+        .await
+        .map_err(|_| ClusterError::Etcd(format!("get: no answer within {timeout:?}")))?
+        .map_err(|e| ClusterError::Etcd(format!("get: {e}")))?;
+        let mut leader = None;
+        let mut members = Vec::new();
+        for kv in resp.kvs() {
+            if kv.key() == keys.leader.as_bytes() {
+                leader = decode::<LeaderRecord>("leader", kv.value())
+                    .ok()
+                    .map(|l| l.id);
+            } else if keys.member_id(kv.key()).is_some() {
+                if let Ok(m) = decode::<MemberRecord>("member", kv.value()) {
+                    members.push(m);
+                }
+            }
+        }
+        chain_order(leader, &mut members);
+        Ok((leader, members))
+    })
+}
+
+/// Sorts `members` as a chain runs: the master (`leader`) first, then by election
+/// rank (a chain node's position; a node appended behind the tail ranks after every
+/// other), then by id. In a star every replica has rank 0: they follow by id.
+pub fn chain_order(leader: Option<u32>, members: &mut [MemberRecord]) {
+    members.sort_by_key(|m| (Some(m.id) != leader, m.rank, m.id));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::records::RoleName;
+    use std::net::Ipv4Addr;
+
+    #[test]
+    fn chain_order_puts_the_master_first_then_ranks() {
+        let m = |id: u32, rank: u32| MemberRecord {
+            id,
+            addr: crate::NodeAddr {
+                mac: [2, 0, 0, 0, 0, id as u8],
+                ip: Ipv4Addr::new(10, 0, 0, id as u8),
+                qpn: 1,
+            },
+            role: RoleName::Replica,
+            offset: 0,
+            epoch: 1,
+            ready: None,
+            rank,
+        };
+        // Head 1 died; 2 (rank 1) is master; 3 (rank 2) behind it; 7, restarted at
+        // configured rank 0, appended behind 3 with rank 3.
+        let mut ms = vec![m(7, 3), m(3, 2), m(2, 1)];
+        chain_order(Some(2), &mut ms);
+        assert_eq!(ms.iter().map(|m| m.id).collect::<Vec<_>>(), [2, 3, 7]);
+        // No master: by rank, then id.
+        let mut ms = vec![m(9, 0), m(4, 1), m(5, 0)];
+        chain_order(None, &mut ms);
+        assert_eq!(ms.iter().map(|m| m.id).collect::<Vec<_>>(), [5, 9, 4]);
+    }
 }
