@@ -9,17 +9,13 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: scripts/ab_cross_repl.sh REV}
-old=$(mktemp -d /tmp/kvd-ab.XXXXXX)
-git worktree add -q "$old/src" "$rev"
-trap 'git worktree remove --force "$old/src"; rm -rf "$old"' EXIT
-(cd "$old/src" && CARGO_TARGET_DIR="$old/target" cargo build --release -q -p dataplane)
-cargo build --release -q -p dataplane -p pktgen
-. scripts/e2e/lib.sh
+. scripts/ab_lib.sh
+ab_start "$rev"
 exec 9>/tmp/kvd-dpdk.lock
 flock 9
 for round in 1 2 3; do
   for which in base head; do
-    if [ "$which" = base ]; then DP="$old/target/release/dataplane"; else DP=target/release/dataplane; fi
+    if [ "$which" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
     D="$E2E_TMP/$which-$round"
     python3 scripts/cluster_config.py "$D" 1 --prefix "kvd-ab-xrepl" --mode sync --min-replicas 1 \
       --probe-ms 50 --waiting-ms 500 --lcores 0@0,1@1,2@1 >/dev/null

@@ -7,19 +7,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev=${1:?usage: scripts/ab_partitions.sh REV}
-old=$(mktemp -d /tmp/kvd-ab.XXXXXX)
-git worktree add -q "$old/src" "$rev"
-trap 'git worktree remove --force "$old/src"; rm -rf "$old"' EXIT
-(cd "$old/src" && CARGO_TARGET_DIR="$old/target" cargo build --release -q -p dataplane)
-cargo build --release -q -p dataplane -p pktgen
-. scripts/e2e/lib.sh
+. scripts/ab_lib.sh
+ab_start "$rev"
 flags=(--partitions 2 --qps 4 --keys 3000 --value-size 8 --load --dist zipf --get 0.5 --put 0.2
        --atomic 0.2 --ops-per-packet 16 --window 16 --warmup 0.3 --duration 2 --calibrate 20 --verify)
 exec 9>/tmp/kvd-dpdk.lock
 flock 9
 for round in 1 2 3; do
   for which in base head; do
-    if [ "$which" = base ]; then DP="$old/target/release/dataplane"; else DP=target/release/dataplane; fi
+    if [ "$which" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
     start_dataplane "ab-$which-$round" --lcores 0,1
     run_pktgen "ab-$which-$round" --json "$E2E_TMP/$which-$round.json" "${flags[@]}" >/dev/null 2>&1 \
       || fail "pktgen against $which"

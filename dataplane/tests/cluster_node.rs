@@ -9,6 +9,8 @@
 
 mod common;
 
+use common::Rng;
+
 use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
 use dataplane::repl::apply::{Applier, ApplyStats};
@@ -33,16 +35,6 @@ use std::sync::Arc;
 
 const MS: u64 = 1_000_000;
 const STEP_NS: u64 = 100_000;
-
-struct Rng(u64);
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
 
 /// One node: its worker and its replication logic.
 struct Node {

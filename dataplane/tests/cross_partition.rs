@@ -11,7 +11,7 @@
 
 mod common;
 
-use common::{connect, engine, identity, results, run, RKEY};
+use common::{connect, engine, identity, partition_server, results, run, RKEY};
 use dataplane::mutation::{record_cost, MutationSink};
 use dataplane::server::{PartitionTable, Server};
 use dataplane::stats::WorkerStats;
@@ -286,9 +286,7 @@ fn transfers_across_partitions_from_two_workers_keep_every_invariant() {
     let mut servers = Vec::new();
     let mut taps = Vec::new();
     for p in 0..2u32 {
-        let mut s = Server::new(identity(), &[(18 - p, RKEY)], engine(4 << 20));
-        s.set_partition(p, 2);
-        s.set_partition_table(table.clone()).unwrap();
+        let mut s = partition_server(p, 2, &table);
         for k in accounts.iter().filter(|k| part(k) == p) {
             s.engine_mut().put(k, &START.to_le_bytes());
         }

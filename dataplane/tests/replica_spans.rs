@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::{engine, identity, RKEY};
+use common::{partition_server, Rng};
 use dataplane::repl::apply::{apply_span, Applier, ApplyStats};
 use dataplane::repl::group_route::{GroupBuf, Route};
 use dataplane::server::{PartitionTable, Server};
@@ -27,18 +27,6 @@ const TRANSFERS: usize = 20_000;
 
 fn part(k: &[u8]) -> u32 {
     partition_of_hash(kvengine::key_hash(k), 2)
-}
-
-/// A seeded xorshift: the stream is the same in every run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
 }
 
 fn balance(s: &mut Server, k: &[u8]) -> u64 {
@@ -128,9 +116,7 @@ fn a_two_worker_replica_applies_each_spanning_transaction_at_once_and_in_order()
     let (mut producers, mut workers) = (Vec::new(), Vec::new());
     let all: Vec<Arc<ApplyStats>> = (0..2).map(|_| Arc::new(ApplyStats::default())).collect();
     for p in 0..2u32 {
-        let mut s = Server::new(identity(), &[(18 - p, RKEY)], engine(4 << 20));
-        s.set_partition(p, 2);
-        s.set_partition_table(table.clone()).unwrap();
+        let mut s = partition_server(p, 2, &table);
         for k in accounts.iter().filter(|k| part(k) == p) {
             s.engine_mut().put(k, &START.to_le_bytes());
         }

@@ -6,6 +6,9 @@
 //! loss, partial resync after an outage longer than the waiting time, and the
 //! min-replicas write gate.
 
+mod common;
+
+use common::Rng;
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::link::{ReplLogic, VecLinks};
@@ -34,20 +37,6 @@ fn engine() -> Engine {
         ..EngineConfig::default()
     };
     Engine::new(Region::owned(4 << 20), &cfg).unwrap()
-}
-
-/// A tiny deterministic PRNG (xorshift).
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 /// The master side: one worker (engine, log, scan) and the replication logic.

@@ -22,6 +22,37 @@ use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
 
+/// A seeded xorshift64 (13, 7, 17): the tests' workloads are the same in every run.
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// The next value below `n` (> 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The server of partition `p` of `n`, sharing `table` (a node's workers for
+/// cross-partition transactions), with a 4 MiB engine and one client QP, `18 - p`.
+pub fn partition_server(
+    p: u32,
+    n: u32,
+    table: &std::sync::Arc<dataplane::server::PartitionTable>,
+) -> Server {
+    let mut s = Server::new(identity(), &[(18 - p, RKEY)], engine(4 << 20));
+    s.set_partition(p, n);
+    s.set_partition_table(table.clone()).unwrap();
+    s
+}
+
 /// Simulated time per poll of [`ServerIo`]'s client side.
 pub const STEP_NS: u64 = 10_000;
 
