@@ -54,8 +54,8 @@ def one_cluster(tmp, a, etcd_url, tag, completions):
     out = {}
     try:
         nodes[0].start()
-        bf.wait_for(lambda: nodes[0].status().get("role") == "master", 15, "node0 master")
         nodes[1].start()
+        bf.wait_for(lambda: nodes[0].status().get("role") == "master", 15, "node0 master")
         bf.wait_for(lambda: any(p["state"] == "online" for p in nodes[0].status().get("peers", {}).values()),
                     30, "replica online")
         rc, _ = bf.pktgen(nodes[0], ["--keys", str(a.keys), "--key-size", "8", "--value-size", "8", "--load",

@@ -158,10 +158,11 @@ def one_rep(tmp, a, etcd_url, rep):
                    check=True, stdout=subprocess.DEVNULL)
     nodes = [Node(d, k, a.huge) for k in range(3)]
     try:
-        nodes[0].start()
+        # One after the other (memif servers first); the first election waits for
+        # all three, and the configured master ranks first.
+        for n in nodes:
+            n.start()
         wait_for(lambda: nodes[0].status().get("role") == "master", 15, "node0 master")
-        nodes[1].start()
-        nodes[2].start()
         wait_for(lambda: sum(p["state"] == "online" for p in nodes[0].status().get("peers", {}).values()) == 2,
                  30, "replicas online")
         # One 8-byte counter; fetch-adds of 1 to it are the verified writes: every one

@@ -84,11 +84,12 @@ up() {
     "$DP" --config "$dir/node$k.json" "${extra[@]}" >"$dir/node$k.log" 2>&1 &
     echo "node$k $!" >>"$dir/pids"
     wait_ready "$dir/node$k.log" 30
-    if [ "$etcd" -eq 1 ] && [ "$k" -eq 0 ]; then
-      # node0 joins an empty cluster: it is elected once the election wait is over.
-      wait_role 0 master 15
-    fi
   done
+  if [ "$etcd" -eq 1 ]; then
+    # The cluster's first election waits for every node; node0, the configured
+    # master, ranks first (docs/FAILOVER.md "Election safety").
+    wait_role 0 master 15
+  fi
   echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas"
 }
 

@@ -81,6 +81,9 @@ def node_config(base, d, k, n, args):
             "cluster": args.cluster,
             "lease_ttl_ms": args.lease_ms,
             "completion_records": not args.no_completions,
+            # Every node of the cluster: the first election waits for all of them,
+            # later ones for a quorum of data holders (docs/FAILOVER.md).
+            "nodes": n,
         }
     c["replication"] = repl
     return c

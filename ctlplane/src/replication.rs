@@ -99,21 +99,27 @@ fn members(config: &std::path::Path, as_json: bool) -> Result<(), String> {
         }
     );
     println!(
-        "{:>10}  {:<8} {:>6} {:>14} {:>5}  address",
-        "id", "role", "epoch", "offset", "rank"
+        "{:>10}  {:<8} {:>6} {:>14} {:>5}  {:<6} {:>5}  address",
+        "id", "role", "epoch", "offset", "rank", "data", "hist"
     );
     for m in &ms {
         let role = serde_json::to_value(m.role)
             .ok()
             .and_then(|r| r.as_str().map(String::from))
             .unwrap_or_default();
+        let data = serde_json::to_value(m.data)
+            .ok()
+            .and_then(|r| r.as_str().map(String::from))
+            .unwrap_or_default();
         println!(
-            "{:>10}  {:<8} {:>6} {:>14} {:>5}  {} {}",
+            "{:>10}  {:<8} {:>6} {:>14} {:>5}  {:<6} {:>5}  {} {}",
             m.id,
             role,
             m.epoch,
             m.offset,
             m.rank,
+            data,
+            m.hist,
             m.addr
                 .mac
                 .iter()
@@ -146,6 +152,19 @@ fn render(v: &Value) -> String {
             ""
         }
     );
+    if let Some(w) = v["election_wait"].as_object() {
+        let n = |k: &str| {
+            w.get(k)
+                .and_then(|x| x.as_u64().or_else(|| x.as_str()?.parse().ok()))
+                .unwrap_or(0)
+        };
+        out += &format!(
+            "  no master: the election waits for a quorum, {} of {} members holding \
+             their acknowledged writes reported (writes unavailable; docs/FAILOVER.md)\n",
+            n("have"),
+            n("need"),
+        );
+    }
     if let Some(l) = v["log_file"].as_object() {
         let f = |k: &str| match &l[k] {
             Value::String(x) => x.clone(),
@@ -237,6 +256,12 @@ mod tests {
         );
         assert!(!r.contains("writes refused"));
         assert!(!r.contains("log file"));
+        assert!(!r.contains("no master"));
+        let v: Value =
+            serde_json::from_str(r#"{"role":"replica","election_wait":{"have":"1","need":"2"}}"#)
+                .unwrap();
+        let r = render(&v);
+        assert!(r.contains("a quorum, 1 of 2 members"), "{r}");
         let v: Value = serde_json::from_str(
             r#"{"role":"replica","log_file":{"file":"n1.aof","synced_offset":"77",
                 "blocks":"3","errors":"0"}}"#,

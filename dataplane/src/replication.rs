@@ -15,6 +15,7 @@ use dataplane::repl::scan::ScanShared;
 use dataplane::repl::status::ReplStatus;
 use dataplane::repl::worker_log::ReplLog;
 use dpdk::{LcoreId, Mempool, Port, PortConfig};
+use kvcluster::records::DataState;
 use kvconf::{Config, ReplMode, ReplRole};
 use kvrepl::log::log_ring;
 use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
@@ -181,12 +182,20 @@ pub fn setup(
             addr,
         )
         .with_lease_ttl_ms(etcd.lease_ttl_ms)
+        // Who may be elected, and when (docs/FAILOVER.md "Election safety"): every
+        // node is linked to every other, so the links say the cluster's size.
+        .with_quorum(
+            etcd_size(etcd, r.vdevs.len()),
+            etcd_quorum(etcd, r, etcd_size(etcd, r.vdevs.len())),
+        )
         // A chain node's position (its configured predecessors): on equal offsets the
         // dead head's successor is elected before the nodes behind it.
         .with_rank(if r.topology == kvconf::Topology::Chain {
             (usize::from(r.master.is_some()) + r.fallback.len()) as u32
         } else {
-            0
+            // A star: the configured master first (it wins the cluster's first
+            // election), the replicas after it, equal among themselves.
+            u32::from(role != ReplRole::Master)
         });
         let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
         // A chain node relays its stream to its successor while it is a replica
@@ -266,7 +275,7 @@ pub fn setup(
                 if let Some(LogStart { feed, resume }) = log {
                     node.set_log(feed);
                     if let Some((id, epoch, offset)) = resume {
-                        node.resume_at(id, epoch, offset);
+                        node.resume_at(id, epoch, offset, DataState::Loaded);
                     }
                 }
                 Box::new(node)
@@ -534,4 +543,19 @@ pub fn spawn_event_log(
             }
             handle.shutdown();
         })
+}
+
+/// The cluster's size: `replication.etcd.nodes`, else the replication links + 1.
+fn etcd_size(etcd: &kvconf::EtcdSection, links: usize) -> u32 {
+    etcd.nodes
+        .unwrap_or_else(|| u32::try_from(links + 1).unwrap_or(u32::MAX))
+}
+
+/// The election quorum: `replication.etcd.election_quorum`, else the one the
+/// replication mode makes safe ([`kvcluster::election::quorum_for`]).
+fn etcd_quorum(etcd: &kvconf::EtcdSection, r: &kvconf::ReplicationSection, size: u32) -> u32 {
+    etcd.election_quorum.unwrap_or_else(|| {
+        let sync = (r.mode == ReplMode::Sync).then_some(r.min_replicas);
+        kvcluster::election::quorum_for(size, sync)
+    })
 }

@@ -556,7 +556,8 @@ fn a_master_restarted_empty_does_not_erase_its_replica() {
         assert!(offset > 0);
         w.m = Master::restarted(keep);
         if restart_replica {
-            w.r.node.resume_at(0xabcd, 1, offset);
+            w.r.node
+                .resume_at(0xabcd, 1, offset, kvcluster::records::DataState::Loaded);
         }
         for _ in 0..2000 {
             w.step(0, 1);

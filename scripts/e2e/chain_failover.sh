@@ -29,9 +29,10 @@ status() { repl_status "$D" "$1" "$2"; }               # K EXPR
 wait_for() { wait_repl "$1" "$2" "$D" "$3" "$4"; }     # WHAT TIMEOUT_S K EXPR
 
 start_node "$D" 0
-wait_for "node0 elected head" 10 0 'd["role"] == "master"'
 start_node "$D" 1
 start_node "$D" 2
+# The first election waits for every node; the configured head ranks first.
+wait_for "node0 elected head" 10 0 'd["role"] == "master"'
 # Node 0's link 0 goes to node 1; node 1's link 1 to node 2.
 wait_for "middle online on the head" 30 0 'd["peers"]["0"]["state"] == "online"'
 wait_for "tail online on the middle's relay" 30 1 'd["relay"]["peers"]["1"]["state"] == "online"'

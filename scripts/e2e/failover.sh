@@ -81,9 +81,9 @@ same_contents() { # DIR A B: nodes A and B stopped, same KVs
 D="$E2E_TMP/a"
 cluster "$D" 2 fo-a
 start_node "$D" 0
-wait_role "$D" 0 master 10
 start_node "$D" 1
 start_node "$D" 2
+wait_role "$D" 0 master 10
 wait_followers "$D" 0 30 1 2
 pg "$D" 0 fill --keys 20000 --key-size 8 --value-size 4-40 --load --get 0 --put 1 --duration 0.5 --warmup 0 \
   || { cat "$D/fill.out"; fail "fill failed"; }
@@ -128,8 +128,8 @@ same_contents "$D" "$new" 0
 D="$E2E_TMP/b"
 cluster "$D" 1 fo-b
 start_node "$D" 0
-wait_role "$D" 0 master 10
 start_node "$D" 1
+wait_role "$D" 0 master 10
 wait_followers "$D" 0 30 1
 pg "$D" 0 fill --keys 10000 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.3 --warmup 0 \
   || { cat "$D/fill.out"; fail "fill failed"; }
@@ -171,9 +171,9 @@ counter_cluster() {
     --etcd "$ETCD_URL" --cluster "fo-$1" --lease-ms "$LEASE_MS" \
     --mode sync --min-replicas 1 --probe-ms 50 --waiting-ms 200 --backlog-mb 64 >/dev/null
   start_node "$D" 0
-  wait_role "$D" 0 master 10
   start_node "$D" 1
   start_node "$D" 2
+  wait_role "$D" 0 master 10
   wait_followers "$D" 0 30 1 2
   pg "$D" 0 fill --keys 1 --key-size 8 --value-size 8 --load --get 0 --put 1 --duration 0.1 --warmup 0 \
     || { cat "$D/fill.out"; fail "fill failed"; }

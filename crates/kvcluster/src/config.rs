@@ -154,6 +154,13 @@ pub struct ClusterConfig {
     /// This node's preference in an election among members with equal offsets, lower
     /// first (`MemberRecord::rank`; a chain node's position). Default 0.
     pub rank: u32,
+    /// The number of nodes in the cluster (the first election waits for all of
+    /// them). Default 1.
+    pub cluster_size: u32,
+    /// Members whose data is Live that must have reported before anyone campaigns
+    /// ([`crate::election::quorum_for`] gives the safe value for a replication mode).
+    /// Default 1.
+    pub election_quorum: u32,
 }
 
 impl ClusterConfig {
@@ -172,7 +179,17 @@ impl ClusterConfig {
             handover_timeout_ms: 5000,
             op_timeout_ms: 1000,
             rank: 0,
+            cluster_size: 1,
+            election_quorum: 1,
         }
+    }
+
+    /// Sets the cluster's size and election quorum ([`ClusterConfig::cluster_size`],
+    /// [`ClusterConfig::election_quorum`]).
+    pub fn with_quorum(mut self, cluster_size: u32, election_quorum: u32) -> Self {
+        self.cluster_size = cluster_size;
+        self.election_quorum = election_quorum;
+        self
     }
 
     /// Sets the election rank ([`ClusterConfig::rank`]).
@@ -218,6 +235,12 @@ impl ClusterConfig {
                 "2 * keepalive_interval_ms ({}) + fence_margin_ms ({}) must not exceed \
                  lease_ttl_ms ({})",
                 self.keepalive_interval_ms, self.fence_margin_ms, self.lease_ttl_ms
+            ));
+        }
+        if self.election_quorum == 0 || self.election_quorum > self.cluster_size {
+            return bad(format!(
+                "election_quorum {} must be in 1..=cluster_size ({})",
+                self.election_quorum, self.cluster_size
             ));
         }
         if self.publish_interval_ms == 0 || self.op_timeout_ms == 0 {
@@ -266,6 +289,8 @@ pub struct Keys {
     pub epoch: String,
     /// `/kvd/<cluster>/handover`: a planned switchover's target (never leased).
     pub handover: String,
+    /// `/kvd/<cluster>/force`: an operator's forced election (never leased).
+    pub force: String,
 }
 
 impl Keys {
@@ -277,6 +302,7 @@ impl Keys {
             leader: format!("{prefix}leader"),
             epoch: format!("{prefix}epoch"),
             handover: format!("{prefix}handover"),
+            force: format!("{prefix}force"),
             prefix,
         }
     }
@@ -357,6 +383,12 @@ mod tests {
         let mut c = ok.clone();
         c.cluster = "a/b".into();
         assert!(c.validate().is_err());
+        let mut c = ok.clone();
+        c.election_quorum = 0;
+        assert!(c.validate().is_err());
+        let c = ok.clone().with_quorum(3, 4);
+        assert!(c.validate().is_err());
+        ok.clone().with_quorum(3, 2).validate().unwrap();
         let mut c = ok;
         c.endpoints.clear();
         assert!(c.validate().is_err());

@@ -1,12 +1,13 @@
 //! [`discover_master`]: where clients (kvclient, pktgen) find the master;
-//! [`list_members`]: the live members and the chain order, for operators and clients.
+//! [`list_members`]: the live members and the chain order, for operators and clients;
+//! [`force_election`]: the operator's override of the election's safety rule.
 
 use std::time::Duration;
 
 use etcd_client::{Client, ConnectOptions};
 
 use crate::config::validate_cluster_name;
-use crate::records::{decode, LeaderRecord, MemberRecord};
+use crate::records::{decode, decode_epoch, encode, ForceRecord, LeaderRecord, MemberRecord};
 use crate::{ClusterError, Keys, MasterInfo};
 
 /// Reads the leader key of `cluster`: `Ok(None)` when the cluster has no master right now
@@ -110,6 +111,67 @@ pub fn list_members(
     })
 }
 
+/// Forces the election of node `target` while `cluster` has no master: writes the
+/// force key (`{target, epoch}` with the cluster's current epoch) if there is no
+/// leader and `target` is a live member, in one etcd transaction. The target then
+/// campaigns alone, whatever its data — **acknowledged writes it lacks are lost**,
+/// and every other node resyncs from it. Returns the epoch whose master it replaces.
+/// For a cluster that waits for a quorum that will never come back (docs/FAILOVER.md,
+/// "Election safety").
+pub fn force_election(
+    endpoints: &[String],
+    cluster: &str,
+    target: u32,
+    timeout: Duration,
+) -> Result<u64, ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Thread(e.to_string()))?;
+    rt.block_on(async {
+        use etcd_client::{Compare, CompareOp, Txn, TxnOp};
+        let keys = Keys::new(cluster);
+        let mut client = connect(endpoints, cluster, timeout).await?;
+        let etcd = |what: &'static str| {
+            move |e: etcd_client::Error| ClusterError::Etcd(format!("{what}: {e}"))
+        };
+        let late = |what: &str| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}"));
+        let resp = tokio::time::timeout(timeout, client.get(keys.epoch.as_str(), None))
+            .await
+            .map_err(|_| late("get epoch"))?
+            .map_err(etcd("get epoch"))?;
+        let (epoch, epoch_cmp) = match resp.kvs().first() {
+            Some(kv) => (
+                decode_epoch(kv.value())?,
+                Compare::mod_revision(keys.epoch.as_str(), CompareOp::Equal, kv.mod_revision()),
+            ),
+            None => (
+                0,
+                Compare::version(keys.epoch.as_str(), CompareOp::Equal, 0),
+            ),
+        };
+        let rec = ForceRecord { target, epoch };
+        let txn = Txn::new()
+            .when([
+                Compare::version(keys.leader.as_str(), CompareOp::Equal, 0),
+                Compare::version(keys.member(target), CompareOp::Greater, 0),
+                epoch_cmp,
+            ])
+            .and_then([TxnOp::put(keys.force.as_str(), encode(&rec), None)]);
+        let r = tokio::time::timeout(timeout, client.txn(txn))
+            .await
+            .map_err(|_| late("force txn"))?
+            .map_err(etcd("force txn"))?;
+        if !r.succeeded() {
+            return Err(ClusterError::Config(format!(
+                "not forced: the cluster has a master, node {target} is not a live member, \
+                 or the epoch moved (epoch {epoch})"
+            )));
+        }
+        Ok(epoch)
+    })
+}
+
 /// Sorts `members` as a chain runs: the master (`leader`) first, then by election
 /// rank (a chain node's position; a node appended behind the tail ranks after every
 /// other), then by id. In a star every replica has rank 0: they follow by id.
@@ -137,6 +199,8 @@ mod tests {
             epoch: 1,
             ready: None,
             rank,
+            hist: 0,
+            data: crate::records::DataState::None,
         };
         // Head 1 died; 2 (rank 1) is master; 3 (rank 2) behind it; 7, restarted at
         // configured rank 0, appended behind 3 with rank 3.

@@ -33,7 +33,9 @@ pub mod records;
 mod view;
 
 pub use config::{ClusterConfig, Keys, NodeAddr};
-pub use discover::{chain_order, discover_master, discover_master_async, list_members};
+pub use discover::{
+    chain_order, discover_master, discover_master_async, force_election, list_members,
+};
 pub use handle::ClusterHandle;
 pub use view::{ClusterView, MasterInfo, Role};
 

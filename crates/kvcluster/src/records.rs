@@ -27,10 +27,62 @@ pub struct MemberRecord {
     /// position: the dead head's successor before the tail). 0 when not set.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub rank: u32,
+    /// The epoch of the master whose stream the node's data follows (a master: its
+    /// own epoch); 0 with [`DataState::None`]. The election compares `(hist, offset)`
+    /// as Raft compares (last term, last index).
+    #[serde(default, skip_serializing_if = "is_zero_u64")]
+    pub hist: u64,
+    /// What the node's data is worth to an election ([`DataState`]).
+    #[serde(default)]
+    pub data: DataState,
 }
 
 fn is_zero(r: &u32) -> bool {
     *r == 0
+}
+
+fn is_zero_u64(r: &u64) -> bool {
+    *r == 0
+}
+
+/// What a member's data is worth to an election (docs/FAILOVER.md, "Election
+/// safety"). A record without the field (an older node) reads as `None`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataState {
+    /// No data of the cluster's history: started empty and not synced since, or in
+    /// the middle of a full sync (its old data already being replaced). Never
+    /// electable (but for a first election or an operator's forced one), never
+    /// counted.
+    #[default]
+    None,
+    /// A prefix of history `hist` up to `offset`, loaded from a file when the process
+    /// started: a genuine prefix, so electable when it is the longest, but it may lack
+    /// writes the node acknowledged before it stopped, so not counted for the quorum.
+    Loaded,
+    /// Received from a master (or written as master) by this process and kept since:
+    /// it holds every write the node acknowledged. Electable and counted.
+    Live,
+}
+
+impl DataState {
+    /// The view's code of the state.
+    pub(crate) fn code(self) -> u64 {
+        match self {
+            DataState::None => 0,
+            DataState::Loaded => 1,
+            DataState::Live => 2,
+        }
+    }
+
+    /// The inverse of [`DataState::code`].
+    pub(crate) fn from_code(c: u64) -> Self {
+        match c {
+            2 => DataState::Live,
+            1 => DataState::Loaded,
+            _ => DataState::None,
+        }
+    }
 }
 
 /// A role as written into etcd.
@@ -75,6 +127,18 @@ pub struct HandoverRecord {
     /// The node that is to campaign alone.
     pub target: u32,
     /// The epoch of the master handing over.
+    pub epoch: u64,
+}
+
+/// `/kvd/<cluster>/force`: an operator's forced election (`ctlplane replication
+/// force-elect`): while `epoch` is the cluster's epoch and the target is live, only
+/// the target campaigns, whatever its data — it may lose acknowledged writes, and
+/// the operator said so. Not leased; the target's campaign deletes it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ForceRecord {
+    /// The node to elect.
+    pub target: u32,
+    /// The epoch whose master is to be replaced (the cluster's epoch when forced).
     pub epoch: u64,
 }
 
@@ -128,19 +192,43 @@ mod tests {
             epoch: 9,
             ready: Some(9),
             rank: 0,
+            hist: 0,
+            data: DataState::None,
         };
         let b = encode(&m);
         assert!(!String::from_utf8_lossy(&b).contains("rank"));
         assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), m);
-        let no_ready = MemberRecord { ready: None, ..m };
+        let no_ready = MemberRecord {
+            ready: None,
+            ..m.clone()
+        };
         let b = encode(&no_ready);
         assert!(!String::from_utf8_lossy(&b).contains("ready"));
         assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), no_ready);
-        let ranked = MemberRecord { rank: 2, ..m };
+        let ranked = MemberRecord {
+            rank: 2,
+            ..m.clone()
+        };
         assert_eq!(
             decode::<MemberRecord>("m", &encode(&ranked)).unwrap(),
             ranked
         );
+        let live = MemberRecord {
+            hist: 4,
+            data: DataState::Live,
+            ..m.clone()
+        };
+        let b = encode(&live);
+        assert!(String::from_utf8_lossy(&b).contains(r#""data":"live""#));
+        assert_eq!(decode::<MemberRecord>("m", &b).unwrap(), live);
+        // An older node's record (no hist, no data) holds no data.
+        let old = br#"{"id":3,"addr":{"mac":"02:00:00:00:00:01","ip":"10.0.0.1","qpn":7},"role":"replica","offset":5,"epoch":2}"#;
+        let d = decode::<MemberRecord>("m", old).unwrap();
+        assert_eq!((d.hist, d.data), (0, DataState::None));
+        for d in [DataState::None, DataState::Loaded, DataState::Live] {
+            assert_eq!(DataState::from_code(d.code()), d);
+        }
+        assert_eq!(DataState::from_code(3), DataState::None);
     }
 
     #[test]
@@ -165,6 +253,7 @@ mod tests {
             let _ = decode::<MemberRecord>("m", &bytes);
             let _ = decode::<LeaderRecord>("l", &bytes);
             let _ = decode::<HandoverRecord>("h", &bytes);
+            let _ = decode::<ForceRecord>("f", &bytes);
             let _ = decode_epoch(&bytes);
         }
     }

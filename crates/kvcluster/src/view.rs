@@ -6,6 +6,7 @@
 
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 
+use crate::records::DataState;
 use crate::NodeAddr;
 
 /// A node's role as the lcores see it.
@@ -75,6 +76,11 @@ pub struct ClusterView {
     keepalives: AtomicU64,
     /// 1 once the node was appended behind a chain's tail.
     appended: AtomicU64,
+    /// `hist << 2 | DataState::code`: what the node's data is worth to an election.
+    data: AtomicU64,
+    /// `have << 32 | need` while the election waits for a quorum (or, first
+    /// election, for every node); 0 otherwise.
+    quorum_wait: AtomicU64,
 }
 
 /// `switchover` value for "to the best replica".
@@ -96,6 +102,8 @@ impl ClusterView {
             switchover: AtomicU64::new(0),
             keepalives: AtomicU64::new(0),
             appended: AtomicU64::new(0),
+            data: AtomicU64::new(0),
+            quorum_wait: AtomicU64::new(0),
         }
     }
 
@@ -194,12 +202,44 @@ impl ClusterView {
     /// `publish_interval_ms`; the election compares it.
     #[inline]
     pub fn set_offset(&self, offset: u64) {
-        self.offset.store(offset, Ordering::Relaxed);
+        self.offset.store(offset, Ordering::Release);
     }
 
     /// The offset last passed to [`ClusterView::set_offset`].
     pub fn offset(&self) -> u64 {
-        self.offset.load(Ordering::Relaxed)
+        self.offset.load(Ordering::Acquire)
+    }
+
+    /// Publishes what the node's data is worth to an election: the epoch of the
+    /// master whose stream it follows (`hist`) and its [`DataState`]. Must be
+    /// lowered (to `None`) before the data is, e.g. before a full sync starts
+    /// replacing it, and raised only once the data is there.
+    #[inline]
+    pub fn set_data(&self, hist: u64, state: DataState) {
+        let hist = if state == DataState::None { 0 } else { hist };
+        self.data.store(hist << 2 | state.code(), Ordering::Release);
+    }
+
+    /// The value last passed to [`ClusterView::set_data`] (`(0, None)` at first).
+    pub fn data(&self) -> (u64, DataState) {
+        let d = self.data.load(Ordering::Acquire);
+        (d >> 2, DataState::from_code(d & 3))
+    }
+
+    /// While the cluster has no master and the election cannot go on: `(have,
+    /// need)` — data-holding members reported and the quorum (or, before the first
+    /// election, members reported and the cluster's size). The cluster is
+    /// unavailable for writes until enough of them are back (docs/FAILOVER.md).
+    pub fn quorum_wait(&self) -> Option<(u32, u32)> {
+        let w = self.quorum_wait.load(Ordering::Relaxed);
+        (w != 0).then_some(((w >> 32) as u32, w as u32))
+    }
+
+    pub(crate) fn set_quorum_wait(&self, w: Option<(u32, u32)>) {
+        let v = w.map_or(0, |(have, need)| {
+            u64::from(have) << 32 | u64::from(need.max(1))
+        });
+        self.quorum_wait.store(v, Ordering::Relaxed);
     }
 
     /// Tells the control thread that this chain node joined behind the chain's tail
@@ -337,6 +377,23 @@ mod tests {
         assert_eq!(v.state(), (Role::Replica, 2));
         assert!(!v.may_ack_writes(0));
         assert_eq!(v.fence_deadline_ns(), 0);
+    }
+
+    #[test]
+    fn data_and_quorum_wait() {
+        let v = ClusterView::new(1);
+        assert_eq!(v.data(), (0, DataState::None));
+        v.set_data(7, DataState::Live);
+        assert_eq!(v.data(), (7, DataState::Live));
+        v.set_data(7, DataState::None);
+        assert_eq!(v.data(), (0, DataState::None));
+        v.set_data(u64::MAX >> 2, DataState::Loaded);
+        assert_eq!(v.data(), (u64::MAX >> 2, DataState::Loaded));
+        assert_eq!(v.quorum_wait(), None);
+        v.set_quorum_wait(Some((0, 2)));
+        assert_eq!(v.quorum_wait(), Some((0, 2)));
+        v.set_quorum_wait(None);
+        assert_eq!(v.quorum_wait(), None);
     }
 
     #[test]

@@ -4,128 +4,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use common::proc::*;
 use common::*;
 use kvcluster::mono_now_ns;
-use serde_json::Value;
 
 const MS: u64 = 1_000_000;
-
-/// A `kvcluster-node` child and the JSON lines it printed.
-struct NodeProc {
-    id: u32,
-    child: Child,
-    lines: Arc<Mutex<Vec<Value>>>,
-}
-
-impl NodeProc {
-    fn spawn(etcd: &Etcd, cluster: &str, id: u32, offset: u64, grow: bool) -> NodeProc {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kvcluster-node"));
-        cmd.args(["--endpoints", &etcd.endpoint, "--cluster", cluster])
-            .args(["--id", &id.to_string(), "--offset", &offset.to_string()])
-            .args(["--ttl-ms", &TTL_MS.to_string()])
-            .args(["--margin-ms", &MARGIN_MS.to_string()])
-            .args(["--election-wait-ms", "300", "--publish-ms", "50"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        if grow {
-            cmd.arg("--grow");
-        }
-        let mut child = cmd.spawn().expect("spawning kvcluster-node");
-        let out = child.stdout.take().expect("stdout");
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        {
-            let lines = lines.clone();
-            std::thread::spawn(move || {
-                for l in BufReader::new(out).lines() {
-                    let Ok(l) = l else { break };
-                    match serde_json::from_str(&l) {
-                        Ok(v) => lines.lock().unwrap().push(v),
-                        Err(e) => panic!("node printed a non-JSON line {l:?}: {e}"),
-                    }
-                }
-            });
-        }
-        NodeProc { id, child, lines }
-    }
-
-    fn signal(&self, sig: libc::c_int) {
-        // SAFETY: kill(2) on the child this test spawned and has not yet reaped.
-        let rc = unsafe { libc::kill(self.child.id() as libc::pid_t, sig) };
-        assert_eq!(rc, 0, "kill({}, {sig})", self.child.id());
-    }
-
-    fn events(&self) -> Vec<Value> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|v| v.get("event").is_some())
-            .cloned()
-            .collect()
-    }
-
-    /// Waits for an event line `name` whose other fields match `fields`; returns its time.
-    fn wait_event(&self, name: &str, fields: &[(&str, u64)], timeout: Duration) -> u64 {
-        let until = Instant::now() + timeout;
-        loop {
-            let hit = self.events().into_iter().find(|v| {
-                v["event"] == name && fields.iter().all(|(k, x)| v[*k].as_u64() == Some(*x))
-            });
-            if let Some(v) = hit {
-                return v["t"].as_u64().expect("event time");
-            }
-            if Instant::now() > until {
-                panic!(
-                    "node {}: no {name} {fields:?} within {timeout:?}; lines: {:?}",
-                    self.id,
-                    self.events()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    fn saw_event(&self, name: &str) -> bool {
-        self.events().iter().any(|v| v["event"] == name)
-    }
-
-    /// (epoch, first, last) of every chunk of acknowledged writes printed so far.
-    fn acks(&self) -> Vec<(u64, u64, u64)> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|v| {
-                Some((
-                    v.get("ack_epoch")?.as_u64()?,
-                    v["first"].as_u64()?,
-                    v["last"].as_u64()?,
-                ))
-            })
-            .collect()
-    }
-}
-
-impl Drop for NodeProc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn wait_until(what: &str, timeout: Duration, cond: impl Fn() -> bool) {
-    let until = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < until, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
 
 /// Split-brain check: SIGSTOP the master past its lease, SIGCONT it. It acknowledges no
 /// write at epoch 1 once its leader key is gone, and rejoins as a replica of the new

@@ -16,7 +16,7 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 pub mod replication;
-pub use replication::{FsyncPolicy, ReplMode, ReplRole, ReplicationSection, Topology};
+pub use replication::{EtcdSection, FsyncPolicy, ReplMode, ReplRole, ReplicationSection, Topology};
 
 /// Where the DPDK plugin PMDs of Debian's DPDK 22.11 packages live.
 pub const DEFAULT_PMD_DIR: &str = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0";

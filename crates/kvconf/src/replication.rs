@@ -100,6 +100,17 @@ pub struct EtcdSection {
     /// (docs/PROTOCOL.md §6.6). Default on; off saves their share of the stream.
     #[serde(default = "default_true")]
     pub completion_records: bool,
+    /// The cluster's nodes. Default: this node's replication links + 1 (every node
+    /// is linked to every other). The cluster's first election waits for all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// Members holding everything they acknowledged that must report before a master
+    /// is elected. Default: the safe value for `mode` and `min_replicas` — `nodes −
+    /// min_replicas` in sync mode, `nodes − 1` in async mode (docs/FAILOVER.md
+    /// "Election safety"). A smaller value can elect a node missing acknowledged
+    /// writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub election_quorum: Option<u32>,
 }
 
 /// The `replication` section of a config.
@@ -256,6 +267,17 @@ impl ReplicationSection {
             }
             if e.lease_ttl_ms < 300 {
                 return err("etcd.lease_ttl_ms must be at least 300".into());
+            }
+            let nodes = e.nodes.unwrap_or(self.vdevs.len() as u32 + 1);
+            if nodes == 0 {
+                return err("etcd.nodes must be at least 1".into());
+            }
+            if let Some(q) = e.election_quorum {
+                if q == 0 || q > nodes {
+                    return err(format!(
+                        "etcd.election_quorum ({q}) must be in 1..=nodes ({nodes})"
+                    ));
+                }
             }
         }
         Ok(())

@@ -34,6 +34,7 @@ use super::replica_log::{LogFeed, LogStart};
 use super::scan::ScanShared;
 use super::status::{ReplStatus, RoleCode};
 use crate::gate::WriteGate;
+use kvcluster::records::DataState;
 use kvcluster::{ClusterView, Role};
 use kvrepl::backlog::random_repl_id;
 use kvrepl::log::{LogConsumer, LogProducer};
@@ -129,11 +130,18 @@ impl ClusterNode {
             p.gate.clone(),
         )?;
         if let Some(LogStart { feed, resume }) = p.log {
+            // Under `fsync: always` the file holds every write the node acknowledged.
+            let data = if feed.always() {
+                DataState::Live
+            } else {
+                DataState::Loaded
+            };
             replica.set_log(feed);
             if let Some((id, epoch, offset)) = resume {
-                replica.resume_at(id, epoch, offset);
+                replica.resume_at(id, epoch, offset, data);
             }
         }
+        replica.set_cluster_view(p.view.clone());
         let mut node = ClusterNode {
             node: Node::Switching,
             logs: Some((p.logs, p.scans)),
@@ -274,8 +282,9 @@ impl ClusterNode {
             self.status.clone(),
             self.gate.clone(),
         )?;
+        r.set_cluster_view(self.view.clone());
         if quiet && drained {
-            r.resume_at(own.0, own.1, own.2);
+            r.resume_at(own.0, own.1, own.2, DataState::Live);
         }
         if let Some(f) = self.log.take() {
             // Retired at promotion: a new file begins with the next full sync.
@@ -298,6 +307,24 @@ impl ClusterNode {
         }
     }
 
+    /// Copies the election's view of this node into the status: its data's worth,
+    /// and whether the cluster waits for a quorum (docs/FAILOVER.md).
+    fn publish_election(&self) {
+        let (hist, data) = self.view.data();
+        let code = match data {
+            DataState::None => 0,
+            DataState::Loaded => 1,
+            DataState::Live => 2,
+        };
+        self.status.data.store(code, Ordering::Relaxed);
+        self.status.hist.store(hist, Ordering::Relaxed);
+        let w = self
+            .view
+            .quorum_wait()
+            .map_or(0, |(have, need)| u64::from(have) << 32 | u64::from(need));
+        self.status.quorum_wait.store(w, Ordering::Relaxed);
+    }
+
     /// Applies the view's role: promotion, demotion, fencing.
     fn follow_view(&mut self, now_ns: u64) {
         let (role, epoch) = self.view.state();
@@ -313,7 +340,6 @@ impl ClusterNode {
                     }
                     return;
                 }
-                self.view.set_offset(r.position().1);
                 if r.appended {
                     self.view.note_appended();
                 }
@@ -342,6 +368,7 @@ impl ClusterNode {
                     }
                     return;
                 }
+                self.view.set_data(m.epoch(), DataState::Live);
                 self.view.set_offset(m.offset());
                 if mine {
                     self.fenced_since_ns = None;
@@ -373,6 +400,7 @@ impl ReplLogic for ClusterNode {
 
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.follow_view(now_ns);
+        self.publish_election();
         let busy = match &mut self.node {
             Node::Replica(r) => r.poll(now_ns, tx),
             Node::Master(m) => m.poll(now_ns, tx),

@@ -15,6 +15,8 @@ use super::master::MasterNode;
 use super::replica_log::LogFeed;
 use super::status::{PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
+use kvcluster::records::DataState;
+use kvcluster::ClusterView;
 use kvrepl::applier::{Applier, Outcome, Reply};
 use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport};
 use kvrepl::log::LogProducer;
@@ -139,6 +141,11 @@ pub struct ReplicaNode {
     /// Segments and WELCOMEs dropped because their master's epoch is older than
     /// the newest epoch this node knows (a deposed master still sending).
     pub stale_epoch: u64,
+    /// What its data is worth to an election while it has a position
+    /// (`kvcluster::records::DataState`; docs/FAILOVER.md "Election safety").
+    data: DataState,
+    /// An etcd-managed node's view, told the data's worth and offset.
+    view: Option<Arc<ClusterView>>,
 }
 
 impl ReplicaNode {
@@ -192,6 +199,8 @@ impl ReplicaNode {
             rnr_dropped: 0,
             bad_segments: 0,
             stale_epoch: 0,
+            data: DataState::None,
+            view: None,
             cfg,
         })
     }
@@ -228,10 +237,32 @@ impl ReplicaNode {
         self.applier.position()
     }
 
+    /// An etcd-managed node: from now on its view is told the stream offset and the
+    /// data's worth ([`ClusterView::set_data`]) whenever they may have changed, and
+    /// told `None` before a full sync starts replacing the data.
+    pub fn set_cluster_view(&mut self, view: Arc<ClusterView>) {
+        self.view = Some(view);
+        self.publish_data();
+    }
+
+    /// Tells the view (if any) where the data stands and what it is worth: no
+    /// position (never synced, mid full sync) is `None`.
+    fn publish_data(&self) {
+        let Some(v) = &self.view else { return };
+        let (id, offset) = self.applier.position();
+        let state = if id == 0 { DataState::None } else { self.data };
+        v.set_data(self.applier.master().1, state);
+        v.set_offset(offset);
+    }
+
     /// Starts from data that is exactly stream `repl_id` up to `offset` (a demoted
-    /// master whose whole stream is in its engine): the next HELLO asks to continue
-    /// from there, a partial resync when the new master's stream went on from it.
-    pub fn resume_at(&mut self, repl_id: u64, epoch: u64, offset: u64) {
+    /// master whose whole stream is in its engine, or a log file loaded at start): the
+    /// next HELLO asks to continue from there, a partial resync when the new master's
+    /// stream went on from it. `data` says whether the node still holds every write
+    /// it acknowledged (`Live`: its own stream, a log file under `fsync: always`) or
+    /// may not (`Loaded`: a file flushed less often).
+    pub fn resume_at(&mut self, repl_id: u64, epoch: u64, offset: u64, data: DataState) {
+        self.data = data;
         self.applier.resume_at(repl_id, epoch, offset);
         self.applied_live = offset;
         self.checkpoints.clear();
@@ -433,6 +464,8 @@ impl ReplicaNode {
                 }
             }
             Outcome::SyncComplete => {
+                // A whole copy of the master's data, kept from here on.
+                self.data = DataState::Live;
                 self.checkpoints.clear();
                 let off = self.applier.applied_live().unwrap_or(0);
                 self.note(StreamKind::Live, off);
@@ -572,6 +605,14 @@ impl ReplLogic for ReplicaNode {
                             // stream goes on right after it.
                             let continues = w.mode == kvrepl::control::WelcomeMode::Partial
                                 && self.applier.position() == (w.repl_id, w.offset);
+                            if w.mode != kvrepl::control::WelcomeMode::Partial {
+                                // A full sync replaces the data: say so before any of
+                                // it is routed (the election must not count it).
+                                self.data = DataState::None;
+                                if let Some(v) = &self.view {
+                                    v.set_data(0, DataState::None);
+                                }
+                            }
                             if !continues {
                                 self.group.reset();
                             }
@@ -645,10 +686,14 @@ impl ReplLogic for ReplicaNode {
                 }
             }
         }
+        // Before the acknowledgements queued above leave (the burst is sent after
+        // this returns): the election must see at least what was acknowledged.
+        self.publish_data();
     }
 
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
         self.advance();
+        self.publish_data();
         let mut busy = false;
         // A chain node whose upstream went silent joins the next one before it (or,
         // when it followed a REDIRECT, the upstream it had before). A replica of a

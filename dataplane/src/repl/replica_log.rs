@@ -172,6 +172,11 @@ impl LogFeed {
         applied.min(self.shared.synced_end.load(Ordering::Acquire))
     }
 
+    /// Whether the file is flushed before each acknowledgement (`fsync: always`).
+    pub fn always(&self) -> bool {
+        self.always
+    }
+
     /// The writer's counters.
     pub fn shared(&self) -> &Arc<LogShared> {
         &self.shared

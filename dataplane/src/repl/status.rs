@@ -33,6 +33,9 @@ impl RoleCode {
     }
 }
 
+/// The names of `ReplStatus::data`'s codes.
+const DATA_NAMES: [&str; 3] = ["none", "loaded", "live"];
+
 /// A peer's replication state as published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
@@ -127,6 +130,14 @@ pub struct ReplStatus {
     /// HELLOs left unanswered: a master that started empty and a replica holding
     /// data of another stream (`MasterConfig::keep_foreign`).
     pub foreign_refused: AtomicU64,
+    /// An etcd-managed node: what its data is worth to an election (0 none, 1
+    /// loaded, 2 live: `kvcluster::records::DataState`) and the epoch it follows.
+    pub data: AtomicU64,
+    /// With `data`.
+    pub hist: AtomicU64,
+    /// `have << 32 | need` while the cluster has no master and the election waits
+    /// for a quorum of data-holding members (writes unavailable); 0 otherwise.
+    pub quorum_wait: AtomicU64,
     /// A replica's log file writer (config `replication.log_file`), when there is one.
     pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
     /// A chain node's relay: its view of the successors it ships to.
@@ -206,6 +217,12 @@ impl ReplStatus {
             "redirects_sent": self.redirects_sent.load(Relaxed),
             "redirects_followed": self.redirects_followed.load(Relaxed),
             "foreign_refused": self.foreign_refused.load(Relaxed),
+            "data": DATA_NAMES[(self.data.load(Relaxed) as usize).min(2)],
+            "hist": self.hist.load(Relaxed),
+            "election_wait": match self.quorum_wait.load(Relaxed) {
+                0 => Value::Null,
+                w => json!({ "have": w >> 32, "need": w & 0xffff_ffff }),
+            },
             "peers": Value::Object(peers),
             "log_file": log,
             "relay": relay,

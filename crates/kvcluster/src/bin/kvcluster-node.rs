@@ -10,6 +10,11 @@
 //! and checked again just before it is counted, as an lcore checks just before transmit.
 //! All times are CLOCK_MONOTONIC ns (comparable across processes).
 //!
+//! Its data, for the election (`MemberRecord::data`): the node starts with none
+//! (`--data none`: a node started empty) or a live copy of epoch `--hist`'s stream (`--data
+//! live`); following a master counts as an instant sync (Live at the master's epoch), and
+//! a master's data is Live at its own epoch.
+//!
 //! Commands on standard input: `offset N`, `switchover [ID]`, `quit` (end of input does
 //! not stop the node; SIGTERM/SIGKILL do).
 
@@ -19,7 +24,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
-use kvcluster::{mono_now_ns, ClusterConfig, ClusterEvent, ClusterHandle, ClusterView, NodeAddr};
+use kvcluster::records::DataState;
+use kvcluster::{
+    mono_now_ns, ClusterConfig, ClusterEvent, ClusterHandle, ClusterView, NodeAddr, Role,
+};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -61,6 +69,18 @@ struct Args {
     /// As master, grow the offset by one per acknowledged write.
     #[arg(long)]
     grow: bool,
+    /// The cluster's size (the first election waits for this many nodes).
+    #[arg(long, default_value_t = 1)]
+    size: u32,
+    /// Live reporters an election needs.
+    #[arg(long, default_value_t = 1)]
+    quorum: u32,
+    /// The data the node starts with: none, loaded, live.
+    #[arg(long, default_value = "none")]
+    data: String,
+    /// The epoch whose stream the starting data follows.
+    #[arg(long, default_value_t = 0)]
+    hist: u64,
 }
 
 fn out(v: serde_json::Value) {
@@ -92,7 +112,17 @@ fn main() {
             qpn: a.qpn,
         },
     )
-    .with_lease_ttl_ms(a.ttl_ms);
+    .with_lease_ttl_ms(a.ttl_ms)
+    .with_quorum(a.size, a.quorum);
+    let data = match a.data.as_str() {
+        "none" => DataState::None,
+        "loaded" => DataState::Loaded,
+        "live" => DataState::Live,
+        d => {
+            eprintln!("kvcluster-node: --data {d:?}: none, loaded or live");
+            std::process::exit(2);
+        }
+    };
     cfg.fence_margin_ms = a.margin_ms;
     cfg.election_wait_ms = a.election_wait_ms;
     cfg.publish_interval_ms = a.publish_ms;
@@ -104,6 +134,7 @@ fn main() {
         }
     };
     view.set_offset(a.offset);
+    view.set_data(a.hist, data);
     out(json!({"t": mono_now_ns(), "started": a.id, "pid": std::process::id()}));
 
     let quit = Arc::new(AtomicBool::new(false));
@@ -173,6 +204,11 @@ fn fake_lcore(view: &ClusterView, quit: &AtomicBool, grow: bool) {
         }
         if decided.is_some() && grow {
             view.set_offset(view.offset() + 1);
+        }
+        // A master's data follows its own epoch; a replica is taken to sync at once.
+        let (role, epoch) = view.state();
+        if role != Role::Fenced && epoch > 0 && view.data() != (epoch, DataState::Live) {
+            view.set_data(epoch, DataState::Live);
         }
         std::thread::sleep(Duration::from_millis(1));
     }

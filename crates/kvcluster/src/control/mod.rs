@@ -23,9 +23,9 @@ mod handover;
 
 use handover::OutgoingHandover;
 
-use crate::election::{self, Decision, ElectionInput};
+use crate::election::{self, Decision, ElectionInput, WaitReason};
 use crate::records::{
-    self, decode, decode_epoch, encode, HandoverRecord, LeaderRecord, MemberRecord,
+    self, decode, decode_epoch, encode, ForceRecord, HandoverRecord, LeaderRecord, MemberRecord,
 };
 use crate::{
     mono_now_ns, ClusterConfig, ClusterError, ClusterEvent, ClusterView, FenceReason, Keys,
@@ -81,6 +81,7 @@ struct Node {
     epoch: u64,
     epoch_mod_rev: i64,
     handover: Option<HandoverRecord>,
+    force: Option<ForceRecord>,
     key_rev: HashMap<Vec<u8>, i64>,
     /// Highest epoch ever seen (the epoch key could be deleted by hand; never go back).
     max_epoch: u64,
@@ -139,6 +140,7 @@ pub(crate) fn run(cfg: ClusterConfig, sh: Arc<Shared>, events: Sender<TimedEvent
         epoch: 0,
         epoch_mod_rev: 0,
         handover: None,
+        force: None,
         key_rev: HashMap::new(),
         max_epoch: 0,
         decode_errors: 0,
@@ -429,6 +431,7 @@ impl Node {
         self.epoch = 0;
         self.epoch_mod_rev = 0;
         self.handover = None;
+        self.force = None;
         self.key_rev.clear();
         for kv in resp.kvs() {
             self.apply(kv.key(), Some(kv.value()), kv.mod_revision());
@@ -484,6 +487,8 @@ impl Node {
         } else if key == self.keys.handover.as_bytes() {
             self.handover =
                 value.and_then(|v| self.decoded(decode::<HandoverRecord>("handover", v)));
+        } else if key == self.keys.force.as_bytes() {
+            self.force = value.and_then(|v| self.decoded(decode::<ForceRecord>("force", v)));
         } else if let Some(id) = self.keys.member_id(key) {
             match value.and_then(|v| self.decoded(decode::<MemberRecord>("member", v))) {
                 Some(m) if m.id == id => {
@@ -549,6 +554,10 @@ impl Node {
         let Some(lease) = self.lease.as_ref().map(|l| l.id) else {
             return Ok(());
         };
+        // Data before offset: a state raised after the offset was read could pair
+        // a Live state with an older offset (harmless), never a stale Live state with
+        // data already being replaced (the lcore lowers the state first).
+        let (hist, data) = self.sh.view.data();
         let rec = MemberRecord {
             id: self.cfg.node_id,
             addr: self.cfg.addr,
@@ -557,6 +566,8 @@ impl Node {
             epoch: self.max_epoch,
             ready: self.ready,
             rank: self.rank(),
+            hist,
+            data,
         };
         if let Some(last) = &self.last_published {
             if *last == rec {
@@ -610,6 +621,7 @@ impl Node {
             self.mastership,
             self.lease.as_ref().map(|l| l.id),
         ) else {
+            self.sh.view.set_quorum_wait(None);
             return Ok(());
         };
         if now < self.last_campaign_ns + CAMPAIGN_BACKOFF_MS * MS {
@@ -621,10 +633,19 @@ impl Node {
             epoch: self.epoch,
             members: &members,
             handover: self.handover.as_ref(),
+            force: self.force.as_ref(),
             leaderless_ms: now.saturating_sub(since) / MS,
             witnessed: self.leaderless_witnessed,
             election_wait_ms: self.cfg.election_wait_ms,
             handover_timeout_ms: self.cfg.handover_timeout_ms,
+            cluster_size: self.cfg.cluster_size,
+            quorum: self.cfg.election_quorum,
+        });
+        self.sh.view.set_quorum_wait(match decision {
+            Decision::Wait(
+                WaitReason::NoQuorum { have, need } | WaitReason::Bootstrap { have, need },
+            ) => Some((have, need)),
+            _ => None,
         });
         if decision != Decision::Campaign {
             return Ok(());
@@ -655,6 +676,7 @@ impl Node {
                 ),
                 TxnOp::put(k.epoch.clone(), next.to_string(), None),
                 TxnOp::delete(k.handover.clone(), None),
+                TxnOp::delete(k.force.clone(), None),
             ]);
         let resp = op(self.cfg.op_timeout_ms, "campaign txn", client.txn(txn)).await?;
         if !resp.succeeded() {
@@ -662,11 +684,17 @@ impl Node {
             return Ok(());
         }
         let rev = resp.header().map_or(0, |h| h.revision());
-        let (leader_key, epoch_key, handover_key) =
-            (k.leader.clone(), k.epoch.clone(), k.handover.clone());
+        let (leader_key, epoch_key, handover_key, force_key) = (
+            k.leader.clone(),
+            k.epoch.clone(),
+            k.handover.clone(),
+            k.force.clone(),
+        );
         self.apply(leader_key.as_bytes(), Some(&encode(&rec)), rev);
         self.apply(epoch_key.as_bytes(), Some(next.to_string().as_bytes()), rev);
         self.apply(handover_key.as_bytes(), None, rev);
+        self.apply(force_key.as_bytes(), None, rev);
+        self.sh.view.set_quorum_wait(None);
         self.mastership = Some(next);
         self.after_cache_change(now);
         Ok(())

@@ -2,6 +2,8 @@
 //! watcher that timestamps leader-key changes, and node helpers.
 #![allow(dead_code)]
 
+pub mod proc;
+
 use std::io::Read;
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -23,6 +25,7 @@ pub struct Etcd {
     child: Child,
     dir: PathBuf,
     pub endpoint: String,
+    peer: String,
 }
 
 fn free_port() -> u16 {
@@ -60,40 +63,43 @@ impl Etcd {
             let (cp, pp) = (free_port(), free_port());
             let endpoint = format!("http://127.0.0.1:{cp}");
             let peer = format!("http://127.0.0.1:{pp}");
-            let log = std::fs::File::create(dir.join("etcd.log")).expect("log file");
-            let child = Command::new("etcd")
-                .args(["--name", "t", "--data-dir"])
-                .arg(dir.join("data"))
-                .args(["--listen-client-urls", &endpoint])
-                .args(["--advertise-client-urls", &endpoint])
-                .args(["--listen-peer-urls", &peer])
-                .args(["--initial-advertise-peer-urls", &peer])
-                .args(["--initial-cluster", &format!("t={peer}")])
-                .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
-                .args(["--logger", "zap", "--log-level", "error"])
-                .stdin(Stdio::null())
-                .stdout(log.try_clone().expect("log file"))
-                .stderr(log)
-                .spawn()
-                .expect("spawning etcd");
+            let child = spawn_etcd(&dir, &endpoint, &peer);
             let mut e = Etcd {
                 child,
                 dir,
                 endpoint,
+                peer,
             };
-            let until = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < until {
-                if let Ok(Some(_)) = e.child.try_wait() {
-                    break; // exited (port taken?): try again
-                }
-                if e.healthy() {
-                    return e;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if e.wait_healthy() {
+                return e;
             }
             eprintln!("etcd attempt {attempt} failed; log in {}", e.dir.display());
         }
         panic!("etcd did not become healthy in 3 attempts");
+    }
+
+    fn wait_healthy(&mut self) -> bool {
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return false; // exited (port taken?)
+            }
+            if self.healthy() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    /// Kills etcd (SIGKILL) and starts it again on the same ports with an empty data
+    /// directory: every key is gone, the epoch key included.
+    pub fn wipe_and_restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(self.dir.join("data"));
+        self.child = spawn_etcd(&self.dir, &self.endpoint, &self.peer);
+        assert!(self.wait_healthy(), "etcd did not come back after the wipe");
     }
 
     fn healthy(&self) -> bool {
@@ -131,6 +137,29 @@ impl Drop for Etcd {
     }
 }
 
+fn spawn_etcd(dir: &std::path::Path, endpoint: &str, peer: &str) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("etcd.log"))
+        .expect("log file");
+    Command::new("etcd")
+        .args(["--name", "t", "--data-dir"])
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", endpoint])
+        .args(["--advertise-client-urls", endpoint])
+        .args(["--listen-peer-urls", peer])
+        .args(["--initial-advertise-peer-urls", peer])
+        .args(["--initial-cluster", &format!("t={peer}")])
+        .args(["--heartbeat-interval", "25", "--election-timeout", "250"])
+        .args(["--logger", "zap", "--log-level", "error"])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log file"))
+        .stderr(log)
+        .spawn()
+        .expect("spawning etcd")
+}
+
 pub fn addr(id: u32) -> NodeAddr {
     NodeAddr {
         mac: [2, 0, 0, 0, 0, id as u8],
@@ -162,6 +191,8 @@ impl Node {
     pub fn start(cfg: ClusterConfig, offset: u64) -> Node {
         let (handle, view) = ClusterHandle::start(cfg).expect("start node");
         view.set_offset(offset);
+        // A live copy of epoch 1's stream: the offsets alone decide between nodes.
+        view.set_data(1, kvcluster::records::DataState::Live);
         Node {
             handle,
             view,
