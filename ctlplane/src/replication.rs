@@ -29,6 +29,21 @@ pub enum ReplicationCmd {
         #[arg(long)]
         to: String,
     },
+    /// Elects NODE although the election waits for a quorum of members holding their
+    /// acknowledged writes (docs/FAILOVER.md "Election safety"): only for a cluster
+    /// that cannot get that quorum back. Acknowledged writes NODE lacks are lost, and
+    /// every other node resyncs from it. Needs `--i-accept-data-loss`.
+    ForceElect {
+        /// A node's config: its `replication.etcd` endpoints and cluster.
+        #[arg(long, default_value = "configs/memif.json")]
+        config: PathBuf,
+        /// The node to elect (its node_id, e.g. node1).
+        #[arg(long)]
+        node: String,
+        /// Confirms that writes the node lacks may be lost.
+        #[arg(long)]
+        i_accept_data_loss: bool,
+    },
     /// The live members of an etcd-managed cluster (their member keys), in chain
     /// order — the master first, then by election rank — with role, epoch, offset
     /// and rank (docs/FAILOVER.md "Keys").
@@ -68,17 +83,42 @@ pub fn run(cmd: ReplicationCmd) -> Result<(), String> {
             Ok(())
         }
         ReplicationCmd::Members { config, json } => members(&config, json),
+        ReplicationCmd::ForceElect {
+            config,
+            node,
+            i_accept_data_loss,
+        } => force_elect(&config, &node, i_accept_data_loss),
     }
+}
+
+/// The config's `replication.etcd` section.
+fn etcd_section(config: &std::path::Path) -> Result<kvconf::EtcdSection, String> {
+    let cfg = kvconf::Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
+    cfg.replication
+        .etcd
+        .ok_or_else(|| format!("{}: no replication.etcd section", config.display()))
+}
+
+/// `replication force-elect`.
+fn force_elect(config: &std::path::Path, node: &str, accepted: bool) -> Result<(), String> {
+    if !accepted {
+        return Err(format!(
+            "force-elect makes {node} master whatever it holds: acknowledged writes it \
+             lacks are lost. Run again with --i-accept-data-loss"
+        ));
+    }
+    let etcd = etcd_section(config)?;
+    let id = kvcluster::node_id_from_name(node);
+    let epoch =
+        kvcluster::force_election(&etcd.endpoints, &etcd.cluster, id, Duration::from_secs(2))
+            .map_err(|e| format!("force-elect: {e}"))?;
+    println!("force-elect: {node} (id {id}) will be elected after epoch {epoch}");
+    Ok(())
 }
 
 /// `replication members`.
 fn members(config: &std::path::Path, as_json: bool) -> Result<(), String> {
-    let cfg = kvconf::Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
-    let etcd = cfg
-        .replication
-        .etcd
-        .as_ref()
-        .ok_or_else(|| format!("{}: no replication.etcd section", config.display()))?;
+    let etcd = etcd_section(config)?;
     let (master, ms) =
         kvcluster::list_members(&etcd.endpoints, &etcd.cluster, Duration::from_secs(2))
             .map_err(|e| format!("etcd: {e}"))?;

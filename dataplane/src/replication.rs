@@ -68,12 +68,7 @@ pub fn lcore(role: ReplRole) -> Result<Option<LcoreId>, String> {
     })
 }
 
-/// A stable 64-bit id of a node name (FNV-1a).
-fn node_hash(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
+use kvcluster::name_hash as node_hash;
 
 /// Sets up the replication side of a `role` node over `stores` (its workers): ports,
 /// rings, gate. `None` for a standalone node.
@@ -383,10 +378,9 @@ fn replica_log_setup(
     Ok((Some(LogStart { feed, resume }), Some((shared, thread))))
 }
 
-/// The node's id in etcd: its name's hash folded to 32 bits (ids are ≥ 1).
+/// The node's id in etcd ([`kvcluster::node_id_from_name`]).
 pub fn cluster_id(name: &str) -> u32 {
-    let h = node_hash(name);
-    ((h ^ (h >> 32)) as u32).max(1)
+    kvcluster::node_id_from_name(name)
 }
 
 /// The master's settings from the config (epoch 1, a new stream from offset 0;

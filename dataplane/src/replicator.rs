@@ -8,7 +8,7 @@ use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, Port, RxQueue, TxQueue};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 /// Frames per rx/tx burst on a replication link.
 const BURST: usize = 32;
@@ -22,6 +22,10 @@ pub const FRAME_CAP: usize = 1600;
 const REDIAL_AFTER_S: u64 = 1;
 /// Longest interval between two redials of a dead link.
 const REDIAL_MAX_S: u64 = 8;
+/// A connection accepted into a live server's queue is left waiting this long for
+/// the server's HELLO before it is given up and redialed anyway (a server that
+/// dropped it without restarting).
+const PENDING_MAX_S: u64 = 60;
 /// A memif server's socket must be this old before its client dials it: the server
 /// process listens from its EAL start on, before its ports are configured, and a
 /// client that connects in between gets a link that is up but carries nothing.
@@ -52,6 +56,23 @@ struct Redial {
     /// Next redial (tsc) and the interval after it.
     next: u64,
     interval_s: u64,
+    /// When the port last started with its connect accepted (wall clock): the
+    /// connection then waits in the server's queue until the server answers.
+    dialed: Option<SystemTime>,
+}
+
+/// Whether the memif server listening on `socket` started after `dialed` (its socket
+/// file is newer): the server our pending connection reached is gone, so a redial is
+/// needed. While the same server lives — frozen, or slow to answer — the connection
+/// must be left waiting in its queue: a redial would close it, and DPDK 22.11's memif
+/// server, accepting a connection its client already closed, fails to send its
+/// HELLO, closes the socket without unregistering its interrupt callback, and its
+/// interrupt thread then panics ("Error adding fd N epoll_ctl, Bad file descriptor",
+/// issue 29: a node frozen while its peer was killed and restarted died on SIGCONT).
+fn server_restarted_since(socket: &Path, dialed: SystemTime) -> bool {
+    std::fs::metadata(socket)
+        .and_then(|m| m.modified())
+        .is_ok_and(|t| t > dialed)
 }
 
 /// Whether the memif server listening on `socket` has been up for [`PEER_SETTLE_S`]
@@ -161,12 +182,14 @@ impl Replicator {
             tx.stopped[i] = !l.started;
             rxqs.push(l.rxq);
             tx.queues.push((l.txq, MbufBurst::new()));
+            let dialed = l.started.then(SystemTime::now);
             redial.push(l.redial.map(|(port, socket)| Redial {
                 port,
                 socket,
                 down_since: None,
                 next: 0,
                 interval_s: REDIAL_AFTER_S,
+                dialed,
             }));
         }
         Replicator {
@@ -232,6 +255,12 @@ impl Replicator {
             if !r.socket.as_deref().is_none_or(peer_settled) {
                 continue; // no server yet, or one still starting: look again soon
             }
+            if let (Some(sock), Some(t)) = (r.socket.as_deref(), r.dialed) {
+                let waited = t.elapsed().map_or(0, |d| d.as_secs());
+                if waited < PENDING_MAX_S && !server_restarted_since(sock, t) {
+                    continue; // our connection waits in the same server's queue
+                }
+            }
             let (txq, q) = &mut self.tx.queues[l];
             q.clear(); // frames for a dead peer: the transport resends them
             let res = r.port.restart(&mut self.rxqs[l], txq);
@@ -242,6 +271,7 @@ impl Replicator {
                     .map_or_else(|e| e.to_string(), |()| "port restarted".into())
             );
             self.tx.stopped[l] = res.is_err();
+            r.dialed = res.is_ok().then(SystemTime::now);
             r.next = now + r.interval_s * hz;
             r.interval_s = (r.interval_s * 2).min(REDIAL_MAX_S);
         }

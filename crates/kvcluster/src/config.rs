@@ -260,6 +260,21 @@ impl ClusterConfig {
     }
 }
 
+/// A stable 64-bit hash of a node's name (FNV-1a): the dataplane's replication node
+/// id.
+pub fn name_hash(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// A node's id in etcd, from its name (`replication.node_id`): [`name_hash`] folded
+/// to 32 bits, never 0.
+pub fn node_id_from_name(name: &str) -> u32 {
+    let h = name_hash(name);
+    ((h ^ (h >> 32)) as u32).max(1)
+}
+
 /// Checks a cluster name: 1..=64 of `[A-Za-z0-9_-]`.
 pub(crate) fn validate_cluster_name(name: &str) -> Result<(), ClusterError> {
     let ok = !name.is_empty()

@@ -32,7 +32,7 @@ mod handle;
 pub mod records;
 mod view;
 
-pub use config::{ClusterConfig, Keys, NodeAddr};
+pub use config::{name_hash, node_id_from_name, ClusterConfig, Keys, NodeAddr};
 pub use discover::{
     chain_order, discover_master, discover_master_async, force_election, list_members,
 };

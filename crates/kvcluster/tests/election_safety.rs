@@ -107,3 +107,39 @@ fn after_an_etcd_wipe_a_stale_node_waits_for_the_data_holder() {
     );
     assert!(!n3.saw_event("BecameMaster"));
 }
+
+/// The operator's way out of a quorum that will not come back: a forced election
+/// names the empty node, which is then elected alone (and the others follow it).
+#[test]
+fn a_forced_election_elects_the_named_node_whatever_it_holds() {
+    let etcd = Etcd::start();
+    let c = "force";
+    let watch = LeaderWatch::start(&etcd, c);
+    let (n1, n2, mut n3) = start3(&etcd, c);
+    n3.signal(libc::SIGKILL);
+    let _ = n3.child.wait();
+    n1.signal(libc::SIGSTOP);
+    n2.signal(libc::SIGSTOP);
+    watch
+        .wait_for(Duration::from_secs(4), |c| *c == LeaderChange::Delete)
+        .expect("the frozen master's leader key was not deleted");
+    let n3 = NodeProc::spawn_with(&etcd, c, 3, 0, false, &SAFE);
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(!n3.saw_event("BecameMaster"));
+    // Not a live member, or a cluster with a master: refused.
+    assert!(kvcluster::force_election(&etcd.endpoints(), c, 9, Duration::from_secs(2)).is_err());
+    let epoch = kvcluster::force_election(&etcd.endpoints(), c, 3, Duration::from_secs(2))
+        .expect("force election");
+    assert_eq!(epoch, 1);
+    n3.wait_event("BecameMaster", &[("epoch", 2)], Duration::from_secs(3));
+    n1.signal(libc::SIGCONT);
+    n2.signal(libc::SIGCONT);
+    for n in [&n1, &n2] {
+        n.wait_event(
+            "BecameReplica",
+            &[("master", 3), ("epoch", 2)],
+            Duration::from_secs(5),
+        );
+    }
+    assert!(kvcluster::force_election(&etcd.endpoints(), c, 1, Duration::from_secs(2)).is_err());
+}
