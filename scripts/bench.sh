@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|paper|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,6 +75,14 @@ case "$suite" in
     # A chain's reconfiguration: kill -9 of the middle, then its restart
     # (results/chain_reconfig.json).
     exec python3 scripts/bench_chain.py "$@" ;;
+  nemesis)
+    # Seeded fault schedules against a real 3-node etcd-managed cluster, with the
+    # history checker (issue 29, docs/FAILOVER.md "Election safety"): 100 schedules by
+    # default, about 30 s each (results/nemesis.json).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    cargo build --release -q -p ctlplane
+    exec python3 scripts/nemesis.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|paper|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|paper|all}" >&2; exit 2 ;;
 esac

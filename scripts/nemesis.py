@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""The nemesis suite (issue 29): seeded schedules of faults against a real 3-node
+etcd-managed cluster on this host, a workload whose acknowledgements are recorded, and
+a checker of what survived.
+
+Per schedule (each a fresh cluster and a fresh etcd; `--seed S` reruns one exactly):
+
+  1. 3 dataplanes (scripts/cluster_config.py --etcd, lease 1 s), star or chain, sync
+     (min_replicas 1) or async; node0 elected first, both replicas in sync.
+  2. Acknowledged writes: pktgen loads --keys keys (8 B values) and PUTs over them;
+     once it has exited, a snapshot of the master is the acknowledged state S0.
+  3. Under faults: pktgen on every node's client port (--follow-ports: it follows the
+     master, RESUMEs its requests there) sends fetch-adds of 1 to one counter key for
+     the whole schedule; every fetch-add it was answered is acknowledged.
+  4. Faults, from the seeded schedule, one after the other: kill -9 of a node (the
+     master or a replica) and its restart empty; SIGSTOP of a node past its lease,
+     then SIGCONT; etcd paused (SIGSTOP); etcd killed and restarted with its data
+     wiped while the master is killed and a replica lags; the issue's schedule: kill a
+     node, freeze the two others past their leases, restart the killed one empty, thaw
+     (which is also "SIGSTOP while the memif peer restarted").
+  5. Heal: every node running and thawed, etcd up; wait for a master with both
+     replicas in sync.
+  6. Check: the master's snapshot holds every key of S0 with its value (but the counter
+     key), and nothing else (`lost_acked_writes`, `foreign_values`); the counter grew
+     by at least the acknowledged fetch-adds (`lost_acked_increments`) and by at most
+     those plus the ones whose outcome the client was told is unknown
+     (`duplicate_effects`); all three nodes stop with the same digest and count
+     (`survivors_differ`) and none holds less than S0 (`data_wipes`); no epoch had two
+     masters (each node logs BecameMaster { epoch }: `split_brain_epochs`); no node
+     died unasked (a PANIC or an exit: `crashes`). Also measured: `failover_ms` after
+     each kill of the master, `unavailable_ms` (telemetry sampled every 100 ms: no node
+     master with its gate open).
+
+Async mode acknowledges before the replicas have a write: its lost acknowledged
+increments are reported (the documented window), not failed; everything else is
+checked in both modes.
+
+Usage:
+  scripts/nemesis.py --quick                 # CI's short form: the 4 named schedules
+  scripts/nemesis.py --schedules 100         # the long form (scripts/bench.sh nemesis)
+  scripts/nemesis.py --seed 17               # rerun one schedule exactly
+Writes --out (results/nemesis.json by default; --quick: a scratch file). Exits 1 when a
+schedule breaks a safety check; a failing schedule is printed with its seed.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import DP, PG, ROOT, log  # noqa: E402
+import bench_failover as bf  # noqa: E402
+import bench_replication as br  # noqa: E402
+import snapshot_dump  # noqa: E402
+
+PREFIX = "kvd-nem"
+LEASE_MS = 1000
+CTL = os.path.join(ROOT, "target/release/ctlplane")
+# The named schedules of the short form: (seed, topology, mode, faults).
+QUICK = [
+    (1, "star", "sync", ["freeze_empty_restart"]),
+    (2, "star", "sync", ["etcd_wipe_master_killed"]),
+    (3, "chain", "sync", ["kill_master", "etcd_pause", "freeze"]),
+    (4, "star", "async", ["kill_replica", "freeze_master"]),
+]
+FAULTS = ["kill_master", "kill_replica", "freeze", "freeze_master", "etcd_pause",
+          "freeze_empty_restart", "etcd_wipe_master_killed"]
+
+
+class Etcd:
+    """A private single-node etcd (the flags of scripts/etcd.sh) that can be paused,
+    killed and wiped."""
+
+    def __init__(self, d):
+        self.d = d
+        self.port = bf.free_port()
+        self.peer = bf.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = None
+
+    def start(self):
+        os.makedirs(self.d, exist_ok=True)
+        peer = f"http://127.0.0.1:{self.peer}"
+        self.proc = subprocess.Popen(
+            ["etcd", "--name", "nem", "--data-dir", os.path.join(self.d, "data"),
+             "--listen-client-urls", self.url, "--advertise-client-urls", self.url,
+             "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+             "--initial-cluster", f"nem={peer}", "--initial-cluster-state", "new",
+             "--heartbeat-interval", "25", "--election-timeout", "250",
+             "--logger", "zap", "--log-level", "error"],
+            stdout=open(os.path.join(self.d, "etcd.log"), "a"), stderr=subprocess.STDOUT)
+        bf.wait_for(self.healthy, 10, "etcd healthy")
+
+    def healthy(self):
+        r = subprocess.run(["etcdctl", "--endpoints", self.url, "--dial-timeout", "1s",
+                            "--command-timeout", "1s", "endpoint", "health"],
+                           env=dict(os.environ, ETCDCTL_API="3"),
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        return r.returncode == 0
+
+    def signal(self, sig):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+
+    def kill(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def wipe_and_restart(self):
+        self.kill()
+        shutil.rmtree(os.path.join(self.d, "data"), ignore_errors=True)
+        self.start()
+
+
+class Node(bf.Node):
+    """A dataplane whose log is appended across restarts and whose unasked exits count."""
+
+    def __init__(self, d, k, huge):
+        super().__init__(d, k, huge)
+        self.frozen = False
+
+    def start(self, fresh=False):
+        if fresh:
+            # A crash leaves the memif server sockets: the restarted node binds anew
+            # (its peers' clients redial a newer socket file).
+            for f in [f"client{self.k}.sock"] + [f"link{self.k}-{j}.sock" for j in range(3)]:
+                try:
+                    os.remove(os.path.join(self.d, f))
+                except FileNotFoundError:
+                    pass
+        logf = os.path.join(self.d, f"node{self.k}.log")
+        start = os.path.getsize(logf) if os.path.exists(logf) else 0
+        cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
+        if not self.huge:
+            cmd.append("--no-huge")
+        self.proc = subprocess.Popen(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT)
+        self.frozen = False
+        end = time.monotonic() + 40
+        while time.monotonic() < end:
+            with open(logf) as f:
+                f.seek(start)
+                if "dataplane ready" in f.read():
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        raise RuntimeError(f"node{self.k} did not start")
+
+    def status(self):
+        """The node's /kvd/replication, or {} when it does not answer (starting,
+        stopped, frozen)."""
+        try:
+            v = br.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
+        except (OSError, ValueError, KeyError):
+            return {}
+        return v if isinstance(v, dict) else {}
+
+    def kill(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def freeze(self, on):
+        if self.proc:
+            self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
+            self.frozen = on
+
+    def died_unasked(self):
+        return self.proc is not None and self.proc.poll() is not None
+
+
+class Sampler(threading.Thread):
+    """Every 100 ms: which node is master with its gate open (None: unavailable)."""
+
+    def __init__(self, nodes):
+        super().__init__(daemon=True)
+        self.nodes, self.samples, self.stop = nodes, [], threading.Event()
+
+    def master(self):
+        for n in self.nodes:
+            if n.proc is None or getattr(n, "frozen", False):
+                continue
+            st = n.status()
+            if st.get("role") == "master" and not int(st.get("short_of_replicas", 0) or 0):
+                return n.k
+        return None
+
+    def run(self):
+        while not self.stop.is_set():
+            self.samples.append((time.monotonic(), self.master()))
+            time.sleep(0.1)
+
+    def first_master_after(self, t, other_than):
+        for ts, m in self.samples:
+            if ts >= t and m is not None and m != other_than:
+                return ts
+        return None
+
+
+class Schedule:
+    def __init__(self, tmp, seed, topology, mode, faults, a):
+        self.seed, self.topology, self.mode, self.faults, self.a = seed, topology, mode, faults, a
+        self.rng = random.Random(seed)
+        self.d = os.path.join(tmp, f"s{seed}")
+        shutil.rmtree(self.d, ignore_errors=True)
+        self.etcd = Etcd(os.path.join(self.d, "etcd"))
+        self.nodes = []
+        self.events = []
+        self.failovers = []
+
+    def note(self, what, **kw):
+        self.events.append(dict(t=round(time.monotonic() - self.t0, 2), what=what, **kw))
+
+    def master(self):
+        for n in self.nodes:
+            if n.proc is not None and not n.frozen and n.status().get("role") == "master":
+                return n
+        return None
+
+    def setup(self):
+        self.etcd.start()
+        subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.d, "2",
+                        "--prefix", PREFIX, "--etcd", self.etcd.url, "--cluster", f"nem{self.seed}",
+                        "--lease-ms", str(LEASE_MS), "--mode", self.mode, "--min-replicas", "1",
+                        "--topology", self.topology, "--probe-ms", "50", "--waiting-ms", "200",
+                        "--backlog-mb", "64"], check=True, stdout=subprocess.DEVNULL)
+        self.nodes = [Node(self.d, k, self.a.huge) for k in range(3)]
+        for n in self.nodes:
+            n.start()
+        bf.wait_for(lambda: self.nodes[0].status().get("role") == "master", 15, "node0 master")
+        self.wait_synced(self.nodes[0], 30)
+
+    def wait_synced(self, m, timeout):
+        def synced():
+            st = m.status()
+            peers = st.get("peers", {}).values()
+            # A chain's head ships to its successor only (which relays to the tail and
+            # acknowledges once the tail has it); a star's master to both replicas.
+            want = 1 if self.topology == "chain" else 2
+            return st.get("role") == "master" and sum(
+                p["state"] == "online" and int(p["acked_offset"]) == int(st["offset"]) for p in peers) >= want
+        bf.wait_for(synced, timeout, f"node{m.k}'s replicas in sync")
+
+    # ---- faults: each runs to its end (the node or etcd back) ----
+
+    def kill_node(self, n, restart_after):
+        was_master = n.status().get("role") == "master"
+        n.kill()
+        t = time.monotonic()
+        self.note("kill", node=n.k, master=was_master)
+        time.sleep(restart_after)
+        if was_master:
+            self.failovers.append((t, n.k))
+        n.start(fresh=True)
+        self.note("restart empty", node=n.k)
+
+    def fault(self, name):
+        lease = LEASE_MS / 1000
+        m = self.master() or self.nodes[0]
+        others = [n for n in self.nodes if n is not m]
+        if name == "kill_master":
+            self.kill_node(m, lease + self.rng.uniform(0.5, 2))
+        elif name == "kill_replica":
+            self.kill_node(self.rng.choice(others), self.rng.uniform(0.2, 2))
+        elif name in ("freeze", "freeze_master"):
+            n = m if name == "freeze_master" else self.rng.choice(others)
+            n.freeze(True)
+            self.note("SIGSTOP", node=n.k, master=n is m)
+            if n is m:
+                self.failovers.append((time.monotonic(), n.k))
+            time.sleep(lease + self.rng.uniform(0.3, 2))
+            n.freeze(False)
+            self.note("SIGCONT", node=n.k)
+        elif name == "etcd_pause":
+            self.etcd.signal(signal.SIGSTOP)
+            self.note("etcd SIGSTOP")
+            time.sleep(self.rng.uniform(0.5, 2.5))
+            self.etcd.signal(signal.SIGCONT)
+            self.note("etcd SIGCONT")
+        elif name == "freeze_empty_restart":
+            x = self.rng.choice(self.nodes)
+            x.kill()
+            self.note("kill", node=x.k)
+            rest = [n for n in self.nodes if n is not x]
+            for n in rest:
+                n.freeze(True)
+            self.note("SIGSTOP", nodes=[n.k for n in rest])
+            time.sleep(lease + 1.5)
+            x.start(fresh=True)
+            self.note("restart empty", node=x.k)
+            time.sleep(self.rng.uniform(1, 3))
+            if self.master() is x:
+                self.note("VIOLATION: the empty node was elected", node=x.k)
+                self.empty_elected = True
+            for n in rest:
+                n.freeze(False)
+            self.note("SIGCONT", nodes=[n.k for n in rest])
+        elif name == "etcd_wipe_master_killed":
+            stale = self.rng.choice(others)
+            stale.freeze(True)
+            self.note("SIGSTOP", node=stale.k)
+            time.sleep(self.rng.uniform(0.5, 1.5))  # the master and the other replica go on
+            self.etcd.wipe_and_restart()
+            self.note("etcd killed, wiped, restarted")
+            t = time.monotonic()
+            m.kill()
+            self.note("kill", node=m.k, master=True)
+            self.failovers.append((t, m.k))
+            # The holder comes back late (as from its reconnect back-off), the stale
+            # replica first.
+            holder = next(n for n in others if n is not stale)
+            holder.freeze(True)
+            stale.freeze(False)
+            self.note("SIGCONT, holder late", node=stale.k, holder=holder.k)
+            time.sleep(self.rng.uniform(1.5, 2.5))
+            if self.master() is stale:
+                self.note("VIOLATION: the stale replica was elected", node=stale.k)
+                self.stale_elected = True
+            holder.freeze(False)
+            self.note("SIGCONT", node=holder.k)
+            time.sleep(lease + self.rng.uniform(0.5, 1.5))
+            m.start(fresh=True)
+            self.note("restart empty", node=m.k)
+        else:
+            raise ValueError(name)
+
+    def heal(self):
+        if self.etcd.proc is None:
+            self.etcd.start()
+        self.etcd.signal(signal.SIGCONT)
+        for n in self.nodes:
+            if n.proc is None:
+                n.start(fresh=True)
+            elif n.frozen:
+                n.freeze(False)
+        m = bf.wait_for(self.master, 30, "a master after healing")
+        self.wait_synced(m, 30)
+        return m
+
+    # ---- the run ----
+
+    def snapshot(self, n, name):
+        path = os.path.join(self.d, name)
+        subprocess.run([CTL, "snapshot", "save", path, "--file-prefix", f"{PREFIX}-node{n.k}"],
+                       check=True, stdout=subprocess.DEVNULL)
+        return snapshot_dump.read(path)
+
+    def run(self):
+        self.t0 = time.monotonic()
+        self.empty_elected = False
+        self.stale_elected = False
+        res = dict(seed=self.seed, topology=self.topology, mode=self.mode, faults=self.faults)
+        try:
+            self.setup()
+            rc, _ = bf.pktgen(self.nodes[0], ["--keys", str(self.a.keys), "--key-size", "8",
+                                              "--value-size", "8", "--load", "--get", "0", "--put", "1",
+                                              "--duration", "0.3", "--warmup", "0"], "fill")
+            if rc != 0:
+                raise RuntimeError("the fill failed")
+            self.wait_synced(self.nodes[0], 30)
+            s0 = self.snapshot(self.nodes[0], "s0.kvd")
+            sampler = Sampler(self.nodes)
+            sampler.start()
+            # The client runs through the faults and the healing, and ends by itself
+            # (an interrupted pktgen would leave requests of unknown outcome uncounted).
+            budget = 9 * len(self.faults) + 10
+            load, load_json = bf.pktgen(
+                self.nodes[0],
+                ["--config", os.path.join(self.d, "follow.json"),
+                 "--follow-ports", ",".join(f"net_memif{20 + k}" for k in range(3)),
+                 "--keys", "1", "--key-size", "8", "--get", "0", "--put", "0", "--atomic", "1",
+                 "--warmup", "0", "--duration", str(budget), "--timeout-ms", "300"],
+                "load", wait=False)
+            time.sleep(1)
+            for f in self.faults:
+                self.fault(f)
+                time.sleep(self.rng.uniform(0.5, 1.5))
+            m = self.heal()
+            self.note("healed", master=m.k)
+            try:
+                load.wait(budget + 60)
+            except subprocess.TimeoutExpired:
+                load.kill()
+            sampler.stop.set()
+            sampler.join()
+            r = json.load(open(load_json)) if os.path.exists(load_json) else None
+            m = bf.wait_for(self.master, 30, "a master at the end")
+            self.wait_synced(m, 30)
+            s1 = self.snapshot(m, "s1.kvd")
+            res.update(self.check(s0, s1, r, m, sampler))
+        except Exception as e:  # noqa: BLE001 - a schedule that could not run is reported
+            res["error"] = str(e)
+        finally:
+            for n in self.nodes:
+                if n.frozen:
+                    n.freeze(False)
+            crashes = [n.k for n in self.nodes if n.died_unasked()]
+            for n in self.nodes:
+                n.stop()
+            self.etcd.kill()
+            res["crashes"] = len(crashes) + self.panics()
+            res["split_brain_epochs"] = self.split_brain()
+            res["events"] = self.events
+            res["wall_s"] = round(time.monotonic() - self.t0, 1)
+        res.update(self.survivors(res))
+        return res
+
+    def check(self, s0, s1, r, m, sampler):
+        changed = [k for k in s0 if k in s1 and s1[k] != s0[k]]
+        missing = [k for k in s0 if k not in s1]
+        foreign = [k for k in s1 if k not in s0]
+        growth = 0
+        if len(changed) == 1:
+            ck = changed[0]
+            growth = (struct.unpack("<Q", s1[ck])[0] - struct.unpack("<Q", s0[ck])[0]) % (1 << 64)
+        acked = r["results_ok"] if r else 0
+        unknown = (r.get("outcome_unknown", 0) + r.get("timeouts", 0)) if r else 0
+        fo = [sampler.first_master_after(t, k) for t, k in self.failovers]
+        # Time-weighted: a sample stands until the next one (a sample may take long
+        # while a node starts or etcd is paused).
+        sm = sampler.samples
+        unavailable = sum(b[0] - a[0] for a, b in zip(sm, sm[1:]) if a[1] is None)
+        return {
+            "acked_keys": len(s0),
+            "acked_increments": acked,
+            "outcome_unknown": unknown,
+            "counter_growth": growth,
+            # A key of S0 missing, or two changed: acknowledged data not held.
+            "lost_acked_writes": len(missing) + max(0, len(changed) - 1),
+            "foreign_values": len(foreign),
+            "lost_acked_increments": max(0, acked - growth),
+            "duplicate_effects": max(0, growth - acked - unknown),
+            "empty_node_elected": self.empty_elected,
+            "stale_node_elected": self.stale_elected,
+            "failover_ms": [round((t2 - t) * 1000) for (t, _), t2 in zip(self.failovers, fo) if t2],
+            "unavailable_ms": round(unavailable * 1000),
+            "final_master": m.k,
+            "operations": len(s0) + acked,
+        }
+
+    def survivors(self, res):
+        stats = []
+        for n in self.nodes:
+            try:
+                stats.append(json.load(open(n.stats)))
+            except (OSError, ValueError):
+                stats.append(None)
+        if any(s is None for s in stats):
+            return {"survivors_differ": None, "data_wipes": None}
+        digests = {(s["engine_digest"], s["engine_kvs"]) for s in stats}
+        wipes = sum(1 for s in stats if s["engine_kvs"] < res.get("acked_keys", 0))
+        return {"survivors_differ": len(digests) > 1, "data_wipes": wipes}
+
+    def panics(self):
+        n = 0
+        for k in range(3):
+            p = os.path.join(self.d, f"node{k}.log")
+            if os.path.exists(p):
+                n += open(p, errors="replace").read().count("PANIC")
+        return n
+
+    def split_brain(self):
+        masters = {}
+        for k in range(3):
+            p = os.path.join(self.d, f"node{k}.log")
+            if not os.path.exists(p):
+                continue
+            for line in open(p, errors="replace"):
+                if "BecameMaster { epoch:" in line:
+                    e = int(line.split("epoch:")[1].split("}")[0])
+                    masters.setdefault(e, set()).add(k)
+        return sum(1 for s in masters.values() if len(s) > 1)
+
+
+SAFETY = ["lost_acked_writes", "foreign_values", "duplicate_effects", "split_brain_epochs", "crashes",
+          "data_wipes"]
+
+
+def verdict(r):
+    """The broken safety checks of one schedule's result (async: its lost increments
+    are the documented window)."""
+    bad = [f for f in SAFETY if r.get(f)]
+    if r.get("mode") == "sync" and r.get("lost_acked_increments"):
+        bad.append("lost_acked_increments")
+    if r.get("empty_node_elected"):
+        bad.append("empty_node_elected")
+    if r.get("stale_node_elected") and r.get("mode") == "sync":
+        bad.append("stale_node_elected")
+    if r.get("survivors_differ"):
+        bad.append("survivors_differ")
+    if "error" in r:
+        bad.append("error")
+    return bad
+
+
+def plan(seed):
+    rng = random.Random(seed)
+    return (rng.choice(["star", "chain"]), rng.choice(["sync", "sync", "async"]),
+            [rng.choice(FAULTS) for _ in range(rng.randint(2, 3))])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="the short form: the named schedules")
+    ap.add_argument("--schedules", type=int, default=100)
+    ap.add_argument("--first-seed", type=int, default=100)
+    ap.add_argument("--seed", type=int, help="run only this schedule")
+    ap.add_argument("--keys", type=int, default=5000)
+    ap.add_argument("--no-huge", dest="huge", action="store_false")
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    if a.quick:
+        todo = QUICK
+    elif a.seed is not None:
+        named = {s[0]: s for s in QUICK}
+        todo = [named.get(a.seed) or (a.seed, *plan(a.seed))]
+    else:
+        todo = [(s, *plan(s)) for s in range(a.first_seed, a.first_seed + a.schedules)]
+    out = a.out or (os.path.join(tempfile.gettempdir(), "kvd-nemesis-quick.json") if a.quick
+                    else os.path.join(ROOT, "results/nemesis.json"))
+    tmp = tempfile.mkdtemp(prefix="kvd-nemesis-")
+    runs, t0 = [], time.monotonic()
+    with br.dpdk_lock():
+        for seed, topo, mode, faults in todo:
+            r = Schedule(tmp, seed, topo, mode, faults, a).run()
+            bad = verdict(r)
+            r["verdict"] = "FAIL: " + ", ".join(bad) if bad else "ok"
+            runs.append(r)
+            log(f"nemesis seed {seed} ({topo}, {mode}, {' + '.join(faults)}): {r['verdict']}; "
+                f"{r.get('acked_keys', '?')} keys and {r.get('acked_increments', '?')} increments acknowledged, "
+                f"counter +{r.get('counter_growth', '?')}, failover {r.get('failover_ms')} ms, "
+                f"unavailable {r.get('unavailable_ms')} ms"
+                + (f"  [rerun: scripts/nemesis.py --seed {seed}]" if bad else ""))
+    fo = [x for r in runs for x in r.get("failover_ms", [])]
+    total = {f: sum(r.get(f) or 0 for r in runs) for f in SAFETY + ["lost_acked_increments"]}
+    res = {
+        "what": "seeded fault schedules against 3 etcd-managed dataplanes on memif (lease 1 s), "
+                "acknowledged PUTs then fetch-adds from a client following the master; "
+                "docs/FAILOVER.md 'Election safety'",
+        "command": "scripts/nemesis.py " + " ".join(sys.argv[1:]),
+        "schedules": len(runs),
+        "failed_schedules": [r["seed"] for r in runs if r["verdict"] != "ok"],
+        "operations": sum(r.get("operations", 0) for r in runs),
+        "lost_acked_writes": total["lost_acked_writes"],
+        "lost_acked_increments_sync": sum(r.get("lost_acked_increments") or 0 for r in runs
+                                          if r["mode"] == "sync"),
+        "lost_acked_increments_async": sum(r.get("lost_acked_increments") or 0 for r in runs
+                                           if r["mode"] == "async"),
+        "data_wipes": total["data_wipes"],
+        "split_brain_epochs": total["split_brain_epochs"],
+        "crashes": total["crashes"],
+        "duplicate_effects": total["duplicate_effects"],
+        "foreign_values": total["foreign_values"],
+        "failover_ms_p50": statistics.median(fo) if fo else None,
+        "failover_ms_p99": sorted(fo)[min(len(fo) - 1, int(len(fo) * 0.99))] if fo else None,
+        "unavailable_ms": [r.get("unavailable_ms") for r in runs],
+        "wall_s": round(time.monotonic() - t0, 1),
+        "runs": runs,
+    }
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(res, f, indent=2)
+    shutil.rmtree(tmp, ignore_errors=True)
+    ok = not res["failed_schedules"]
+    log(f"nemesis: {len(runs)} schedules, {len(res['failed_schedules'])} failed "
+        f"{res['failed_schedules'] or ''} -> {out}")
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()
