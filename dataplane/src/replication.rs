@@ -59,7 +59,7 @@ pub struct Replication {
 /// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
 /// first ones), or an error when there is none to spare.
 pub fn lcore(role: ReplRole) -> Result<Option<LcoreId>, String> {
-    if role == ReplRole::Standalone {
+    if kvconf::ReplicationSection::lcores_for(role) == 0 {
         return Ok(None);
     }
     dpdk::lcore::workers().last().map(Some).ok_or_else(|| {

@@ -79,7 +79,8 @@ impl From<KernelError> for EndpointError {
 impl Endpoint {
     /// Server = the config's `dataplane` mac/ip, client = its `pktgen` mac/ip, qps =
     /// its `clients`, partitions = the dataplane's worker count (one per lcore of
-    /// `dataplane.lcores`, as the dataplane starts one worker per EAL lcore).
+    /// `dataplane.lcores`, as the dataplane starts one worker per EAL lcore, less the
+    /// replication lcore of a replicated node).
     pub fn from_config(path: &Path, iface: &str) -> Result<Endpoint, EndpointError> {
         let cfg = kvconf::Config::load(path).map_err(|e| EndpointError::Config(e.to_string()))?;
         Endpoint::from_kvconf(&cfg, iface)
@@ -89,8 +90,11 @@ impl Endpoint {
     /// [`Endpoint::from_config`] of an already loaded config.
     pub fn from_kvconf(cfg: &kvconf::Config, iface: &str) -> Result<Endpoint, String> {
         let mac = |who: &str, s: &str| kvconf::parse_mac(s).map_err(|e| format!("{who}.mac: {e}"));
+        // A replicated node keeps its last lcore for replication: not a partition.
         let partitions = lcore_count(&cfg.dataplane.lcores)
-            .map_err(|e| format!("dataplane.lcores {:?}: {e}", cfg.dataplane.lcores))?;
+            .map_err(|e| format!("dataplane.lcores {:?}: {e}", cfg.dataplane.lcores))?
+            .saturating_sub(kvconf::ReplicationSection::lcores_for(cfg.replication.role))
+            .max(1);
         Ok(Endpoint {
             iface: iface.to_string(),
             client_mac: mac("pktgen", &cfg.pktgen.mac)?,
@@ -293,6 +297,13 @@ mod tests {
         cfg.pktgen.lcores = "5".into();
         let e = Endpoint::from_kvconf(&cfg, "x").unwrap();
         assert_eq!(e.partitions, 2);
+        // A replicated node's last lcore is its replication lcore, not a partition
+        // (issue 29: kvcli counted it against a cluster node).
+        let mut repl = cfg.clone();
+        repl.replication.role = kvconf::ReplRole::Replica;
+        assert_eq!(Endpoint::from_kvconf(&repl, "x").unwrap().partitions, 1);
+        repl.dataplane.lcores = "0-2".into();
+        assert_eq!(Endpoint::from_kvconf(&repl, "x").unwrap().partitions, 2);
         e.validate().unwrap(); // QPNs 17..=20 cover both partitions
         let e1 = Endpoint {
             qps: vec![(18, 1), (20, 2)],

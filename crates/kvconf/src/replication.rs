@@ -223,6 +223,13 @@ fn default_waiting_time_ms() -> u64 {
 }
 
 impl ReplicationSection {
+    /// Lcores a dataplane of `role` keeps for replication: its last EAL lcore unless
+    /// standalone. The workers — one key partition each — are the other lcores, so a
+    /// client of the node counts `dataplane.lcores` minus this.
+    pub fn lcores_for(role: ReplRole) -> u32 {
+        u32::from(role != ReplRole::Standalone)
+    }
+
     /// Checks the section for `role` (the config's or the command line's).
     pub fn validate(&self, role: ReplRole) -> Result<(), ConfigError> {
         let err = |m: String| Err(ConfigError(format!("replication.{m}")));
