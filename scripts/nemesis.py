@@ -346,7 +346,7 @@ class Schedule:
             elif n.frozen:
                 n.freeze(False)
         try:
-            m = bf.wait_for(self.master, 20, "a master after healing")
+            m = bf.wait_for(self.master, 15, "a master after healing")
         except RuntimeError:
             m = self.force_best()
         self.wait_synced(m, 30)
@@ -411,7 +411,7 @@ class Schedule:
             sampler.start()
             # The client runs through the faults and the healing, and ends by itself
             # (an interrupted pktgen would leave requests of unknown outcome uncounted).
-            budget = 9 * len(self.faults) + 10
+            budget = 7 * len(self.faults) + 8
             load, load_json = bf.pktgen(
                 self.nodes[0],
                 ["--config", os.path.join(self.d, "follow.json"),
@@ -561,6 +561,43 @@ def verdict(r):
     return bad
 
 
+def summary(runs, t0, planned):
+    """The results of the schedules run so far."""
+    fo = [x for r in runs for x in r.get("failover_ms", [])]
+    total = {f: sum(r.get(f) or 0 for r in runs) for f in SAFETY + ["lost_acked_increments"]}
+    res = {
+        "what": "seeded fault schedules against 3 etcd-managed dataplanes on memif (lease 1 s), "
+                "acknowledged PUTs then fetch-adds from a client following the master; "
+                "docs/FAILOVER.md 'Election safety'",
+        "command": "scripts/nemesis.py " + " ".join(sys.argv[1:]),
+        "schedules": len(runs),
+        "schedules_planned": planned,
+        "failed_schedules": [r["seed"] for r in runs if r["verdict"] != "ok"],
+        "operations": sum(r.get("operations", 0) for r in runs),
+        "lost_acked_writes": total["lost_acked_writes"],
+        "lost_acked_increments_sync": sum(r.get("lost_acked_increments") or 0 for r in runs
+                                          if r["mode"] == "sync"),
+        "lost_acked_increments_async": sum(r.get("lost_acked_increments") or 0 for r in runs
+                                           if r["mode"] == "async"),
+        "data_wipes": total["data_wipes"],
+        "split_brain_epochs": total["split_brain_epochs"],
+        "crashes": total["crashes"],
+        "duplicate_effects": total["duplicate_effects"],
+        # Schedules whose faults took the quorum of data holders (the cluster waited
+        # until the nemesis, as an operator, forced an election), and what those lost.
+        "forced_elections": sum(r.get("forced_elections") or 0 for r in runs),
+        "lost_after_forced": sum((r.get("lost_acked_writes") or 0) + (r.get("lost_acked_increments") or 0)
+                                 for r in runs if r.get("forced_elections")),
+        "foreign_values": total["foreign_values"],
+        "failover_ms_p50": statistics.median(fo) if fo else None,
+        "failover_ms_p99": sorted(fo)[min(len(fo) - 1, int(len(fo) * 0.99))] if fo else None,
+        "unavailable_ms": [r.get("unavailable_ms") for r in runs],
+        "wall_s": round(time.monotonic() - t0, 1),
+        "runs": runs,
+    }
+    return res
+
+
 def plan(seed):
     rng = random.Random(seed)
     return (rng.choice(["star", "chain"]), rng.choice(["sync", "sync", "async"]),
@@ -600,40 +637,11 @@ def main():
                 f"unavailable {r.get('unavailable_ms')} ms"
                 + (f"  [rerun: scripts/nemesis.py --seed {seed}]" if bad else "")
                 + (f"\n  error: {r['error']}" if "error" in r else ""))
-    fo = [x for r in runs for x in r.get("failover_ms", [])]
-    total = {f: sum(r.get(f) or 0 for r in runs) for f in SAFETY + ["lost_acked_increments"]}
-    res = {
-        "what": "seeded fault schedules against 3 etcd-managed dataplanes on memif (lease 1 s), "
-                "acknowledged PUTs then fetch-adds from a client following the master; "
-                "docs/FAILOVER.md 'Election safety'",
-        "command": "scripts/nemesis.py " + " ".join(sys.argv[1:]),
-        "schedules": len(runs),
-        "failed_schedules": [r["seed"] for r in runs if r["verdict"] != "ok"],
-        "operations": sum(r.get("operations", 0) for r in runs),
-        "lost_acked_writes": total["lost_acked_writes"],
-        "lost_acked_increments_sync": sum(r.get("lost_acked_increments") or 0 for r in runs
-                                          if r["mode"] == "sync"),
-        "lost_acked_increments_async": sum(r.get("lost_acked_increments") or 0 for r in runs
-                                           if r["mode"] == "async"),
-        "data_wipes": total["data_wipes"],
-        "split_brain_epochs": total["split_brain_epochs"],
-        "crashes": total["crashes"],
-        "duplicate_effects": total["duplicate_effects"],
-        # Schedules whose faults took the quorum of data holders (the cluster waited
-        # until the nemesis, as an operator, forced an election), and what those lost.
-        "forced_elections": sum(r.get("forced_elections") or 0 for r in runs),
-        "lost_after_forced": sum((r.get("lost_acked_writes") or 0) + (r.get("lost_acked_increments") or 0)
-                                 for r in runs if r.get("forced_elections")),
-        "foreign_values": total["foreign_values"],
-        "failover_ms_p50": statistics.median(fo) if fo else None,
-        "failover_ms_p99": sorted(fo)[min(len(fo) - 1, int(len(fo) * 0.99))] if fo else None,
-        "unavailable_ms": [r.get("unavailable_ms") for r in runs],
-        "wall_s": round(time.monotonic() - t0, 1),
-        "runs": runs,
-    }
-    os.makedirs(os.path.dirname(out), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(res, f, indent=2)
+            # After every schedule: a run cut short still leaves its results.
+            res = summary(runs, t0, len(todo))
+            os.makedirs(os.path.dirname(out), exist_ok=True)
+            with open(out, "w") as f:
+                json.dump(res, f, indent=2)
     ok = not res["failed_schedules"]
     if ok or os.environ.get("KVD_NEMESIS_CLEAN"):
         shutil.rmtree(tmp, ignore_errors=True)
