@@ -5,7 +5,8 @@
 //! by key: a replica follows the first master; after a failover the promoted node
 //! takes writes and continues the stream, the demoted one refuses writes, resyncs
 //! fully and ends with the new master's contents; a master whose fence deadline
-//! passed refuses writes.
+//! passed refuses writes. Along the way, what each node tells the election about its
+//! data (`ClusterView::data`: docs/FAILOVER.md "Election safety").
 
 mod common;
 
@@ -21,6 +22,7 @@ use dataplane::repl::replica::ReplicaConfig;
 use dataplane::repl::scan::ScanShared;
 use dataplane::repl::status::ReplStatus;
 use dataplane::repl::worker_log::ReplLog;
+use kvcluster::records::DataState;
 use kvcluster::{ClusterView, MasterInfo, NodeAddr, Role};
 use kvengine::Engine;
 use kvrepl::log::log_ring;
@@ -238,8 +240,11 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
         now: 0,
         rng: Rng(0x9e37_79b9),
     };
-    // Before etcd says anything, nobody takes writes.
+    // Before etcd says anything, nobody takes writes, and nobody holds data.
     assert_eq!(w.step(Some(0), 10), 0, "a node with no role refused writes");
+    for n in &w.n {
+        assert_eq!(n.view.data(), (0, DataState::None));
+    }
 
     // Epoch 1: node 0 master, node 1 its replica.
     let m0 = w.n[0].info(1);
@@ -261,6 +266,10 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
     );
     let end1 = w.n[0].st()["offset"].as_u64().unwrap();
     assert!(end1 > 0);
+    // The master's data and the fully synced replica's are Live copies of epoch 1.
+    assert_eq!(w.n[0].view.data(), (1, DataState::Live));
+    assert_eq!(w.n[1].view.data(), (1, DataState::Live));
+    assert_eq!(w.n[1].view.offset(), end1, "the replica's offset for the election");
 
     // Failover to node 1 at epoch 2 (node 0 is told it is a replica of node 1).
     let m1 = w.n[1].info(2);
@@ -268,9 +277,14 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
         .view
         .set_for_test(Role::Master, 2, far_deadline(), Some(m1));
     w.n[0].view.set_for_test(Role::Replica, 2, 0, Some(m1));
+    let mut old_master_none = false;
     for _ in 0..20 {
         w.step(None, 0);
+        // Demoted, it resyncs fully: its data is worth nothing until that completes.
+        old_master_none |= w.n[0].view.data() == (0, DataState::None);
     }
+    assert!(old_master_none, "the demoted master never said its data was being replaced");
+    assert_eq!(w.n[1].view.data(), (2, DataState::Live));
     let s1 = w.n[1].st();
     assert_eq!(s1["role"], "master", "{s1}");
     assert_eq!(s1["epoch"], 2);
@@ -293,6 +307,7 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
         w.n[0].contents(),
         "the old master ends with the new master's contents"
     );
+    assert_eq!(w.n[0].view.data(), (2, DataState::Live), "resynced: Live again");
 
     // The fence: the new master's lease deadline passes; its gate closes at the next
     // poll, whatever min-replicas says.
