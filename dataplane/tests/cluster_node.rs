@@ -269,7 +269,11 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
     // The master's data and the fully synced replica's are Live copies of epoch 1.
     assert_eq!(w.n[0].view.data(), (1, DataState::Live));
     assert_eq!(w.n[1].view.data(), (1, DataState::Live));
-    assert_eq!(w.n[1].view.offset(), end1, "the replica's offset for the election");
+    assert_eq!(
+        w.n[1].view.offset(),
+        end1,
+        "the replica's offset for the election"
+    );
 
     // Failover to node 1 at epoch 2 (node 0 is told it is a replica of node 1).
     let m1 = w.n[1].info(2);
@@ -283,7 +287,10 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
         // Demoted, it resyncs fully: its data is worth nothing until that completes.
         old_master_none |= w.n[0].view.data() == (0, DataState::None);
     }
-    assert!(old_master_none, "the demoted master never said its data was being replaced");
+    assert!(
+        old_master_none,
+        "the demoted master never said its data was being replaced"
+    );
     assert_eq!(w.n[1].view.data(), (2, DataState::Live));
     let s1 = w.n[1].st();
     assert_eq!(s1["role"], "master", "{s1}");
@@ -307,7 +314,11 @@ fn failover_promotes_continues_and_resyncs_the_old_master() {
         w.n[0].contents(),
         "the old master ends with the new master's contents"
     );
-    assert_eq!(w.n[0].view.data(), (2, DataState::Live), "resynced: Live again");
+    assert_eq!(
+        w.n[0].view.data(),
+        (2, DataState::Live),
+        "resynced: Live again"
+    );
 
     // The fence: the new master's lease deadline passes; its gate closes at the next
     // poll, whatever min-replicas says.
