@@ -349,6 +349,14 @@ class Schedule:
             m = bf.wait_for(self.master, 15, "a master after healing")
         except RuntimeError:
             m = self.force_best()
+            # Nodes holding data the forced master may lack refuse its full sync
+            # (they keep it and say "diverged"): the operator restarts them empty.
+            time.sleep(3)
+            for n in self.nodes:
+                if n is not m and int(n.status().get("diverged", 0) or 0) > 0:
+                    self.note("diverged from the forced master: restarted empty", node=n.k)
+                    n.kill()
+                    n.start(fresh=True)
         self.wait_synced(m, 30)
         return m
 

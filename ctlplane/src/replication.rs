@@ -205,6 +205,16 @@ fn render(v: &Value) -> String {
             n("need"),
         );
     }
+    let diverged = match &v["diverged"] {
+        Value::String(x) => x.parse().unwrap_or(0),
+        x => x.as_u64().unwrap_or(0),
+    };
+    if diverged > 0 {
+        out += &format!(
+            "  diverged: {diverged} full syncs refused from a force-elected master (they \
+             would discard data this node holds); restart the node empty to follow it\n"
+        );
+    }
     if let Some(l) = v["log_file"].as_object() {
         let f = |k: &str| match &l[k] {
             Value::String(x) => x.clone(),

@@ -390,3 +390,57 @@ fn a_planned_switchover_resumes_the_old_master_by_partial_resync() {
     );
     assert_eq!(w.n[1].contents(), w.n[0].contents());
 }
+
+/// A master an operator forced (it may lack acknowledged writes) cannot wipe a replica
+/// holding data: its full sync is refused and counted (`diverged`), the data kept.
+/// The same master elected by the rule is followed (control): the replica is resynced.
+#[test]
+fn a_replica_holding_data_refuses_a_full_sync_from_a_forced_master() {
+    for forced in [true, false] {
+        let mut w = World {
+            n: [Node::new(0), Node::new(1)],
+            now: 0,
+            rng: Rng(0x5eed_0001),
+        };
+        let m0 = w.n[0].info(1);
+        w.n[0]
+            .view
+            .set_for_test(Role::Master, 1, far_deadline(), Some(m0));
+        w.n[1].view.set_for_test(Role::Replica, 1, 0, Some(m0));
+        for _ in 0..1000 {
+            w.step(Some(0), 4);
+        }
+        w.settle(0);
+        let held = w.n[1].contents();
+        assert!(held.len() > 100);
+        // Node 0 dies and comes back empty; it is made master at epoch 2.
+        w.n[0] = Node::new(0);
+        let m0 = w.n[0].info(2);
+        w.n[0]
+            .view
+            .set_for_test(Role::Master, 2, far_deadline(), Some(m0));
+        w.n[1].view.set_for_test(Role::Replica, 2, 0, Some(m0));
+        if forced {
+            w.n[1].view.set_forced_epoch(2);
+        }
+        for _ in 0..3000 {
+            w.step(None, 0);
+        }
+        let st = w.n[1].st();
+        if forced {
+            assert_eq!(
+                w.n[1].contents(),
+                held,
+                "the forced master wiped the replica"
+            );
+            assert!(st["diverged"].as_u64().unwrap() > 0, "{st}");
+            assert_eq!(w.n[1].view.data(), (1, DataState::Live));
+        } else {
+            assert!(
+                w.n[1].contents().is_empty(),
+                "the elected master's copy is empty"
+            );
+            assert_eq!(st["diverged"], 0, "{st}");
+        }
+    }
+}

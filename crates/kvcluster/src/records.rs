@@ -116,6 +116,15 @@ pub struct LeaderRecord {
     pub epoch: u64,
     /// Where it serves.
     pub addr: NodeAddr,
+    /// Elected by an operator's forced election ([`ForceRecord`]), not by the rule:
+    /// it may lack acknowledged writes, so a replica holding data refuses a full sync
+    /// from it rather than discard that data (docs/FAILOVER.md "Election safety").
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub forced: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// `/kvd/<cluster>/handover`: a planned switchover (not leased, so it outlives the
@@ -229,6 +238,21 @@ mod tests {
             assert_eq!(DataState::from_code(d.code()), d);
         }
         assert_eq!(DataState::from_code(3), DataState::None);
+    }
+
+    #[test]
+    fn leader_round_trip() {
+        let l = LeaderRecord {
+            id: 4,
+            epoch: 7,
+            addr: addr(),
+            forced: false,
+        };
+        let b = encode(&l);
+        assert!(!String::from_utf8_lossy(&b).contains("forced"));
+        assert_eq!(decode::<LeaderRecord>("l", &b).unwrap(), l);
+        let f = LeaderRecord { forced: true, ..l };
+        assert_eq!(decode::<LeaderRecord>("l", &encode(&f)).unwrap(), f);
     }
 
     #[test]

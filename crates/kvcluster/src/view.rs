@@ -81,6 +81,9 @@ pub struct ClusterView {
     /// `have << 32 | need` while the election waits for a quorum (or, first
     /// election, for every node); 0 otherwise.
     quorum_wait: AtomicU64,
+    /// The epoch of the current master when an operator forced its election; 0
+    /// otherwise.
+    forced_epoch: AtomicU64,
 }
 
 /// `switchover` value for "to the best replica".
@@ -104,6 +107,7 @@ impl ClusterView {
             appended: AtomicU64::new(0),
             data: AtomicU64::new(0),
             quorum_wait: AtomicU64::new(0),
+            forced_epoch: AtomicU64::new(0),
         }
     }
 
@@ -233,6 +237,19 @@ impl ClusterView {
     pub fn quorum_wait(&self) -> Option<(u32, u32)> {
         let w = self.quorum_wait.load(Ordering::Relaxed);
         (w != 0).then_some(((w >> 32) as u32, w as u32))
+    }
+
+    /// The epoch of the cluster's current master if an operator forced its election
+    /// (`ctlplane replication force-elect`), else 0. Such a master may lack
+    /// acknowledged writes: a replica holding data does not let it replace them.
+    pub fn forced_epoch(&self) -> u64 {
+        self.forced_epoch.load(Ordering::Acquire)
+    }
+
+    /// Sets [`ClusterView::forced_epoch`]: the control thread, or a test.
+    #[doc(hidden)]
+    pub fn set_forced_epoch(&self, epoch: u64) {
+        self.forced_epoch.store(epoch, Ordering::Release);
     }
 
     pub(crate) fn set_quorum_wait(&self, w: Option<(u32, u32)>) {

@@ -285,6 +285,8 @@ impl ClusterNode {
         r.set_cluster_view(self.view.clone());
         if quiet && drained {
             r.resume_at(own.0, own.1, own.2, DataState::Live);
+        } else if own.2 > 0 {
+            r.set_holds_data();
         }
         if let Some(f) = self.log.take() {
             // Retired at promotion: a new file begins with the next full sync.

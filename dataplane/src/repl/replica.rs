@@ -146,6 +146,12 @@ pub struct ReplicaNode {
     data: DataState,
     /// An etcd-managed node's view, told the data's worth and offset.
     view: Option<Arc<ClusterView>>,
+    /// Its engine holds data of the cluster's history that a full sync would
+    /// discard (synced, resumed, or a demoted master's own stream).
+    holds_data: bool,
+    /// Full syncs refused from a force-elected master (they would discard data
+    /// this node holds and that master may lack).
+    pub diverged: u64,
 }
 
 impl ReplicaNode {
@@ -201,6 +207,8 @@ impl ReplicaNode {
             stale_epoch: 0,
             data: DataState::None,
             view: None,
+            holds_data: false,
+            diverged: 0,
             cfg,
         })
     }
@@ -237,6 +245,26 @@ impl ReplicaNode {
         self.applier.position()
     }
 
+    /// The engine holds data that no position describes (a demoted master's own
+    /// stream, beyond what the new master may have): a full sync from a master an
+    /// operator forced is refused rather than let it discard that data.
+    pub fn set_holds_data(&mut self) {
+        self.holds_data = true;
+    }
+
+    /// Whether a full sync offered by the master of `epoch` is refused: this node
+    /// holds data and that master was force-elected, so it may lack acknowledged
+    /// writes this node has (docs/FAILOVER.md "Election safety"). The operator
+    /// restarts the node empty to follow it.
+    fn refuses_full_sync(&self, epoch: u64) -> bool {
+        self.holds_data
+            && epoch != 0
+            && self
+                .view
+                .as_ref()
+                .is_some_and(|v| v.forced_epoch() == epoch)
+    }
+
     /// An etcd-managed node: from now on its view is told the stream offset and the
     /// data's worth ([`ClusterView::set_data`]) whenever they may have changed, and
     /// told `None` before a full sync starts replacing the data.
@@ -263,6 +291,7 @@ impl ReplicaNode {
     /// may not (`Loaded`: a file flushed less often).
     pub fn resume_at(&mut self, repl_id: u64, epoch: u64, offset: u64, data: DataState) {
         self.data = data;
+        self.holds_data |= offset > 0;
         self.applier.resume_at(repl_id, epoch, offset);
         self.applied_live = offset;
         self.checkpoints.clear();
@@ -466,6 +495,7 @@ impl ReplicaNode {
             Outcome::SyncComplete => {
                 // A whole copy of the master's data, kept from here on.
                 self.data = DataState::Live;
+                self.holds_data = true;
                 self.checkpoints.clear();
                 let off = self.applier.applied_live().unwrap_or(0);
                 self.note(StreamKind::Live, off);
@@ -590,6 +620,16 @@ impl ReplLogic for ReplicaNode {
                         {
                             self.stale_epoch += 1;
                         }
+                        Control::Welcome(w)
+                            if w.nonce == self.nonce
+                                && w.mode == kvrepl::control::WelcomeMode::Full
+                                && self.refuses_full_sync(w.epoch) =>
+                        {
+                            // Keep the data; ask again later (the operator decides).
+                            self.diverged += 1;
+                            self.status.diverged.fetch_add(1, Ordering::Relaxed);
+                            self.master_link = None;
+                        }
                         Control::Welcome(w) if w.nonce == self.nonce => {
                             self.appended |= self.redirect_hops > 0;
                             self.redirect_hops = 0;
@@ -609,6 +649,7 @@ impl ReplLogic for ReplicaNode {
                                 // A full sync replaces the data: say so before any of
                                 // it is routed (the election must not count it).
                                 self.data = DataState::None;
+                                self.holds_data = false;
                                 if let Some(v) = &self.view {
                                     v.set_data(0, DataState::None);
                                 }

@@ -135,6 +135,9 @@ pub struct ReplStatus {
     pub data: AtomicU64,
     /// With `data`.
     pub hist: AtomicU64,
+    /// Full syncs refused from a force-elected master: they would have discarded
+    /// data this node holds (docs/FAILOVER.md "Election safety").
+    pub diverged: AtomicU64,
     /// `have << 32 | need` while the cluster has no master and the election waits
     /// for a quorum of data-holding members (writes unavailable); 0 otherwise.
     pub quorum_wait: AtomicU64,
@@ -219,6 +222,7 @@ impl ReplStatus {
             "foreign_refused": self.foreign_refused.load(Relaxed),
             "data": DATA_NAMES[(self.data.load(Relaxed) as usize).min(2)],
             "hist": self.hist.load(Relaxed),
+            "diverged": self.diverged.load(Relaxed),
             "election_wait": match self.quorum_wait.load(Relaxed) {
                 0 => Value::Null,
                 w => json!({ "have": w >> 32, "need": w & 0xffff_ffff }),

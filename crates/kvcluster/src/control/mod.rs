@@ -652,10 +652,15 @@ impl Node {
         }
         self.last_campaign_ns = now;
         let next = self.epoch.max(self.max_epoch) + 1;
+        let forced = self
+            .force
+            .as_ref()
+            .is_some_and(|f| f.target == self.cfg.node_id && f.epoch == self.epoch);
         let rec = LeaderRecord {
             id: self.cfg.node_id,
             epoch: next,
             addr: self.cfg.addr,
+            forced,
         };
         let k = &self.keys;
         let epoch_unchanged = if self.epoch_mod_rev == 0 {
@@ -704,6 +709,12 @@ impl Node {
     fn sync_view(&mut self, now: u64) {
         let me = self.cfg.node_id;
         let view = &self.sh.view;
+        view.set_forced_epoch(
+            self.leader
+                .as_ref()
+                .filter(|l| l.forced)
+                .map_or(0, |l| l.epoch),
+        );
         let (role, epoch, master) = if let Some(e) = self.mastership {
             let info = MasterInfo {
                 id: me,
