@@ -20,11 +20,7 @@ pub fn discover_master(
     cluster: &str,
     timeout: Duration,
 ) -> Result<Option<MasterInfo>, ClusterError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Thread(e.to_string()))?;
-    rt.block_on(discover_master_async(endpoints, cluster, timeout))
+    block_on(discover_master_async(endpoints, cluster, timeout))
 }
 
 /// The async form of [`discover_master`].
@@ -49,6 +45,18 @@ pub async fn discover_master_async(
         epoch: l.epoch,
         addr: l.addr,
     }))
+}
+
+/// Runs `f` to completion on a short-lived current-thread runtime (the blocking
+/// forms of this module's calls).
+fn block_on<T>(
+    f: impl std::future::Future<Output = Result<T, ClusterError>>,
+) -> Result<T, ClusterError> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| ClusterError::Thread(e.to_string()))?
+        .block_on(f)
 }
 
 /// Connects to `endpoints` for `cluster` (validated), within `timeout`.
@@ -76,11 +84,7 @@ pub fn list_members(
     cluster: &str,
     timeout: Duration,
 ) -> Result<(Option<u32>, Vec<MemberRecord>), ClusterError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Thread(e.to_string()))?;
-    rt.block_on(async {
+    block_on(async {
         let keys = Keys::new(cluster);
         let mut client = connect(endpoints, cluster, timeout).await?;
         let resp = tokio::time::timeout(
@@ -124,11 +128,7 @@ pub fn force_election(
     target: u32,
     timeout: Duration,
 ) -> Result<u64, ClusterError> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| ClusterError::Thread(e.to_string()))?;
-    rt.block_on(async {
+    block_on(async {
         use etcd_client::{Compare, CompareOp, Txn, TxnOp};
         let keys = Keys::new(cluster);
         let mut client = connect(endpoints, cluster, timeout).await?;

@@ -32,6 +32,23 @@ fn start3(etcd: &Etcd, c: &str) -> (NodeProc, NodeProc, NodeProc) {
     (n1, n2, n3)
 }
 
+/// Issue 29's schedule on a fresh cluster `c`: kill -9 node 3, freeze the data holders
+/// (nodes 1 and 2) past their leases, restart node 3 empty. Returns the three, nodes 1
+/// and 2 still frozen.
+fn freeze_holders_restart_empty(etcd: &Etcd, c: &str) -> (NodeProc, NodeProc, NodeProc) {
+    let watch = LeaderWatch::start(etcd, c);
+    let (n1, n2, mut n3) = start3(etcd, c);
+    n3.signal(libc::SIGKILL);
+    let _ = n3.child.wait();
+    n1.signal(libc::SIGSTOP);
+    n2.signal(libc::SIGSTOP);
+    watch
+        .wait_for(Duration::from_secs(4), |c| *c == LeaderChange::Delete)
+        .expect("the frozen master's leader key was not deleted");
+    let n3 = NodeProc::spawn_with(etcd, c, 3, 0, false, &SAFE);
+    (n1, n2, n3)
+}
+
 /// Issue 29, hole 1: kill -9 a replica, freeze the two data holders past their leases,
 /// restart the killed node empty. Before, it was elected at epoch 2 with offset 0 and
 /// the others, on SIGCONT, followed it (and were wiped). Now nobody is elected while
@@ -41,16 +58,7 @@ fn start3(etcd: &Etcd, c: &str) -> (NodeProc, NodeProc, NodeProc) {
 fn an_empty_restarted_node_is_never_elected_over_frozen_data_holders() {
     let etcd = Etcd::start();
     let c = "empty";
-    let watch = LeaderWatch::start(&etcd, c);
-    let (n1, n2, mut n3) = start3(&etcd, c);
-    n3.signal(libc::SIGKILL);
-    let _ = n3.child.wait();
-    n1.signal(libc::SIGSTOP);
-    n2.signal(libc::SIGSTOP);
-    watch
-        .wait_for(Duration::from_secs(4), |c| *c == LeaderChange::Delete)
-        .expect("the frozen master's leader key was not deleted");
-    let n3 = NodeProc::spawn_with(&etcd, c, 3, 0, false, &SAFE);
+    let (n1, n2, n3) = freeze_holders_restart_empty(&etcd, c);
     std::thread::sleep(Duration::from_millis(3000));
     assert!(
         !n3.saw_event("BecameMaster"),
@@ -114,16 +122,7 @@ fn after_an_etcd_wipe_a_stale_node_waits_for_the_data_holder() {
 fn a_forced_election_elects_the_named_node_whatever_it_holds() {
     let etcd = Etcd::start();
     let c = "force";
-    let watch = LeaderWatch::start(&etcd, c);
-    let (n1, n2, mut n3) = start3(&etcd, c);
-    n3.signal(libc::SIGKILL);
-    let _ = n3.child.wait();
-    n1.signal(libc::SIGSTOP);
-    n2.signal(libc::SIGSTOP);
-    watch
-        .wait_for(Duration::from_secs(4), |c| *c == LeaderChange::Delete)
-        .expect("the frozen master's leader key was not deleted");
-    let n3 = NodeProc::spawn_with(&etcd, c, 3, 0, false, &SAFE);
+    let (n1, n2, n3) = freeze_holders_restart_empty(&etcd, c);
     std::thread::sleep(Duration::from_millis(1000));
     assert!(!n3.saw_event("BecameMaster"));
     // Not a live member, or a cluster with a master: refused.

@@ -18,7 +18,7 @@ use crate::gate::WriteGate;
 use kvcluster::records::DataState;
 use kvcluster::ClusterView;
 use kvrepl::applier::{Applier, Outcome, Reply};
-use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport};
+use kvrepl::control::{Control, Hello, ProbeReply, Progress, ReplicaReport, Welcome, WelcomeMode};
 use kvrepl::log::LogProducer;
 use kvwire::repl::{parse_repl_frame, LinkHeader, ReplFrame};
 use kvwire::transport::{emit_ack, Syndrome};
@@ -522,6 +522,108 @@ impl ReplicaNode {
         });
     }
 
+    /// A WELCOME answering this node's HELLO (`link`, reply `params`): a REDIRECT
+    /// down a chain, a refusal, or the start of a stream (partial resync or full sync).
+    fn on_welcome(
+        &mut self,
+        link: usize,
+        w: &Welcome,
+        params: FrameParams,
+        now_ns: u64,
+        tx: &mut dyn LinkTx,
+    ) {
+        match w.mode {
+            WelcomeMode::Redirect => {
+                // A chain node that has a successor already: join behind it (hop by
+                // hop to the tail), keeping our position. A bounded number of hops: a
+                // chain is a path, but views may disagree while it reconfigures.
+                let own = (self.cfg.mac, self.cfg.ip);
+                if let Some(to) = w.redirect_to() {
+                    if to != own && self.redirect_hops < MAX_REDIRECT_HOPS {
+                        self.redirect = Some(to);
+                        self.redirect_hops += 1;
+                        self.upstream_heard_ns = now_ns;
+                        self.status
+                            .redirects_followed
+                            .fetch_add(1, Ordering::Relaxed);
+                        self.rejoin = true;
+                    }
+                }
+            }
+            // Our data is consistent: ask to resume from it.
+            WelcomeMode::Refused if self.applier.applied_live().is_some() => self.rejoin = true,
+            // Mid full sync: start again (HELLO at the next interval).
+            WelcomeMode::Refused => self.master_link = None,
+            _ if w.epoch < self.epoch_seen => self.stale_epoch += 1,
+            WelcomeMode::Full if self.refuses_full_sync(w.epoch) => {
+                // Keep the data; ask again later (the operator decides).
+                self.diverged += 1;
+                self.status.diverged.fetch_add(1, Ordering::Relaxed);
+                self.master_link = None;
+            }
+            _ => self.start_stream(link, w, params, now_ns, tx),
+        }
+    }
+
+    /// A master's stream begins: a partial resync from our position or a full sync.
+    fn start_stream(
+        &mut self,
+        link: usize,
+        w: &Welcome,
+        params: FrameParams,
+        now_ns: u64,
+        tx: &mut dyn LinkTx,
+    ) {
+        let partial = w.mode == WelcomeMode::Partial;
+        self.appended |= self.redirect_hops > 0;
+        self.redirect_hops = 0;
+        self.epoch_seen = self.epoch_seen.max(w.epoch);
+        if let Some(l) = &mut self.log {
+            if partial {
+                l.stream(w.repl_id, w.epoch, w.offset);
+            } else {
+                l.begin(w.repl_id, w.epoch);
+            }
+        }
+        // A transaction half received is dropped unless this stream goes on right
+        // after it.
+        let continues = partial && self.applier.position() == (w.repl_id, w.offset);
+        if !partial {
+            // A full sync replaces the data: say so before any of it is routed (the
+            // election must not count it).
+            self.data = DataState::None;
+            self.holds_data = false;
+            if let Some(v) = &self.view {
+                v.set_data(0, DataState::None);
+            }
+        }
+        if !continues {
+            self.group.reset();
+        }
+        let mut sink = Route {
+            rings: &mut self.rings,
+            log: None,
+            relay: None,
+            group: &mut self.group,
+        };
+        self.applier.on_welcome(w, &mut sink);
+        self.upstream_heard_ns = now_ns;
+        if let Some(r) = &mut self.relay {
+            r.forget_peer(link);
+            r.relay_restart(w.repl_id, w.epoch, w.offset, tx);
+        }
+        self.checkpoints.clear();
+        let peer = &self.status.peers[0];
+        if partial {
+            self.applied_live = w.offset;
+            peer.partial_syncs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.applied_sync = 0;
+            peer.full_syncs.fetch_add(1, Ordering::Relaxed);
+        }
+        self.master_link = Some((link, params));
+    }
+
     fn publish(&self, now_ns: u64) {
         let s = &self.status;
         s.records
@@ -578,112 +680,8 @@ impl ReplLogic for ReplicaNode {
                         .link
                         .reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
                     match msg {
-                        Control::Welcome(w)
-                            if w.nonce == self.nonce
-                                && w.mode == kvrepl::control::WelcomeMode::Redirect =>
-                        {
-                            // A chain node that has a successor already: join behind
-                            // it (hop by hop to the tail), keeping our position. A
-                            // bounded number of hops: a chain is a path, but views
-                            // may disagree while it reconfigures.
-                            let own = (self.cfg.mac, self.cfg.ip);
-                            match w.redirect_to() {
-                                Some(to) if to != own && self.redirect_hops < MAX_REDIRECT_HOPS => {
-                                    self.redirect = Some(to);
-                                    self.redirect_hops += 1;
-                                    self.upstream_heard_ns = now_ns;
-                                    self.status
-                                        .redirects_followed
-                                        .fetch_add(1, Ordering::Relaxed);
-                                    self.rejoin = true;
-                                }
-                                _ => {}
-                            }
-                        }
-                        Control::Welcome(w)
-                            if w.nonce == self.nonce
-                                && w.mode == kvrepl::control::WelcomeMode::Refused
-                                && self.applier.applied_live().is_some() =>
-                        {
-                            // Our data is consistent: ask to resume from it.
-                            self.rejoin = true;
-                        }
-                        Control::Welcome(w)
-                            if w.nonce == self.nonce
-                                && w.mode == kvrepl::control::WelcomeMode::Refused =>
-                        {
-                            // Mid full sync: start again (HELLO at the next interval).
-                            self.master_link = None;
-                        }
-                        Control::Welcome(w)
-                            if w.nonce == self.nonce && w.epoch < self.epoch_seen =>
-                        {
-                            self.stale_epoch += 1;
-                        }
-                        Control::Welcome(w)
-                            if w.nonce == self.nonce
-                                && w.mode == kvrepl::control::WelcomeMode::Full
-                                && self.refuses_full_sync(w.epoch) =>
-                        {
-                            // Keep the data; ask again later (the operator decides).
-                            self.diverged += 1;
-                            self.status.diverged.fetch_add(1, Ordering::Relaxed);
-                            self.master_link = None;
-                        }
                         Control::Welcome(w) if w.nonce == self.nonce => {
-                            self.appended |= self.redirect_hops > 0;
-                            self.redirect_hops = 0;
-                            self.epoch_seen = self.epoch_seen.max(w.epoch);
-                            if let Some(l) = &mut self.log {
-                                if w.mode == kvrepl::control::WelcomeMode::Partial {
-                                    l.stream(w.repl_id, w.epoch, w.offset);
-                                } else {
-                                    l.begin(w.repl_id, w.epoch);
-                                }
-                            }
-                            // A transaction half received is dropped unless this
-                            // stream goes on right after it.
-                            let continues = w.mode == kvrepl::control::WelcomeMode::Partial
-                                && self.applier.position() == (w.repl_id, w.offset);
-                            if w.mode != kvrepl::control::WelcomeMode::Partial {
-                                // A full sync replaces the data: say so before any of
-                                // it is routed (the election must not count it).
-                                self.data = DataState::None;
-                                self.holds_data = false;
-                                if let Some(v) = &self.view {
-                                    v.set_data(0, DataState::None);
-                                }
-                            }
-                            if !continues {
-                                self.group.reset();
-                            }
-                            let mut sink = Route {
-                                rings: &mut self.rings,
-                                log: None,
-                                relay: None,
-                                group: &mut self.group,
-                            };
-                            self.applier.on_welcome(&w, &mut sink);
-                            self.upstream_heard_ns = now_ns;
-                            if let Some(r) = &mut self.relay {
-                                r.forget_peer(link);
-                                r.relay_restart(w.repl_id, w.epoch, w.offset, tx);
-                            }
-                            self.checkpoints.clear();
-                            if w.mode == kvrepl::control::WelcomeMode::Partial {
-                                self.applied_live = w.offset;
-                            } else {
-                                self.applied_sync = 0;
-                                self.status.peers[0]
-                                    .full_syncs
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            if w.mode == kvrepl::control::WelcomeMode::Partial {
-                                self.status.peers[0]
-                                    .partial_syncs
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            self.master_link = Some((link, params));
+                            self.on_welcome(link, &w, params, now_ns, tx);
                         }
                         Control::Hello(_) | Control::Progress(_) | Control::ProbeReply(_) => {
                             // A successor's: the relay's business (never from the
