@@ -76,6 +76,10 @@ FAULTS = ["kill_master", "kill_replica", "freeze", "freeze_master", "etcd_pause"
           "freeze_empty_restart", "etcd_wipe_master_killed"]
 
 
+class BeyondTolerance(Exception):
+    """The faults took every copy of the data: nothing to check but the rest."""
+
+
 class Etcd:
     """A private single-node etcd (the flags of scripts/etcd.sh) that can be paused,
     killed and wiped."""
@@ -253,6 +257,15 @@ class Schedule:
                 p["state"] == "online" and int(p["acked_offset"]) == int(st["offset"]) for p in peers) >= want
         bf.wait_for(synced, timeout, f"node{m.k}'s replicas in sync")
 
+    def wait_all_applied(self, m, timeout):
+        """Every node stands at the master's offset (writes have stopped): a chain's
+        tail, or a node restarted empty, synced through a relay too."""
+        def applied():
+            end = m.status().get("offset")
+            return end is not None and all(
+                n is m or n.status().get("offset") == end for n in self.nodes)
+        bf.wait_for(applied, timeout, "every node at the master's offset")
+
     # ---- faults: each runs to its end (the node or etcd back) ----
 
     def kill_node(self, n, restart_after):
@@ -373,7 +386,9 @@ class Schedule:
                              check=True, capture_output=True, text=True).stdout
         ms = [m for m in json.loads(out)["members"] if m.get("data", "none") != "none"]
         if not ms:
-            raise RuntimeError("no member holds data: nothing to force")
+            # Every copy is gone (the last holder died while the others were empty or
+            # in a full sync): beyond what any election can save.
+            raise BeyondTolerance("no member holds data")
         best = max(ms, key=lambda m: (m.get("hist", 0), m["offset"], -m.get("rank", 0), -m["id"]))
         name = next(f"node{k}" for k in range(3) if self.node_id(k) == best["id"])
         self.note("unavailable: the election waits for a quorum; forced", node=name, waits=waits)
@@ -405,6 +420,7 @@ class Schedule:
         self.stale_elected = False
         self.forced = 0
         self.interrupted = False
+        self.load = None
         res = dict(seed=self.seed, topology=self.topology, mode=self.mode, faults=self.faults)
         try:
             self.setup()
@@ -420,13 +436,14 @@ class Schedule:
             # The client runs through the faults and the healing, and ends by itself
             # (an interrupted pktgen would leave requests of unknown outcome uncounted).
             budget = 7 * len(self.faults) + 8
-            load, load_json = bf.pktgen(
+            self.load, load_json = bf.pktgen(
                 self.nodes[0],
                 ["--config", os.path.join(self.d, "follow.json"),
                  "--follow-ports", ",".join(f"net_memif{20 + k}" for k in range(3)),
                  "--keys", "1", "--key-size", "8", "--get", "0", "--put", "0", "--atomic", "1",
                  "--warmup", "0", "--duration", str(budget), "--timeout-ms", "300"],
                 "load", wait=False)
+            load = self.load
             self.t_load = time.monotonic()
             time.sleep(1)
             for f in self.faults:
@@ -454,11 +471,19 @@ class Schedule:
             r = json.load(open(load_json)) if os.path.exists(load_json) else None
             m = bf.wait_for(self.master, 30, "a master at the end")
             self.wait_synced(m, 30)
+            self.wait_all_applied(m, 60)
             s1 = self.snapshot(m, "s1.kvd")
             res.update(self.check(s0, s1, r, m, sampler))
+        except BeyondTolerance as e:
+            res["beyond_tolerance"] = str(e)
         except Exception as e:  # noqa: BLE001 - a schedule that could not run is reported
             res["error"] = str(e)
         finally:
+            # A schedule cut short by an error must not leave its client running: the
+            # next schedule's pktgen (same EAL file prefix) could not start.
+            if self.load is not None and self.load.poll() is None:
+                self.load.kill()
+                self.load.wait()
             for n in self.nodes:
                 if n.frozen:
                     n.freeze(False)
@@ -513,6 +538,8 @@ class Schedule:
         }
 
     def survivors(self, res):
+        if "beyond_tolerance" in res:
+            return {"survivors_differ": None, "data_wipes": None}
         stats = []
         for n in self.nodes:
             try:
@@ -597,6 +624,8 @@ def summary(runs, t0, planned):
         "lost_after_forced": sum((r.get("lost_acked_writes") or 0) + (r.get("lost_acked_increments") or 0)
                                  for r in runs if r.get("forced_elections")),
         "foreign_values": total["foreign_values"],
+        # Schedules whose faults took every copy (no member held data at the end).
+        "beyond_tolerance": [r["seed"] for r in runs if "beyond_tolerance" in r],
         "failover_ms_p50": statistics.median(fo) if fo else None,
         "failover_ms_p99": sorted(fo)[min(len(fo) - 1, int(len(fo) * 0.99))] if fo else None,
         "unavailable_ms": [r.get("unavailable_ms") for r in runs],
