@@ -170,6 +170,7 @@ pub fn setup(
             ip: cfg.dataplane.ip,
             qpn: cfg.server.qpn,
         };
+        let size = etcd_size(etcd, r.vdevs.len());
         let ccfg = kvcluster::ClusterConfig::new(
             etcd.endpoints.clone(),
             &etcd.cluster,
@@ -179,10 +180,7 @@ pub fn setup(
         .with_lease_ttl_ms(etcd.lease_ttl_ms)
         // Who may be elected, and when (docs/FAILOVER.md "Election safety"): every
         // node is linked to every other, so the links say the cluster's size.
-        .with_quorum(
-            etcd_size(etcd, r.vdevs.len()),
-            etcd_quorum(etcd, r, etcd_size(etcd, r.vdevs.len())),
-        )
+        .with_quorum(size, etcd_quorum(etcd, r, size))
         // A chain node's position (its configured predecessors): on equal offsets the
         // dead head's successor is elected before the nodes behind it.
         .with_rank(if r.topology == kvconf::Topology::Chain {

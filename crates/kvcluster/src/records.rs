@@ -66,8 +66,8 @@ pub enum DataState {
 }
 
 impl DataState {
-    /// The view's code of the state.
-    pub(crate) fn code(self) -> u64 {
+    /// A small code of the state (the view's atomics, a status counter).
+    pub fn code(self) -> u64 {
         match self {
             DataState::None => 0,
             DataState::Loaded => 1,
@@ -75,12 +75,21 @@ impl DataState {
         }
     }
 
-    /// The inverse of [`DataState::code`].
-    pub(crate) fn from_code(c: u64) -> Self {
+    /// The inverse of [`DataState::code`] (an unknown code reads as `None`).
+    pub fn from_code(c: u64) -> Self {
         match c {
             2 => DataState::Live,
             1 => DataState::Loaded,
             _ => DataState::None,
+        }
+    }
+
+    /// The state's name, as in etcd: `none`, `loaded`, `live`.
+    pub fn name(self) -> &'static str {
+        match self {
+            DataState::None => "none",
+            DataState::Loaded => "loaded",
+            DataState::Live => "live",
         }
     }
 }
@@ -236,6 +245,7 @@ mod tests {
         assert_eq!((d.hist, d.data), (0, DataState::None));
         for d in [DataState::None, DataState::Loaded, DataState::Live] {
             assert_eq!(DataState::from_code(d.code()), d);
+            assert_eq!(serde_json::to_value(d).unwrap(), d.name());
         }
         assert_eq!(DataState::from_code(3), DataState::None);
     }

@@ -313,12 +313,7 @@ impl ClusterNode {
     /// and whether the cluster waits for a quorum (docs/FAILOVER.md).
     fn publish_election(&self) {
         let (hist, data) = self.view.data();
-        let code = match data {
-            DataState::None => 0,
-            DataState::Loaded => 1,
-            DataState::Live => 2,
-        };
-        self.status.data.store(code, Ordering::Relaxed);
+        self.status.data.store(data.code(), Ordering::Relaxed);
         self.status.hist.store(hist, Ordering::Relaxed);
         let w = self
             .view

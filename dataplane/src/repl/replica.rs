@@ -149,9 +149,6 @@ pub struct ReplicaNode {
     /// Its engine holds data of the cluster's history that a full sync would
     /// discard (synced, resumed, or a demoted master's own stream).
     holds_data: bool,
-    /// Full syncs refused from a force-elected master (they would discard data
-    /// this node holds and that master may lack).
-    pub diverged: u64,
 }
 
 impl ReplicaNode {
@@ -208,7 +205,6 @@ impl ReplicaNode {
             data: DataState::None,
             view: None,
             holds_data: false,
-            diverged: 0,
             cfg,
         })
     }
@@ -557,7 +553,6 @@ impl ReplicaNode {
             _ if w.epoch < self.epoch_seen => self.stale_epoch += 1,
             WelcomeMode::Full if self.refuses_full_sync(w.epoch) => {
                 // Keep the data; ask again later (the operator decides).
-                self.diverged += 1;
                 self.status.diverged.fetch_add(1, Ordering::Relaxed);
                 self.master_link = None;
             }

@@ -33,9 +33,6 @@ impl RoleCode {
     }
 }
 
-/// The names of `ReplStatus::data`'s codes.
-const DATA_NAMES: [&str; 3] = ["none", "loaded", "live"];
-
 /// A peer's replication state as published.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u64)]
@@ -130,8 +127,8 @@ pub struct ReplStatus {
     /// HELLOs left unanswered: a master that started empty and a replica holding
     /// data of another stream (`MasterConfig::keep_foreign`).
     pub foreign_refused: AtomicU64,
-    /// An etcd-managed node: what its data is worth to an election (0 none, 1
-    /// loaded, 2 live: `kvcluster::records::DataState`) and the epoch it follows.
+    /// An etcd-managed node: what its data is worth to an election
+    /// (`kvcluster::records::DataState::code`) and the epoch it follows.
     pub data: AtomicU64,
     /// With `data`.
     pub hist: AtomicU64,
@@ -220,7 +217,7 @@ impl ReplStatus {
             "redirects_sent": self.redirects_sent.load(Relaxed),
             "redirects_followed": self.redirects_followed.load(Relaxed),
             "foreign_refused": self.foreign_refused.load(Relaxed),
-            "data": DATA_NAMES[(self.data.load(Relaxed) as usize).min(2)],
+            "data": kvcluster::records::DataState::from_code(self.data.load(Relaxed)).name(),
             "hist": self.hist.load(Relaxed),
             "diverged": self.diverged.load(Relaxed),
             "election_wait": match self.quorum_wait.load(Relaxed) {
