@@ -152,12 +152,17 @@ impl Node {
 
     /// A replica following `upstream`; with `relay`, it relays to its successor.
     fn replica(k: usize, upstream: usize, fallback: &[usize], relay: bool) -> Node {
+        Node::replica_with(k, replica_config(k, upstream, fallback), relay)
+    }
+
+    /// A replica with configuration `cfg`.
+    fn replica_with(k: usize, cfg: ReplicaConfig, relay: bool) -> Node {
         let (p, c) = log_ring(1 << 20);
         let stats = Arc::new(ApplyStats::default());
         let status = Arc::new(ReplStatus::default());
         let gate = Arc::new(WriteGate::writable());
         let mut r = ReplicaNode::new(
-            replica_config(k, upstream, fallback),
+            cfg,
             2,
             vec![p],
             vec![stats.clone()],
@@ -242,6 +247,22 @@ struct World {
     strict: bool,
     /// The chain's last node (the tail, until a returning node is appended).
     last: usize,
+    /// Nodes whose HELLOs are lost (as a frozen node's: its peers answer them
+    /// only once they are stale).
+    mute_hellos: Vec<usize>,
+}
+
+/// Whether `f` is a HELLO.
+fn is_hello(f: &[u8]) -> bool {
+    match kvwire::repl::parse_repl_frame(f) {
+        Ok(kvwire::repl::ReplFrame::Send(s)) => {
+            matches!(
+                kvrepl::control::Control::decode(s.payload),
+                Ok(kvrepl::control::Control::Hello(_))
+            )
+        }
+        _ => false,
+    }
 }
 
 impl World {
@@ -270,6 +291,7 @@ impl World {
             last_acked: 0,
             strict: false,
             last: TAIL,
+            mute_hellos: Vec::new(),
         }
     }
 
@@ -366,7 +388,11 @@ impl World {
                 let frames = std::mem::take(&mut self.n[k].out.frames);
                 for (link, f) in frames {
                     let (to, to_link) = peer_of(k, link);
-                    if !self.n[k].alive || !self.n[to].alive || self.cut.contains(&(k, to)) {
+                    if !self.n[k].alive
+                        || !self.n[to].alive
+                        || self.cut.contains(&(k, to))
+                        || (self.mute_hellos.contains(&k) && is_hello(&f))
+                    {
                         continue;
                     }
                     moved = true;
@@ -560,4 +586,121 @@ fn a_returning_node_is_appended_behind_the_tail() {
     w.assert_drains();
     assert_eq!(w.n[MIDDLE].contents(), w.n[HEAD].contents());
     assert_eq!(w.n[TAIL].contents(), w.n[HEAD].contents());
+}
+
+#[test]
+fn a_relay_never_rolls_back_a_node_holding_more_of_the_stream() {
+    // The nemesis schedule that lost acknowledged writes (seed 133): the tail stalls,
+    // the head goes on with the middle alone (min-replicas 1) and dies; the middle
+    // stalls while the tail comes back, then the middle comes back and asks every
+    // link to resume. The tail's relay must not answer the middle — which holds
+    // writes the head acknowledged and the tail never had — with a full sync of its
+    // own, shorter data.
+    let mut w = World::with_tail_relay(true, true);
+    // The middle asks whoever hears it, as an etcd-managed node knowing no master.
+    let mut cfg = replica_config(MIDDLE, HEAD, &[]);
+    cfg.master = Some(([0xff; 6], Ipv4Addr::BROADCAST));
+    w.n[MIDDLE] = Node::replica_with(MIDDLE, cfg, true);
+    for _ in 0..3000 {
+        w.step(3, 400);
+    }
+    assert_eq!(w.relay_peer()["state"], "online", "{}", w.relay_peer());
+    w.n[TAIL].alive = false;
+    let before = w.acked;
+    for _ in 0..3000 {
+        w.step(3, 400);
+    }
+    assert!(
+        w.acked > before + 1000,
+        "head and middle go on: {}",
+        w.acked
+    );
+    w.assert_drains();
+    w.n[HEAD].alive = false;
+    let held = w.n[MIDDLE].contents();
+    assert_ne!(held, w.n[TAIL].contents(), "the middle holds more");
+    w.n[MIDDLE].alive = false;
+    w.n[TAIL].alive = true;
+    for _ in 0..2000 {
+        w.step(0, 400);
+    }
+    // The HELLOs the tail sent the frozen middle are stale when it answers them.
+    w.mute_hellos = vec![TAIL];
+    w.n[MIDDLE].alive = true;
+    for _ in 0..8000 {
+        w.step(0, 400);
+    }
+    let middle = w.n[MIDDLE].status.to_json();
+    let tail_relay = w.n[TAIL].relay_status.as_ref().unwrap().to_json();
+    assert_eq!(
+        w.n[MIDDLE].contents(),
+        held,
+        "the middle kept its data: {middle}\n{tail_relay}"
+    );
+    assert_eq!(
+        middle["peers"]["0"]["full_syncs"], 1,
+        "only its first: {middle}"
+    );
+    // Refused by the relay; and would be by the middle, were the relay to offer it.
+    let refused = |st: &serde_json::Value| st["rollbacks_refused"].as_u64().unwrap();
+    assert!(
+        refused(&tail_relay) > 0,
+        "{tail_relay}\n{middle}\n{}",
+        w.n[TAIL].status.to_json()
+    );
+}
+
+#[test]
+fn a_replica_refuses_a_full_sync_that_would_roll_its_data_back() {
+    // The replica's own guard, whatever offers it: a full sync of its own stream
+    // from an offset behind its data (only a relay behind it can offer one: a
+    // master's stream starts under a fresh id).
+    let mut w = World::new(false);
+    w.cut = vec![(MIDDLE, TAIL), (TAIL, MIDDLE)];
+    for _ in 0..3000 {
+        w.step(3, 400);
+    }
+    w.assert_drains();
+    w.n[HEAD].alive = false;
+    w.n[TAIL].alive = false;
+    let held = w.n[MIDDLE].contents();
+    let own = w.n[MIDDLE].status.to_json()["offset"].as_u64().unwrap();
+    assert!(own > 0);
+    // The middle asks again once its upstream went silent: take its HELLO.
+    let mid = &mut w.n[MIDDLE];
+    let hello = (0..2000)
+        .find_map(|i| {
+            mid.out.frames.clear();
+            mid.logic.poll(w.now + i * STEP_NS, &mut mid.out);
+            mid.out.frames.iter().find_map(|(_, f)| {
+                let Ok(kvwire::repl::ReplFrame::Send(s)) = kvwire::repl::parse_repl_frame(f) else {
+                    return None;
+                };
+                match kvrepl::control::Control::decode(s.payload) {
+                    Ok(kvrepl::control::Control::Hello(h)) => Some(h),
+                    _ => None,
+                }
+            })
+        })
+        .expect("the middle asks again");
+    assert_eq!(hello.offset, own);
+    let welcome = kvrepl::control::Control::Welcome(kvrepl::control::Welcome {
+        nonce: hello.nonce,
+        mode: kvrepl::control::WelcomeMode::Full,
+        repl_id: hello.repl_id,
+        epoch: 1,
+        offset: own / 2,
+        first_psn: hello.first_psn,
+        node_id: TAIL as u64 + 1,
+    });
+    let params = kvwire::FrameParams::new(mac(TAIL), mac(MIDDLE), ip(TAIL), ip(MIDDLE), 4791);
+    let mut frame = VecLinks::new(1600);
+    dataplane::repl::link::send_control(&mut frame, 1, &params, &welcome);
+    let (_, f) = frame.frames.pop().unwrap();
+    let now = w.now + 2000 * STEP_NS;
+    mid.logic.on_frames(1, &[&f], now, &mut mid.out);
+    let st = mid.status.to_json();
+    assert_eq!(st["rollbacks_refused"], 1, "{st}");
+    assert_eq!(st["peers"]["0"]["full_syncs"], 1, "only its first: {st}");
+    assert_eq!(mid.contents(), held);
 }

@@ -625,7 +625,17 @@ impl MasterNode {
             self.status.redirects_sent.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
+        let mut d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
+        if d == Decision::Full && self.relay.is_some() && self.ahead(&h) {
+            // A relay is no authority: its data is a prefix of the master's stream.
+            // A node holding more of that stream, or a newer one, may be the only
+            // holder of acknowledged writes; a full sync from here would roll it
+            // back to this relay's data. It asks again (and finds its master).
+            self.status
+                .rollbacks_refused
+                .fetch_add(1, Ordering::Relaxed);
+            d = Decision::Refuse;
+        }
         if d == Decision::Full && self.cfg.keep_foreign && self.foreign(&h) {
             if self.status.foreign_refused.fetch_add(1, Ordering::Relaxed) == 0 {
                 eprintln!(
@@ -665,6 +675,15 @@ impl MasterNode {
             Decision::Full => {}
             Decision::Refuse => self.welcome(tx, link, WelcomeMode::Refused, 0),
         }
+    }
+
+    /// Whether `h` comes from a node holding data this node's stream lacks: later in
+    /// the same stream, or of a newer epoch.
+    fn ahead(&self, h: &Hello) -> bool {
+        let holds = h.repl_id != 0 && h.offset > 0;
+        holds
+            && (h.epoch > self.cfg.epoch
+                || (h.repl_id == self.cfg.ids.current && h.offset > self.live.end()))
     }
 
     /// Whether `h` comes from a replica holding data of a stream this master never had.

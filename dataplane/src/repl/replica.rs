@@ -248,6 +248,13 @@ impl ReplicaNode {
         self.holds_data = true;
     }
 
+    /// Whether a full sync offered by `w` would replace our data with less of our
+    /// own stream.
+    fn would_roll_back(&self, w: &Welcome) -> bool {
+        let (id, offset) = self.applier.position();
+        id != 0 && w.repl_id == id && w.offset < offset
+    }
+
     /// Whether a full sync offered by the master of `epoch` is refused: this node
     /// holds data and that master was force-elected, so it may lack acknowledged
     /// writes this node has (docs/FAILOVER.md "Election safety"). The operator
@@ -551,6 +558,14 @@ impl ReplicaNode {
             // Mid full sync: start again (HELLO at the next interval).
             WelcomeMode::Refused => self.master_link = None,
             _ if w.epoch < self.epoch_seen => self.stale_epoch += 1,
+            WelcomeMode::Full if self.would_roll_back(w) => {
+                // Only a chain relay behind us can offer this (a master's stream
+                // starts under a fresh id): keep the data, ask again.
+                self.status
+                    .rollbacks_refused
+                    .fetch_add(1, Ordering::Relaxed);
+                self.master_link = None;
+            }
             WelcomeMode::Full if self.refuses_full_sync(w.epoch) => {
                 // Keep the data; ask again later (the operator decides).
                 self.status.diverged.fetch_add(1, Ordering::Relaxed);

@@ -135,6 +135,11 @@ pub struct ReplStatus {
     /// Full syncs refused from a force-elected master: they would have discarded
     /// data this node holds (docs/FAILOVER.md "Election safety").
     pub diverged: AtomicU64,
+    /// Full syncs refused because they would roll a node's data back: on a chain
+    /// relay, HELLOs from a node holding more of the stream (or a newer one) than
+    /// the relay; on a replica, a full sync offered by a node behind it in its own
+    /// stream (docs/REPLICATION.md §7.1).
+    pub rollbacks_refused: AtomicU64,
     /// `have << 32 | need` while the cluster has no master and the election waits
     /// for a quorum of data-holding members (writes unavailable); 0 otherwise.
     pub quorum_wait: AtomicU64,
@@ -220,6 +225,7 @@ impl ReplStatus {
             "data": kvcluster::records::DataState::from_code(self.data.load(Relaxed)).name(),
             "hist": self.hist.load(Relaxed),
             "diverged": self.diverged.load(Relaxed),
+            "rollbacks_refused": self.rollbacks_refused.load(Relaxed),
             "election_wait": match self.quorum_wait.load(Relaxed) {
                 0 => Value::Null,
                 w => json!({ "have": w >> 32, "need": w & 0xffff_ffff }),
