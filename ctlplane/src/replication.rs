@@ -238,6 +238,22 @@ fn render(v: &Value) -> String {
     if sent + followed > 0 {
         out += &format!("  chain redirects: sent {sent}  followed {followed}\n");
     }
+    let rolled = n(&v["rollbacks_refused"]) + n(&v["relay"]["rollbacks_refused"]);
+    if rolled > 0 {
+        out += &format!(
+            "  rollbacks refused: {rolled} full syncs that would have replaced a node's \
+             data with less of its own stream (chain; docs/REPLICATION.md §10.4)\n"
+        );
+    }
+    for l in v["links"].as_array().into_iter().flatten() {
+        if l["up"] == Value::Bool(false) {
+            out += &format!(
+                "  memif link {} down (redialed {} times)\n",
+                l["link"].as_str().unwrap_or("?"),
+                n(&l["redials"])
+            );
+        }
+    }
     if v["relay"].is_object() {
         let t = |x: &Value| match x {
             Value::String(s) => s.clone(),
@@ -343,5 +359,19 @@ mod tests {
         .unwrap();
         let r = render(&v);
         assert!(r.contains("chain redirects: sent 1  followed 2"), "{r}");
+        assert!(!r.contains("rollbacks") && !r.contains("memif link"), "{r}");
+        let v: Value = serde_json::from_str(
+            r#"{"role":"replica","relay":{"rollbacks_refused":2},
+                "links":[{"link":"net_memif10","up":true,"redials":0},
+                         {"link":"net_memif12","up":false,"redials":3}]}"#,
+        )
+        .unwrap();
+        let r = render(&v);
+        assert!(r.contains("rollbacks refused: 2 full syncs"), "{r}");
+        assert!(
+            r.contains("memif link net_memif12 down (redialed 3 times)"),
+            "{r}"
+        );
+        assert!(!r.contains("net_memif10"), "{r}");
     }
 }

@@ -475,7 +475,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 return Err("--repl-inline needs a master without etcd".into());
             }
             println!("dataplane: replication inline on worker 0 (baseline: no offload)");
-            let rep = replicator::Replicator::new(r.links, r.logic, pool.clone());
+            let rep = replicator::Replicator::new(r.links, r.logic, pool.clone())
+                .with_status(r.status.clone());
             work[0].0.inline_repl = Some(rep);
             (None, Some((r.status, r.lost, r.apply)))
         }
@@ -484,9 +485,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
                 cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
             }
             let pool = pool.clone();
-            let (links, logic) = (r.links, r.logic);
+            let (links, logic, status) = (r.links, r.logic, r.status.clone());
             let h = dpdk::lcore::launch_on(r.lcore, move || {
-                let rep = replicator::Replicator::new(links, logic, pool);
+                let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
                 replicator::run(rep, &QUIT, deadline, idle_polls)
             })?;
             (Some(h), Some((r.status, r.lost, r.apply)))

@@ -4,6 +4,7 @@
 //! routing its records to the workers. The workers never wait for it.
 
 use dataplane::repl::link::{LinkTx, ReplLogic};
+use dataplane::repl::status::ReplStatus;
 use dpdk::{tsc, IdleBackoff, Mbuf, MbufBurst, Mempool, Port, RxQueue, TxQueue};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,6 +166,8 @@ pub struct Replicator {
     rx: MbufBurst<BURST>,
     start: u64,
     hz: u64,
+    /// Where the links' states are published (telemetry).
+    status: Option<Arc<ReplStatus>>,
 }
 
 impl Replicator {
@@ -200,7 +203,14 @@ impl Replicator {
             rx: MbufBurst::new(),
             start: tsc::now(),
             hz: tsc::hz().max(1),
+            status: None,
         }
+    }
+
+    /// Publishes the memif client links' states and redials into `status`.
+    pub fn with_status(mut self, status: Arc<ReplStatus>) -> Self {
+        self.status = Some(status);
+        self
     }
 
     /// One pass: every link's received frames to the logic, the logic's periodic work,
@@ -243,9 +253,15 @@ impl Replicator {
         for (l, slot) in self.redial.iter_mut().enumerate() {
             let Some(r) = slot else { continue };
             let up = !self.tx.stopped[l] && r.port.link().is_ok_and(|s| s.up);
+            if let Some(st) = self.status.as_ref().and_then(|s| s.link_up.get(l)) {
+                st.store(if up { 2 } else { 1 }, Ordering::Relaxed);
+            }
             if up {
                 r.down_since = None;
                 r.interval_s = REDIAL_AFTER_S;
+                // The server took the connection: none of ours waits in its queue
+                // any more, so a link that goes down again is redialed at once.
+                r.dialed = None;
                 continue;
             }
             let since = *r.down_since.get_or_insert(now);
@@ -271,6 +287,9 @@ impl Replicator {
                     .map_or_else(|e| e.to_string(), |()| "port restarted".into())
             );
             self.tx.stopped[l] = res.is_err();
+            if let Some(st) = self.status.as_ref().and_then(|s| s.link_redials.get(l)) {
+                st.fetch_add(1, Ordering::Relaxed);
+            }
             r.dialed = res.is_ok().then(SystemTime::now);
             r.next = now + r.interval_s * hz;
             r.interval_s = (r.interval_s * 2).min(REDIAL_MAX_S);

@@ -113,6 +113,11 @@ pub struct ReplStatus {
     pub peers: [PeerStatus; MAX_PEERS],
     /// Number of links in use.
     pub links: AtomicU64,
+    /// Per link, a memif client link's state as the replication lcore last saw it
+    /// (checked every 10 ms): 0 unknown (not a memif client), 1 down, 2 up.
+    pub link_up: [AtomicU64; MAX_PEERS],
+    /// Per link, times a memif client link was redialed.
+    pub link_redials: [AtomicU64; MAX_PEERS],
     /// Link names (set once at start-up).
     pub link_names: std::sync::OnceLock<Vec<String>>,
     /// Times this node became master through an election (etcd).
@@ -181,6 +186,19 @@ impl ReplStatus {
                 }),
             );
         }
+        // Every configured link (a replica's peers show only its upstream).
+        let link_states: Vec<Value> = (0..names.len().min(MAX_PEERS))
+            .map(|i| {
+                json!({
+                    "link": names[i],
+                    "up": match self.link_up[i].load(Relaxed) {
+                        0 => Value::Null,
+                        u => Value::Bool(u == 2),
+                    },
+                    "redials": self.link_redials[i].load(Relaxed),
+                })
+            })
+            .collect();
         let log = self.log.get().map_or(Value::Null, |(path, l)| {
             json!({
                 "file": path,
@@ -202,6 +220,7 @@ impl ReplStatus {
                     "redirects_followed",
                     "relay",
                     "log_file",
+                    "links",
                 ] {
                     o.remove(k);
                 }
@@ -231,6 +250,7 @@ impl ReplStatus {
                 w => json!({ "have": w >> 32, "need": w & 0xffff_ffff }),
             },
             "peers": Value::Object(peers),
+            "links": link_states,
             "log_file": log,
             "relay": relay,
         })
