@@ -70,8 +70,8 @@ def main():
                              "--atomic", "1", "--ops-per-packet", "32", "--verify"]
             mops, runs, st = run_point(tmp, f"atomic-{mode}-{k}", ooo, args, a.reps)
             atomics[mode][str(k)] = {"mops": mops, "runs": [r["throughput_mops"] for r in runs],
-                                     "forwarded": [s.get("forwarded", 0) for s in st],
-                                     "stalls": [s.get("stalls", 0) for s in st]}
+                                     "forwarded": [s.get("station_forwarded", 0) for s in st],
+                                     "stalls": [s.get("station_stalls", 0) for s in st]}
             log(f"  atomic {mode} keys={k}: {mops:.2f} Mops")
 
     # 2. Zipf long tail, PUT share sweep.
@@ -91,10 +91,10 @@ def main():
                 ops = sum(s.get(k, 0) for k in ("gets", "puts", "deletes", "atomics",
                                                  "vector_updates", "reduces", "filters"))
                 ops -= r["load"]["keys_loaded"]
-                shares.append(s.get("forwarded", 0) / ops if ops > 0 else 0.0)
+                shares.append(s.get("station_forwarded", 0) / ops if ops > 0 else 0.0)
             zipf[mode][str(put)] = {"mops": mops, "runs": [r["throughput_mops"] for r in runs],
                                     "forwarded_share": statistics.median(shares),
-                                    "stalls": [s.get("stalls", 0) for s in st]}
+                                    "stalls": [s.get("station_stalls", 0) for s in st]}
             log(f"  zipf {mode} put={put}: {mops:.2f} Mops, forwarded "
                 f"{statistics.median(shares) * 100:.1f}%")
 

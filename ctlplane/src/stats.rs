@@ -6,23 +6,15 @@ use serde_json::{Map, Value};
 use std::io::IsTerminal;
 use std::time::{Duration, Instant};
 
-/// Counter rows in display order (the `/kvd/stats` names).
-const ROWS: &[&str] = &[
-    "rx_packets",
-    "tx_packets",
-    "requests",
-    "responses",
-    "ops",
-    "gets",
-    "get_hits",
-    "get_misses",
-    "puts",
-    "deletes",
-    "op_errors",
-    "batches",
-    "echoed",
-    "drops",
-];
+/// Counter rows in display order: the schema's counters and derived figures marked
+/// for the table (`kvwire::counters`).
+fn rows() -> impl Iterator<Item = &'static str> {
+    kvwire::counters::WORKER_COUNTERS
+        .iter()
+        .chain(kvwire::counters::DERIVED)
+        .filter(|c| c.table)
+        .map(|c| c.name)
+}
 
 fn num(v: &Value) -> u64 {
     v.as_u64().unwrap_or(0)
@@ -47,7 +39,7 @@ fn columns(v: &Value) -> Vec<(String, &Value)> {
 /// Row names: the fixed counters, then `drop.<reason>` for every reason any column
 /// counted.
 fn row_names(cols: &[(String, &Value)]) -> Vec<String> {
-    let mut rows: Vec<String> = ROWS.iter().map(|s| s.to_string()).collect();
+    let mut rows: Vec<String> = rows().map(str::to_string).collect();
     let mut reasons: Vec<String> = Vec::new();
     for (_, c) in cols {
         if let Some(d) = c["drop"].as_object() {

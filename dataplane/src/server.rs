@@ -671,10 +671,10 @@ impl Server {
             }
         }
         let st = station.stats();
-        stats.forwarded.set(st.forwarded);
-        stats.merged.set(st.merged);
-        stats.write_backs.set(st.write_backs);
-        stats.stalls.set(st.stalls);
+        stats.station_forwarded.set(st.forwarded);
+        stats.station_merged.set(st.merged);
+        stats.station_write_backs.set(st.write_backs);
+        stats.station_stalls.set(st.stalls);
 
         let mut ctx = Ctx {
             clients: clients.as_mut_slice(),

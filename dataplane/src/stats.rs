@@ -42,109 +42,31 @@ impl Counter {
     }
 }
 
-/// Counters of one worker lcore, padded to whole cache lines so two workers never
-/// share a line.
-#[repr(align(128))]
-#[derive(Default, Debug)]
-pub struct WorkerStats {
-    /// Frames received.
-    pub rx_packets: Counter,
-    /// Frames sent.
-    pub tx_packets: Counter,
-    /// Request packets accepted (all checks passed).
-    pub requests: Counter,
-    /// Response packets built.
-    pub responses: Counter,
-    /// Duplicate requests answered from the response cache (each re-sends all the
-    /// cached frames of one request).
-    pub replays: Counter,
-    /// Response frames re-sent by replays.
-    pub replayed_frames: Counter,
-    /// NAKs sent: PSN sequence errors (a request ahead of the expected PSN, once per
-    /// gap) and invalid requests (a request on a QP that is not connected).
-    pub naks_sent: Counter,
-    /// RNR NAKs sent (the tx side was backlogged when a request was due).
-    pub rnr_naks_sent: Counter,
-    /// CONNECTs that started a new incarnation of their QP.
-    pub connects: Counter,
-    /// CONNECTs that repeated the current incarnation's nonce (a lost ACCEPT: the same
-    /// ACCEPT is sent again). With `connects` and the CONNECT drops, every CONNECT
-    /// frame is counted once (docs/OPERATIONS.md, "Accounting invariant").
-    pub connect_repeats: Counter,
-    /// ACCEPT frames sent (new incarnations and re-sent ACCEPTs).
-    pub accepts_sent: Counter,
-    /// GET operations executed.
-    pub gets: Counter,
-    /// GETs that found their key.
-    pub get_hits: Counter,
-    /// PUT operations executed.
-    pub puts: Counter,
-    /// DELETE operations executed.
-    pub deletes: Counter,
-    /// Atomic scalar updates (UPDATE_S2S) executed.
-    pub atomics: Counter,
-    /// Vector updates (UPDATE_S2V, UPDATE_V2V) executed.
-    pub vector_updates: Counter,
-    /// REDUCE operations executed.
-    pub reduces: Counter,
-    /// FILTER operations executed.
-    pub filters: Counter,
-    /// Operations answered with a status other than OK/NOT_FOUND.
-    pub op_errors: Counter,
-    /// Transactions committed (docs/TRANSACTIONS.md).
-    pub tx_committed: Counter,
-    /// Transactions aborted (nothing of them changed).
-    pub tx_aborted: Counter,
-    /// Transactions this worker coordinated over other partitions too (committed or
-    /// not; docs/TRANSACTIONS.md).
-    pub tx_cross_partition: Counter,
-    /// Chunks executed (each straight by the engine or through the station).
-    pub batches: Counter,
-    /// Chunks that went through the reservation station (they held a read-modify-write
-    /// op or two ops in one station slot); the others ran straight in the engine.
-    pub station_chunks: Counter,
-    /// Station: ops served from the forwarding cache (mirrors `StationStats`).
-    pub forwarded: Counter,
-    /// Station: in-place updates merged without a write of their own.
-    pub merged: Counter,
-    /// Station: merged write-backs issued.
-    pub write_backs: Counter,
-    /// Station: pipeline stalls on a key conflict (stall mode, `ooo = false`).
-    pub stalls: Counter,
-    /// Requests refused with an RNR NAK because the mutation tap lacked room for their
-    /// worst-case post-images (`crate::mutation`; also counted as drop `overloaded`).
-    pub tap_full: Counter,
-    /// RESUMEs that continued an incarnation (a client moving across a failover,
-    /// docs/PROTOCOL.md §6.6): from completion records, or the live connection.
-    pub resumes: Counter,
-    /// Requests answered from completion records (also counted as `replays`).
-    pub restored_replays: Counter,
-    /// Requests answered `OUTCOME_UNKNOWN`: their completion records hold only the
-    /// intent (also counted as `requests`).
-    pub outcome_unknown: Counter,
-    /// Logged requests whose response went into the replication stream.
-    pub completions_logged: Counter,
-    /// Logged requests whose response did not (no room, or overwritten): after a
-    /// failover a resend of one is answered `OUTCOME_UNKNOWN`.
-    pub completions_skipped: Counter,
-    /// Frames bounced in echo mode.
-    pub echoed: Counter,
-    /// Requests received on this worker's queue and handed to their partition's worker.
-    pub handed_off: Counter,
-    /// Requests another worker handed to this one.
-    pub handed_in: Counter,
-    /// TSC cycles of the loop iterations that did work (received, applied, scanned,
-    /// replicated inline or sent something): the worker's busy time, e.g. for its
-    /// cycles per PUT (`scripts/bench_replication.py`, offload vs inline).
-    pub busy_cycles: Counter,
-    /// Sync mode: held responses freed unsent because the node stopped being a master
-    /// (their writes may not be on the new one; the clients retry).
-    pub sync_dropped: Counter,
-    /// Drops by reason, indexed by [`DropReason::index`].
-    pub drops: Drops,
-    /// Sampled service latency (rx burst to hand-off of the response to the NIC).
-    pub latency: LatencyHist,
+macro_rules! worker_stats {
+    ($( $(#[$doc:meta])* $name:ident : $help:literal, $kind:ident ( $($arg:expr),* ), $table:literal; )*) => {
+        /// Counters of one worker lcore, padded to whole cache lines so two workers
+        /// never share a line. The counters are declared once, in
+        /// [`kvwire::worker_counters!`] (names, docs, export).
+        #[repr(align(128))]
+        #[derive(Default, Debug)]
+        pub struct WorkerStats {
+            $( $(#[$doc])* pub $name: Counter, )*
+            /// Drops by reason, indexed by [`DropReason::index`].
+            pub drops: Drops,
+            /// Sampled service latency (rx burst to hand-off of the response to the NIC).
+            pub latency: LatencyHist,
+        }
+
+        impl WorkerStats {
+            /// Every counter with its name, in the schema's order
+            /// ([`kvwire::counters::WORKER_COUNTERS`]).
+            pub fn counters(&self) -> [(&'static str, &Counter); kvwire::counters::WORKER_COUNTERS.len()] {
+                [ $( (stringify!($name), &self.$name), )* ]
+            }
+        }
+    };
 }
+kvwire::worker_counters!(worker_stats);
 
 /// The drop counters, indexed by [`DropReason::index`] (an array behind `Deref`: the
 /// standard `Default` of arrays stops at 32 entries).
@@ -239,53 +161,24 @@ impl WorkerStats {
             + self.filters.get()
     }
 
+    /// A figure computed from the counters ([`kvwire::counters::DERIVED`]), `None`
+    /// for a name that is not one.
+    pub fn derived(&self, name: &str) -> Option<u64> {
+        match name {
+            "ops" => Some(self.ops()),
+            "get_misses" => Some(self.gets.get().saturating_sub(self.get_hits.get())),
+            "drops" => Some(self.drops.iter().map(Counter::get).sum()),
+            _ => None,
+        }
+    }
+
     /// A plain snapshot as (name, value) pairs, drops last, non-zero drops only.
     pub fn snapshot(&self) -> Vec<(String, u64)> {
-        let mut v: Vec<(String, u64)> = [
-            ("rx_packets", &self.rx_packets),
-            ("tx_packets", &self.tx_packets),
-            ("requests", &self.requests),
-            ("responses", &self.responses),
-            ("replays", &self.replays),
-            ("replayed_frames", &self.replayed_frames),
-            ("naks_sent", &self.naks_sent),
-            ("rnr_naks_sent", &self.rnr_naks_sent),
-            ("connects", &self.connects),
-            ("connect_repeats", &self.connect_repeats),
-            ("accepts_sent", &self.accepts_sent),
-            ("gets", &self.gets),
-            ("get_hits", &self.get_hits),
-            ("puts", &self.puts),
-            ("deletes", &self.deletes),
-            ("atomics", &self.atomics),
-            ("vector_updates", &self.vector_updates),
-            ("reduces", &self.reduces),
-            ("filters", &self.filters),
-            ("op_errors", &self.op_errors),
-            ("tx_committed", &self.tx_committed),
-            ("tx_aborted", &self.tx_aborted),
-            ("tx_cross_partition", &self.tx_cross_partition),
-            ("batches", &self.batches),
-            ("station_chunks", &self.station_chunks),
-            ("forwarded", &self.forwarded),
-            ("merged", &self.merged),
-            ("write_backs", &self.write_backs),
-            ("stalls", &self.stalls),
-            ("tap_full", &self.tap_full),
-            ("resumes", &self.resumes),
-            ("restored_replays", &self.restored_replays),
-            ("outcome_unknown", &self.outcome_unknown),
-            ("completions_logged", &self.completions_logged),
-            ("completions_skipped", &self.completions_skipped),
-            ("echoed", &self.echoed),
-            ("handed_off", &self.handed_off),
-            ("handed_in", &self.handed_in),
-            ("busy_cycles", &self.busy_cycles),
-            ("sync_dropped", &self.sync_dropped),
-        ]
-        .iter()
-        .map(|(n, c)| (n.to_string(), c.get()))
-        .collect();
+        let mut v: Vec<(String, u64)> = self
+            .counters()
+            .iter()
+            .map(|(n, c)| (n.to_string(), c.get()))
+            .collect();
         for r in DropReason::ALL {
             let n = self.drops[r.index()].get();
             if n > 0 {
@@ -311,6 +204,17 @@ mod tests {
         assert!(snap.contains(&("drop_bad_icrc".to_string(), 2)));
         assert!(!snap.iter().any(|(n, _)| n == "drop_bad_rkey"));
         assert_eq!(std::mem::align_of::<WorkerStats>(), 128);
+    }
+
+    #[test]
+    fn every_derived_figure_is_computed() {
+        let s = WorkerStats::default();
+        for d in kvwire::counters::DERIVED {
+            assert!(s.derived(d.name).is_some(), "{}", d.name);
+        }
+        for (n, _) in s.counters() {
+            assert!(kvwire::counters::find(n).is_some(), "{n}");
+        }
     }
 
     #[test]

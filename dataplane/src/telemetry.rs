@@ -120,62 +120,26 @@ fn params<const N: usize>(p: &str, usage: &str) -> Result<[u32; N], String> {
     Ok(out)
 }
 
-/// Sum of the drop counters.
-fn drops_total(s: &WorkerStats) -> u64 {
-    s.drops.iter().map(|c| c.get()).sum()
-}
-
-/// The counters of one worker (or the sum over all) as (name, value).
+/// The counters of one worker (or the sum over all) as (name, value): every counter
+/// of the schema, then the derived figures ([`kvwire::counters`]); and the drops by
+/// reason.
 fn counters(ws: &[&WorkerStats]) -> (Vec<(&'static str, u64)>, Vec<u64>) {
-    let sum = |f: &dyn Fn(&WorkerStats) -> u64| ws.iter().map(|s| f(s)).sum::<u64>();
-    let v = vec![
-        ("rx_packets", sum(&|s| s.rx_packets.get())),
-        ("tx_packets", sum(&|s| s.tx_packets.get())),
-        ("requests", sum(&|s| s.requests.get())),
-        ("responses", sum(&|s| s.responses.get())),
-        ("replays", sum(&|s| s.replays.get())),
-        ("replayed_frames", sum(&|s| s.replayed_frames.get())),
-        ("naks_sent", sum(&|s| s.naks_sent.get())),
-        ("rnr_naks_sent", sum(&|s| s.rnr_naks_sent.get())),
-        ("connects", sum(&|s| s.connects.get())),
-        ("connect_repeats", sum(&|s| s.connect_repeats.get())),
-        ("resumes", sum(&|s| s.resumes.get())),
-        ("restored_replays", sum(&|s| s.restored_replays.get())),
-        ("outcome_unknown", sum(&|s| s.outcome_unknown.get())),
-        ("completions_logged", sum(&|s| s.completions_logged.get())),
-        ("completions_skipped", sum(&|s| s.completions_skipped.get())),
-        ("accepts_sent", sum(&|s| s.accepts_sent.get())),
-        ("ops", sum(&|s| s.ops())),
-        ("gets", sum(&|s| s.gets.get())),
-        ("get_hits", sum(&|s| s.get_hits.get())),
-        (
-            "get_misses",
-            sum(&|s| s.gets.get().saturating_sub(s.get_hits.get())),
-        ),
-        ("puts", sum(&|s| s.puts.get())),
-        ("deletes", sum(&|s| s.deletes.get())),
-        ("op_errors", sum(&|s| s.op_errors.get())),
-        ("atomics", sum(&|s| s.atomics.get())),
-        ("vector_updates", sum(&|s| s.vector_updates.get())),
-        ("reduces", sum(&|s| s.reduces.get())),
-        ("filters", sum(&|s| s.filters.get())),
-        ("tx_committed", sum(&|s| s.tx_committed.get())),
-        ("tx_aborted", sum(&|s| s.tx_aborted.get())),
-        ("tx_cross_partition", sum(&|s| s.tx_cross_partition.get())),
-        ("batches", sum(&|s| s.batches.get())),
-        ("station_chunks", sum(&|s| s.station_chunks.get())),
-        ("station_forwarded", sum(&|s| s.forwarded.get())),
-        ("station_merged", sum(&|s| s.merged.get())),
-        ("station_write_backs", sum(&|s| s.write_backs.get())),
-        ("station_stalls", sum(&|s| s.stalls.get())),
-        ("handed_off", sum(&|s| s.handed_off.get())),
-        ("handed_in", sum(&|s| s.handed_in.get())),
-        ("echoed", sum(&|s| s.echoed.get())),
-        ("drops", sum(&|s| drops_total(s))),
-    ];
+    let mut v: Vec<(&'static str, u64)> = kvwire::counters::WORKER_COUNTERS
+        .iter()
+        .map(|c| (c.name, 0))
+        .collect();
+    for s in ws {
+        for (slot, (_, c)) in v.iter_mut().zip(s.counters()) {
+            slot.1 += c.get();
+        }
+    }
+    for d in kvwire::counters::DERIVED {
+        let x = ws.iter().map(|s| s.derived(d.name).unwrap_or(0)).sum();
+        v.push((d.name, x));
+    }
     let drops = DropReason::ALL
         .iter()
-        .map(|r| sum(&|s| s.drops[r.index()].get()))
+        .map(|r| ws.iter().map(|s| s.drops[r.index()].get()).sum())
         .collect();
     (v, drops)
 }
@@ -508,6 +472,31 @@ pub(crate) fn json_into(d: &mut TelDict<'_>, v: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_stats_reply_carries_every_counter_of_the_schema_summed() {
+        let (a, b) = (WorkerStats::default(), WorkerStats::default());
+        a.gets.add(3);
+        a.get_hits.add(1);
+        b.gets.add(2);
+        b.station_forwarded.add(7);
+        b.drop(DropReason::BadIcrc);
+        let (v, drops) = counters(&[&a, &b]);
+        let names: Vec<&str> = v.iter().map(|(n, _)| *n).collect();
+        let schema: Vec<&str> = kvwire::counters::WORKER_COUNTERS
+            .iter()
+            .chain(kvwire::counters::DERIVED)
+            .map(|c| c.name)
+            .collect();
+        assert_eq!(names, schema);
+        let get = |n: &str| v.iter().find(|(k, _)| *k == n).unwrap().1;
+        assert_eq!(get("gets"), 5);
+        assert_eq!(get("get_misses"), 4);
+        assert_eq!(get("station_forwarded"), 7);
+        assert_eq!(get("ops"), 5);
+        assert_eq!(get("drops"), 1);
+        assert_eq!(drops[DropReason::BadIcrc.index()], 1);
+    }
 
     #[test]
     fn params_parse_or_explain() {

@@ -382,12 +382,12 @@ fn q_clients_times_m_fetch_adds_on_one_key() {
         );
         assert_eq!(st.atomics.get(), total);
         if ooo {
-            assert!(st.forwarded.get() >= total - 4 * pkts_per_q as u64);
-            assert!(st.merged.get() > 0);
-            assert_eq!(st.stalls.get(), 0);
+            assert!(st.station_forwarded.get() >= total - 4 * pkts_per_q as u64);
+            assert!(st.station_merged.get() > 0);
+            assert_eq!(st.station_stalls.get(), 0);
         } else {
-            assert_eq!(st.forwarded.get(), 0);
-            assert!(st.stalls.get() >= total - 4 * pkts_per_q as u64);
+            assert_eq!(st.station_forwarded.get(), 0);
+            assert!(st.station_stalls.get() >= total - 4 * pkts_per_q as u64);
         }
     }
 }
@@ -559,7 +559,7 @@ fn plain_ops_with_and_without_station_kv() {
         let bursts = vec![vec![ops[..100].to_vec(), ops[100..].to_vec()]];
         let st = check(true, station_kv, &bursts).expect("matches the model");
         if station_kv {
-            assert!(st.station_chunks.get() > 0 && st.forwarded.get() > 0);
+            assert!(st.station_chunks.get() > 0 && st.station_forwarded.get() > 0);
         } else {
             assert_eq!(st.station_chunks.get(), 0);
         }

@@ -35,8 +35,8 @@ check_run zipf-mix --keys 2000 --value-size 8-64 --load --dist zipf --get 0.3 --
   --atomic 0.2 --vector 0.2 --reduce 0.1 --qps 2 --ops-per-packet 16 --window 16 \
   --warmup 0.2 --duration 1.5 --calibrate 20
 stop_dataplane
-fwd=$(json_field "$E2E_TMP/ooo.json" 'd["forwarded"]')
-stalls=$(json_field "$E2E_TMP/ooo.json" 'd["stalls"]')
+fwd=$(json_field "$E2E_TMP/ooo.json" 'd["station_forwarded"]')
+stalls=$(json_field "$E2E_TMP/ooo.json" 'd["station_stalls"]')
 bad=$(json_field "$E2E_TMP/ooo.json" 'd["op_errors"]')
 [ "$fwd" -gt 0 ] && [ "$stalls" -eq 0 ] || fail "ooo: forwarded $fwd, stalls $stalls"
 pass "ooo dataplane: $fwd ops served by forwarding, 0 stalls, $bad BAD_LENGTH answers (expected)"
@@ -45,7 +45,7 @@ start_dataplane atomics-stall --ooo false --stats-json "$E2E_TMP/stall.json"
 check_run one-key-stall --keys 1 --value-size 8 --load --get 0 --put 0 --atomic 1 \
   --qps 4 --ops-per-packet 32 --window 16 --warmup 0.2 --duration 1.5 --calibrate 20
 stop_dataplane
-fwd=$(json_field "$E2E_TMP/stall.json" 'd["forwarded"]')
-stalls=$(json_field "$E2E_TMP/stall.json" 'd["stalls"]')
+fwd=$(json_field "$E2E_TMP/stall.json" 'd["station_forwarded"]')
+stalls=$(json_field "$E2E_TMP/stall.json" 'd["station_stalls"]')
 [ "$fwd" -eq 0 ] && [ "$stalls" -gt 0 ] || fail "stall: forwarded $fwd, stalls $stalls"
 pass "stall dataplane: $stalls stalls, no forwarding"

@@ -25,6 +25,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod counters;
 pub mod ethernet;
 pub mod frame;
 pub mod fuzzing;

@@ -4,143 +4,8 @@
 
 use super::families::Families;
 use crate::latency::Latency;
+use kvwire::counters::Export;
 use serde_json::{Map, Value};
-
-/// Per-worker counters of `/kvd/stats`: (reply key, metric, help).
-const STAT_COUNTERS: &[(&str, &str, &str)] = &[
-    (
-        "rx_packets",
-        "kvd_rx_packets_total",
-        "Packets received by the worker.",
-    ),
-    (
-        "tx_packets",
-        "kvd_tx_packets_total",
-        "Packets sent by the worker.",
-    ),
-    (
-        "requests",
-        "kvd_requests_total",
-        "Request packets taken for processing.",
-    ),
-    ("responses", "kvd_responses_total", "Response packets sent."),
-    (
-        "get_hits",
-        "kvd_get_hits_total",
-        "GETs that found their key.",
-    ),
-    (
-        "get_misses",
-        "kvd_get_misses_total",
-        "GETs that did not find their key.",
-    ),
-    (
-        "op_errors",
-        "kvd_op_errors_total",
-        "Operations answered with an error status.",
-    ),
-    (
-        "batches",
-        "kvd_batches_total",
-        "Request batches (multi-op packets) processed.",
-    ),
-    (
-        "echoed",
-        "kvd_echoed_total",
-        "Packets answered by echo (no KV operation).",
-    ),
-    (
-        "handed_off",
-        "kvd_handed_off_total",
-        "Requests handed to the worker owning their partition.",
-    ),
-    (
-        "handed_in",
-        "kvd_handed_in_total",
-        "Requests taken over from another worker.",
-    ),
-    (
-        "replays",
-        "kvd_transport_replays_total",
-        "Go-back-N replays of the response stream.",
-    ),
-    (
-        "replayed_frames",
-        "kvd_transport_replayed_frames_total",
-        "Response frames sent again by replays.",
-    ),
-    (
-        "naks_sent",
-        "kvd_transport_naks_total",
-        "Sequence-error NAKs sent to clients.",
-    ),
-    (
-        "rnr_naks_sent",
-        "kvd_transport_rnr_naks_total",
-        "Receiver-not-ready NAKs sent to clients.",
-    ),
-    (
-        "connects",
-        "kvd_transport_connects_total",
-        "Client CONNECT requests received.",
-    ),
-    (
-        "accepts_sent",
-        "kvd_transport_accepts_total",
-        "Connection ACCEPTs sent to clients.",
-    ),
-    (
-        "tx_committed",
-        "kvd_transactions_committed_total",
-        "Transactions committed.",
-    ),
-    (
-        "tx_aborted",
-        "kvd_transactions_aborted_total",
-        "Transactions aborted (nothing of them changed).",
-    ),
-    (
-        "tx_cross_partition",
-        "kvd_transactions_cross_partition_total",
-        "Transactions coordinated over more than one partition (committed or not).",
-    ),
-    (
-        "station_chunks",
-        "kvd_station_chunks_total",
-        "Chunks of operations through the reservation station.",
-    ),
-    (
-        "station_forwarded",
-        "kvd_station_forwarded_total",
-        "Reservation station: operations answered by forwarding from an in-flight one.",
-    ),
-    (
-        "station_merged",
-        "kvd_station_merged_total",
-        "Reservation station: operations merged into an in-flight one on the same key.",
-    ),
-    (
-        "station_write_backs",
-        "kvd_station_write_backs_total",
-        "Reservation station: merged results written back to the store.",
-    ),
-    (
-        "station_stalls",
-        "kvd_station_stalls_total",
-        "Reservation station: stalls on a full station.",
-    ),
-];
-
-/// The op counters of `/kvd/stats`: (reply key, `op` label).
-const OPS: &[(&str, &str)] = &[
-    ("gets", "get"),
-    ("puts", "put"),
-    ("deletes", "delete"),
-    ("atomics", "atomic"),
-    ("vector_updates", "vector_update"),
-    ("reduces", "reduce"),
-    ("filters", "filter"),
-];
 
 /// Per-worker engine figures of `/kvd/engine` exported as gauges: (key, metric,
 /// help).
@@ -268,15 +133,20 @@ fn per_worker(reply: &Value) -> Result<Vec<(&String, &Value)>, String> {
 /// One worker's `/kvd/stats` dict.
 fn worker_stats(f: &mut Families<'_>, id: &str, s: &Value) -> Result<(), String> {
     let w = [("worker", id)];
-    for &(k, name, help) in STAT_COUNTERS {
-        if let Some(x) = opt_u64(s, k)? {
-            f.counter(name, help, &w, x);
-        }
-    }
-    for &(k, op) in OPS {
-        if let Some(x) = opt_u64(s, k)? {
-            let help = "KV operations executed, by type.";
-            f.counter("kvd_ops_total", help, &[("worker", id), ("op", op)], x);
+    // Every counter of the schema and every derived figure (kvwire::counters).
+    let schema = kvwire::counters::WORKER_COUNTERS
+        .iter()
+        .chain(kvwire::counters::DERIVED);
+    for c in schema {
+        let Some(x) = opt_u64(s, c.name)? else {
+            continue;
+        };
+        match c.export {
+            Export::Family(name) => f.counter(name, c.help, &w, x),
+            Export::Series(name, label, value) => {
+                f.counter(name, c.help, &[("worker", id), (label, value)], x);
+            }
+            Export::Skip(_) => {}
         }
     }
     let empty = Map::new();
