@@ -6,19 +6,16 @@
 
 mod replication;
 mod replicator;
+mod report;
+mod startup;
 mod telemetry;
 mod worker;
 
 use clap::Parser;
 use dataplane::control::ControlState;
-use dataplane::packet::Identity;
-use dataplane::server::Server;
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;
-use dpdk::{Eal, Mempool, Port, PortConfig};
-use kvconf::Config;
-use kvengine::{Engine, EngineConfig, Region};
-use kvops::FunctionRegistry;
+use dpdk::{Eal, Mempool};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -160,300 +157,26 @@ fn main() {
     }
 }
 
-fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
-    let mut cfg = Config::load(&args.config)?;
-    cfg.apply_overrides(
-        kvconf::Role::Dataplane,
-        &kvconf::Overrides {
-            vdev: args.vdev.clone(),
-            file_prefix: args.file_prefix.clone(),
-            lcores: args.lcores.clone(),
-            mem_mb: args.mem_mb,
-        },
-    );
-    if let Some(every) = args.latency_sample_every {
-        cfg.server.latency_sample_every = every;
-    }
-    let role = args.role.unwrap_or(cfg.replication.role);
-    cfg.replication.role = role;
-    cfg.replication.validate(role)?;
-    if role != kvconf::ReplRole::Standalone {
-        // The replication links are ports of this process too.
-        let links = cfg.replication.vdevs.clone();
-        cfg.dataplane.vdevs.extend(links);
-    }
-    let engine_mb = cfg.engine.mem_mb as u32;
-    let huge = !args.no_huge
-        && kvconf::resolve_hugepages(cfg.dataplane.hugepages, cfg.dataplane.memory_mb + engine_mb)?;
-    if huge {
-        // The store is carved from EAL memory too.
-        cfg.dataplane.memory_mb += engine_mb;
-    }
-    let p = &cfg.dataplane;
-    let eal_args = p.eal_args("dataplane", huge, cfg.server.mtu);
-    eprintln!("dataplane: EAL {}", eal_args[1..].join(" "));
-    let eal = Eal::init(&eal_args[1..])?;
+/// One worker's share: its partition, queues, hand-off rings and control.
+type Work = (
+    worker::Store,
+    dpdk::RxQueue,
+    dpdk::TxQueue,
+    worker::Handoff,
+    dataplane::control::WorkerControl,
+);
 
-    ctrlc::set_handler(|| QUIT.store(true, Ordering::Relaxed))?;
-    if args.pdump {
-        dpdk::pdump::init()?;
-    }
-
-    // One worker per EAL lcore (the main lcore is worker 0), each owning a key partition:
-    // its own engine shard, station, and rx/tx queue pair (kvwire::partition).
-    // A replicated node keeps its last lcore for the replication lcore.
-    let repl_lcore = replication::lcore(role)?;
-    let worker_lcores: Vec<Option<dpdk::LcoreId>> = std::iter::once(None)
-        .chain(
-            dpdk::lcore::workers()
-                .filter(|l| Some(*l) != repl_lcore)
-                .map(Some),
-        )
-        .collect();
-    let nw = worker_lcores.len();
-    let mtu = cfg.server.mtu;
-    // Every frame of the MTU fits one mbuf (jumbo frames: 9 KiB mbufs).
-    let pool = Arc::new(Mempool::create_pktmbuf(
-        "kvd_pool",
-        p.mbufs,
-        256,
-        kvconf::mbuf_data_room(mtu),
-        dpdk::SOCKET_ID_ANY,
-    )?);
-    let port = Port::by_name(&p.port).map_err(|e| format!("port {:?}: {e}", p.port))?;
-    let pcfg = PortConfig {
-        nb_rxq: nw as u16,
-        nb_txq: nw as u16,
-        rxd: p.rxd,
-        txd: p.txd,
-        mtu: (usize::from(mtu) != kvwire::DEFAULT_MTU).then_some(mtu),
-        ..PortConfig::default()
-    };
-    let queues = port.configure(&pcfg, &pool).map_err(|e| match e.op {
-        "rte_eth_dev_set_mtu" => kvconf::mtu_refused(&p.port, mtu, e),
-        _ => e.to_string(),
-    })?;
-
-    let id = Identity {
-        mac: p.mac_bytes(),
-        ip: p.ip,
-        qpn: cfg.server.qpn,
-        qkey: cfg.server.qkey,
-        region_va: cfg.server.request_region_va,
-        region_len: cfg.server.request_region_len,
-        mtu: usize::from(mtu),
-    };
-    let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
-    let mut registry = FunctionRegistry::new();
-    registry
-        .load(
-            cfg.server.functions.iter().map(|f| (f.id, f.name.as_str())),
-            kvops::registry::samples::CATALOG,
-        )
-        .map_err(|e| format!("server.functions: {e}"))?;
-    let ooo = args.ooo.unwrap_or(cfg.server.ooo);
-
-    // Store memory per partition: DPDK hugepage memory when we run on hugepages, else
-    // the heap.
-    let mem_bytes = (cfg.engine.mem_mb << 20) / nw;
-    let ecfg = EngineConfig {
-        mem_bytes,
-        hash_index_ratio: cfg.engine.hash_index_ratio,
-        inline_threshold: cfg.engine.inline_threshold,
-        ..EngineConfig::default()
-    };
-    let mut stores = Vec::with_capacity(nw);
-    for w in 0..nw {
-        let (region, dpdk_mem) = if huge {
-            let mut m = dpdk::malloc::zmalloc_socket(
-                &format!("kvd_store{w}"),
-                mem_bytes,
-                2 << 20,
-                port.socket_id(),
-            )
-            .ok_or("cannot allocate the store from DPDK hugepage memory")?;
-            // SAFETY: `m` is a live DPDK allocation of `mem_bytes` bytes that nothing
-            // else references; it is moved into `Store` below, declared after the
-            // engine, so it is freed only after the engine that points into it.
-            let r = unsafe { Region::from_raw(m.as_mut_ptr(), m.len()) };
-            (r, Some(m))
-        } else {
-            (Region::owned(mem_bytes), None)
-        };
-        let engine = Engine::new(region, &ecfg).map_err(|e| format!("engine config: {e:?}"))?;
-        // Starting PSNs of first connections: a per-worker seed from the clock, so a
-        // restarted dataplane does not repeat the previous run's PSNs.
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ ((w as u64) << 56);
-        let transport = dataplane::server::Transport {
-            credits: cfg.server.credits,
-            replay_cache_bytes: (cfg.server.replay_cache_kb as usize) << 10,
-            seed,
-        };
-        let mut server = Server::with_transport(
-            id.clone(),
-            &clients,
-            engine,
-            ooo,
-            registry.clone(),
-            transport,
-        )
-        .map_err(|e| format!("server transport config: {e}"))?;
-        server.set_partition(w as u32, nw as u32);
-        server.set_station_kv(args.station_kv.unwrap_or(cfg.server.station_kv));
-        stores.push(worker::Store {
-            server,
-            _mem: dpdk_mem,
-            apply: None,
-            inline_repl: None,
-            sync: None,
-        });
-    }
-    // Several partitions: transactions may span them (docs/TRANSACTIONS.md).
-    if nw > 1 && nw <= dataplane::server::MAX_PARTITIONS {
-        let table = dataplane::server::PartitionTable::new(nw)?;
-        for s in &mut stores {
-            s.server.set_partition_table(table.clone())?;
-        }
-    }
-    if let Some(path) = &args.load {
-        let t0 = Instant::now();
-        let mut engines: Vec<&mut Engine> =
-            stores.iter_mut().map(|s| s.server.engine_mut()).collect();
-        let r = dataplane::snapshot::load_into(path, &mut engines)
-            .map_err(|e| format!("--load: {e}"))?;
-        println!(
-            "dataplane: loaded {} records ({} keys, {} B, saved by {} partitions) from {} in {} ms",
-            r.records,
-            r.keys,
-            r.bytes,
-            r.saved_partitions,
-            path.display(),
-            t0.elapsed().as_millis()
-        );
-    }
-    // Hand-off rings: one multi-producer inbox per worker.
-    let mut inboxes = Vec::new();
-    let mut producers: Vec<Vec<Option<dpdk::RingProducer<dpdk::Mbuf>>>> =
-        (0..nw).map(|_| Vec::new()).collect();
-    if nw > 1 {
-        for w in 0..nw {
-            let ring = dpdk::Ring::<dpdk::Mbuf>::create(
-                &format!("kvd_handoff{w}"),
-                4096,
-                port.socket_id(),
-                dpdk::RingMode::MpSc,
-            )?;
-            for (from, prods) in producers.iter_mut().enumerate() {
-                prods.push((from != w).then(|| ring.producer()).transpose()?);
-            }
-            inboxes.push(Some(ring.consumer()?));
-        }
-    } else {
-        inboxes.push(None);
-    }
-
-    println!(
-        "dataplane: port {} ({}) mac {} ip {} qpn {} clients {} store {} MiB on {} mode {} workers {}",
-        port.id().0,
-        p.port,
-        p.mac,
-        p.ip,
-        cfg.server.qpn,
-        clients.len(),
-        cfg.engine.mem_mb,
-        if huge {
-            "hugepages"
-        } else {
-            "heap (--no-huge)"
-        },
-        if args.echo { "echo" } else { "kv" },
-        nw
-    );
-
-    println!(
-        "dataplane: server qpn {} qkey {:#x} request region va {:#x} len {}",
-        cfg.server.qpn,
-        cfg.server.qkey,
-        cfg.server.request_region_va,
-        cfg.server.request_region_len
-    );
-    for c in &cfg.clients {
-        println!(
-            "dataplane: client qpn {} rkey {:#x} partition {}",
-            c.qpn,
-            c.rkey,
-            kvwire::partition::partition_of_qp(c.qpn, nw as u32)
-        );
-    }
-    println!(
-        "dataplane: reservation station {}, functions: {}",
-        if ooo {
-            "out of order (data forwarding)"
-        } else {
-            "stall on conflict (ooo = false)"
-        },
-        registry
-            .iter()
-            .map(|(id, name)| format!("{id}={name}"))
-            .collect::<Vec<_>>()
-            .join(" ")
-    );
-    let mut repl = replication::setup(&cfg, role, repl_lcore, &mut stores, &pool)?;
-    if let Some(r) = &repl {
-        println!(
-            "dataplane: replication {:?} on lcore {}, {} link(s)",
-            role,
-            r.lcore.0,
-            r.links.len()
-        );
-    }
-    let stats: Vec<Arc<WorkerStats>> = (0..nw).map(|_| Arc::new(WorkerStats::default())).collect();
-    // The slab daemon services every partition's pool off the worker lcores.
-    let slab = SlabDaemon::new(
-        stores
-            .iter()
-            .map(|s| s.server.engine().slab_service())
-            .collect(),
-    );
-    // Control plane: telemetry commands over the state shared with the workers.
-    let ctl = ControlState::new(stats.clone(), &clients);
-    ctl.set_latency_sample_every(cfg.server.latency_sample_every);
-    telemetry::register(
-        &ctl,
-        serde_json::to_value(&cfg)?,
-        slab.clone(),
-        Arc::clone(&pool),
-    )?;
-    let interval = args.stats_interval.unwrap_or(cfg.server.stats_interval_s);
-    let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
-    println!("dataplane ready (mbufs in use {})", pool.in_use_count());
-    let wcfg = worker::WorkerConfig {
-        burst: p.burst,
-        drain_us: cfg.server.tx_drain_us,
-        echo: args.echo,
-        stats_interval: Duration::from_secs(interval),
-        printed: Vec::new(),
-        deadline,
-        idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
-        inject: inject_config(&args)?,
-        rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
-        latency_sample_every: cfg.server.latency_sample_every,
-        mtu: usize::from(mtu),
-    };
-
-    let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));
-    let slab_thread = slab.spawn(Duration::from_millis(50), merge_every, &QUIT)?;
-
-    // Launch workers 1.. on their lcores, run worker 0 here, then join.
-    let mut rxs = queues.rx.into_iter();
-    let mut txs = queues.tx.into_iter();
+/// Pairs each worker's partition with its queue pair, rings and control.
+fn assign_work(
+    stores: Vec<worker::Store>,
+    queues: dpdk::PortQueues,
+    rings: startup::HandoffRings,
+    ctl: &Arc<ControlState>,
+) -> Result<Vec<Work>, Box<dyn std::error::Error>> {
+    let nw = stores.len();
+    let (mut rxs, mut txs) = (queues.rx.into_iter(), queues.tx.into_iter());
     let mut work = Vec::with_capacity(nw);
-    for (w, ((store, inbox), outboxes)) in
-        stores.into_iter().zip(inboxes).zip(producers).enumerate()
-    {
+    for (w, (store, (inbox, outboxes))) in stores.into_iter().zip(rings).enumerate() {
         let (Some(rxq), Some(txq)) = (rxs.next(), txs.next()) else {
             return Err("port gave fewer queues than workers".into());
         };
@@ -465,39 +188,77 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         };
         work.push((store, rxq, txq, handoff, ctl.worker(w)));
     }
-    let idle_polls = wcfg.idle_yield_polls;
-    let mut cluster_thread = None;
-    let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
-    let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
-    let (repl_handle, repl_view) = match repl {
-        Some(r) if args.repl_inline => {
-            if role != kvconf::ReplRole::Master || r.cluster.is_some() {
-                return Err("--repl-inline needs a master without etcd".into());
-            }
-            println!("dataplane: replication inline on worker 0 (baseline: no offload)");
-            let rep = replicator::Replicator::new(r.links, r.logic, pool.clone())
-                .with_status(r.status.clone());
-            work[0].0.inline_repl = Some(rep);
-            (None, Some((r.status, r.lost, r.apply)))
-        }
-        Some(mut r) => {
-            if let Some((handle, _view)) = r.cluster.take() {
-                cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
-            }
-            let pool = pool.clone();
-            let (links, logic, status) = (r.links, r.logic, r.status.clone());
-            let h = dpdk::lcore::launch_on(r.lcore, move || {
-                let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
-                replicator::run(rep, &QUIT, deadline, idle_polls)
-            })?;
-            (Some(h), Some((r.status, r.lost, r.apply)))
-        }
-        None => (None, None),
+    Ok(work)
+}
+
+/// The replication loop as it runs: on its lcore (`handle`) or inline in worker 0.
+struct ReplRun {
+    handle: Option<dpdk::LaunchHandle<u64>>,
+    /// Its figures for the report (`frames_lost` set once it stopped).
+    figures: Option<report::ReplFigures>,
+    cluster_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Starts the replication loop: on its lcore, or (`--repl-inline`, a master without
+/// etcd) polled by worker 0 between its bursts.
+fn start_replication(
+    repl: Option<replication::Replication>,
+    work: &mut [Work],
+    role: kvconf::ReplRole,
+    inline: bool,
+    pool: &Arc<Mempool>,
+    deadline: Option<Instant>,
+    idle_polls: u32,
+) -> Result<ReplRun, Box<dyn std::error::Error>> {
+    let mut run = ReplRun {
+        handle: None,
+        figures: None,
+        cluster_thread: None,
     };
+    let Some(mut r) = repl else {
+        return Ok(run);
+    };
+    run.figures = Some(report::ReplFigures {
+        status: r.status.clone(),
+        lost: r.lost.clone(),
+        apply: r.apply.clone(),
+        frames_lost: 0,
+    });
+    if inline {
+        if r.cluster.is_some() || role != kvconf::ReplRole::Master {
+            return Err("--repl-inline needs a master without etcd".into());
+        }
+        println!("dataplane: replication inline on worker 0 (baseline: no offload)");
+        let rep = replicator::Replicator::new(r.links, r.logic, pool.clone())
+            .with_status(r.status.clone());
+        work[0].0.inline_repl = Some(rep);
+        return Ok(run);
+    }
+    if let Some((handle, _view)) = r.cluster.take() {
+        run.cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
+    }
+    let pool = pool.clone();
+    let (links, logic, status) = (r.links, r.logic, r.status.clone());
+    run.handle = Some(dpdk::lcore::launch_on(r.lcore, move || {
+        let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
+        replicator::run(rep, &QUIT, deadline, idle_polls)
+    })?);
+    Ok(run)
+}
+
+/// Runs every worker: 1.. on their lcores, 0 here (it alone prints, one labelled line
+/// per worker); returns their partitions once all stopped.
+fn run_workers(
+    work: Vec<Work>,
+    lcores: &[Option<dpdk::LcoreId>],
+    pool: &Arc<Mempool>,
+    stats: &[Arc<WorkerStats>],
+    wcfg: worker::WorkerConfig,
+) -> Result<Vec<worker::Store>, Box<dyn std::error::Error>> {
     let mut handles = Vec::new();
     let mut main_work = None;
     for (w, (store, rxq, txq, handoff, mut wctl)) in work.into_iter().enumerate() {
-        match worker_lcores[w] {
+        match lcores[w] {
             None => main_work = Some((store, rxq, txq, handoff, wctl)),
             Some(lcore) => {
                 let (pool, st, wc) = (pool.clone(), stats[w].clone(), wcfg.clone());
@@ -508,20 +269,89 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     let (store0, rxq, txq, handoff, mut wctl) = main_work.ok_or("no worker on the main lcore")?;
-    // Only the main lcore prints, one labelled line per worker.
     let main_cfg = worker::WorkerConfig {
-        printed: stats.clone(),
+        printed: stats.to_vec(),
         ..wcfg
     };
     let mut stores = vec![worker::run(
-        store0, rxq, txq, handoff, &pool, &stats[0], &main_cfg, &QUIT, &mut wctl,
+        store0, rxq, txq, handoff, pool, &stats[0], &main_cfg, &QUIT, &mut wctl,
     )];
     // The main worker stopped (Ctrl-C or deadline): make sure the others stop too.
     QUIT.store(true, Ordering::Relaxed);
     for h in handles {
         stores.push(h.wait().map_err(|e| format!("worker lcore: {e}"))?);
     }
-    let repl_lost_frames = match repl_handle {
+    Ok(stores)
+}
+
+fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let plan = startup::plan(&args)?;
+    let cfg = &plan.cfg;
+    let eal_args = cfg
+        .dataplane
+        .eal_args("dataplane", plan.huge, cfg.server.mtu);
+    eprintln!("dataplane: EAL {}", eal_args[1..].join(" "));
+    let eal = Eal::init(&eal_args[1..])?;
+    ctrlc::set_handler(|| QUIT.store(true, Ordering::Relaxed))?;
+    if args.pdump {
+        dpdk::pdump::init()?;
+    }
+
+    // The node: workers and their partitions, the port, replication.
+    let repl_lcore = replication::lcore(plan.role)?;
+    let worker_lcores = startup::worker_lcores(repl_lcore);
+    let nw = worker_lcores.len();
+    let pool = Arc::new(startup::mbuf_pool(cfg)?);
+    let (port, queues) = startup::open_port(cfg, nw, &pool)?;
+    let registry = startup::functions(cfg)?;
+    let ooo = args.ooo.unwrap_or(cfg.server.ooo);
+    let spec = startup::PartitionSpec {
+        cfg,
+        args: &args,
+        huge: plan.huge,
+        socket: port.socket_id(),
+        registry: &registry,
+        ooo,
+    };
+    let mut stores = spec.stores(nw)?;
+    let rings = startup::handoff_rings(nw, port.socket_id())?;
+    startup::print_banner(&plan, &args, &port, nw, ooo, &registry);
+    let mut repl = replication::setup(cfg, plan.role, repl_lcore, &mut stores, &pool)?;
+    if let Some(r) = &repl {
+        let (role, lcore, links) = (plan.role, r.lcore.0, r.links.len());
+        println!("dataplane: replication {role:?} on lcore {lcore}, {links} link(s)");
+    }
+
+    // Control: counters, the slab daemon, telemetry.
+    let stats: Vec<Arc<WorkerStats>> = (0..nw).map(|_| Arc::new(WorkerStats::default())).collect();
+    let slab = SlabDaemon::new(
+        stores
+            .iter()
+            .map(|s| s.server.engine().slab_service())
+            .collect(),
+    );
+    let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
+    let ctl = ControlState::new(stats.clone(), &clients);
+    ctl.set_latency_sample_every(cfg.server.latency_sample_every);
+    let cfg_json = serde_json::to_value(cfg)?;
+    telemetry::register(&ctl, cfg_json, slab.clone(), Arc::clone(&pool))?;
+    let deadline = (args.duration > 0).then(|| Instant::now() + Duration::from_secs(args.duration));
+    println!("dataplane ready (mbufs in use {})", pool.in_use_count());
+    let wcfg = startup::worker_config(&plan, &args, deadline)?;
+    let merge_every = (args.merge_every_ms > 0).then(|| Duration::from_millis(args.merge_every_ms));
+    let slab_thread = slab.spawn(Duration::from_millis(50), merge_every, &QUIT)?;
+
+    // Run until Ctrl-C or the deadline.
+    let mut work = assign_work(stores, queues, rings, &ctl)?;
+    let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
+    let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
+    let idle_polls = wcfg.idle_yield_polls;
+    let inline = args.repl_inline;
+    let rr = start_replication(
+        repl, &mut work, plan.role, inline, &pool, deadline, idle_polls,
+    )?;
+    let stores = run_workers(work, &worker_lcores, &pool, &stats, wcfg)?;
+    let frames_lost = match rr.handle {
         Some(h) => h.wait().map_err(|e| format!("replication lcore: {e}"))?,
         None => 0,
     };
@@ -533,106 +363,26 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let _ = slab_thread.join();
     // Leaves the cluster (a master's lease is revoked: its successor is elected at
     // once instead of after the lease's TTL).
-    if let Some(t) = cluster_thread {
+    if let Some(t) = rr.cluster_thread {
         let _ = t.join();
     }
     ctl.snapshot().abort("the dataplane stopped");
 
-    // Final stats: totals over the workers, then per worker.
-    println!("dataplane: final stats");
-    let mut all: Vec<(String, u64)> = Vec::new();
-    for st in &stats {
-        for (k, v) in st.snapshot() {
-            match all.iter_mut().find(|(n, _)| *n == k) {
-                Some(e) => e.1 += v,
-                None => all.push((k, v)),
-            }
-        }
+    let mut repl_figures = rr.figures;
+    if let Some(f) = repl_figures.as_mut() {
+        f.frames_lost = frames_lost;
     }
-    let (mut kvs, mut util) = (0u64, 0.0f64);
-    let mut digest = 0u64;
-    for s in &stores {
-        let es = s.server.engine().stats();
-        kvs += es.stored_kvs;
-        util += es.memory_utilization / nw as f64;
-        digest = digest.wrapping_add(dataplane::repl::contents_digest(s.server.engine()));
-    }
-    all.push(("engine_kvs".into(), kvs));
-    if let Some((_, lost, apply)) = &repl_view {
-        use std::sync::atomic::Ordering::Relaxed;
-        all.push(("repl_log_lost".into(), lost.load(Relaxed)));
-        all.push(("repl_link_frames_lost".into(), repl_lost_frames));
-        all.push((
-            "repl_applied".into(),
-            apply.iter().map(|a| a.applied.load(Relaxed)).sum(),
-        ));
-        all.push((
-            "repl_apply_failed".into(),
-            apply.iter().map(|a| a.failed.load(Relaxed)).sum(),
-        ));
-        all.push((
-            "repl_applied_spans".into(),
-            apply.iter().map(|a| a.spans.load(Relaxed)).sum(),
-        ));
-    }
-    all.push(("slab_merges".into(), slab.merges()));
-    all.push(("engine_utilization_ppm".into(), (util * 1e6) as u64));
-    for (k, v) in &all {
-        println!("  {k:<28} {v}");
-    }
-    let worker_ops: Vec<u64> = stats.iter().map(|s| s.ops()).collect();
-    if nw > 1 {
-        for (w, st) in stats.iter().enumerate() {
-            println!(
-                "  worker {w}: ops {} requests {} handed off {} handed in {}",
-                st.ops(),
-                st.requests.get(),
-                st.handed_off.get(),
-                st.handed_in.get()
-            );
-        }
-    }
-    if let Ok(ps) = port.stats() {
-        println!(
-            "  port: ipackets {} opackets {} imissed {} ierrors {} oerrors {} rx_nombuf {}",
-            ps.ipackets, ps.opackets, ps.imissed, ps.ierrors, ps.oerrors, ps.rx_nombuf
-        );
-    }
-    println!("  mbufs in use {}", pool.in_use_count());
-    let mut lat = [0u64; dataplane::latency::BOUNDS + 1];
-    for st in &stats {
-        for (c, x) in lat.iter_mut().zip(st.latency.counts()) {
-            *c += x;
-        }
-    }
-    let sampled: u64 = lat.iter().sum();
-    let q = |q| dataplane::latency::LatencyHist::quantile_bound(&lat, q).unwrap_or(0);
-    let (p50, p99) = (q(0.5), q(0.99));
-    if sampled > 0 {
-        println!(
-            "  service latency (1 in {} packets, {sampled} sampled): p50 <= {p50} ns, p99 <= {p99} ns",
-            cfg.server.latency_sample_every
-        );
-    }
-    if let Some(path) = &args.stats_json {
-        let mut m = serde_json::Map::new();
-        for (k, v) in &all {
-            m.insert(k.clone(), (*v).into());
-        }
-        m.insert("mbufs_in_use".into(), pool.in_use_count().into());
-        // Order-independent digest of every stored KV: equal on two nodes with the
-        // same contents (replication tests compare master and replicas with it).
-        m.insert("engine_digest".into(), format!("{digest:016x}").into());
-        m.insert("workers".into(), nw.into());
-        m.insert("worker_ops".into(), worker_ops.clone().into());
-        m.insert("latency_sampled".into(), sampled.into());
-        m.insert("latency_p50_le_ns".into(), p50.into());
-        m.insert("latency_p99_le_ns".into(), p99.into());
-        if let Some((status, _, _)) = &repl_view {
-            m.insert("replication".into(), status.to_json());
-        }
-        std::fs::write(path, serde_json::to_string_pretty(&m)?)?;
-    }
+
+    report::final_report(&report::Inputs {
+        stats: &stats,
+        stores: &stores,
+        repl: repl_figures.as_ref(),
+        slab_merges: slab.merges(),
+        port: &port,
+        pool: &pool,
+        latency_sample_every: cfg.server.latency_sample_every,
+        stats_json: args.stats_json.as_deref(),
+    })?;
     drop(stores);
     let _ = port.stop();
     for p in repl_ports.into_iter().flatten() {

@@ -86,15 +86,63 @@ pub fn setup(
     let status = Arc::new(ReplStatus::default());
     // The log file first: a corrupt one stops the start before any link is up.
     let (log, log_writer) = replica_log_setup(cfg, role, stores, &status)?;
-    let mut links = Vec::new();
-    let mut names = Vec::new();
-    let mut ports = Vec::new();
-    for v in &r.vdevs {
+    let (links, names, ports) = open_links(&r.vdevs, pool)?;
+    let _ = status.link_names.set(names.clone());
+    let gate = Arc::new(WriteGate::writable());
+    for s in stores.iter_mut() {
+        s.server.set_write_gate(gate.clone());
+    }
+    let node_id = node_hash(&r.node_id);
+    let mut parts = LogicParts {
+        mc: master_config(cfg, node_id, mac, link_addr.ip),
+        rc: replica_config(cfg, node_id, mac, link_addr.ip)?,
+        links: links.len(),
+        names,
+        gate,
+        status: status.clone(),
+        lost: Arc::new(AtomicU64::new(0)),
+        apply: Vec::new(),
+        log,
+    };
+    let (logic, cluster): (Box<dyn ReplLogic + Send>, _) = match &r.etcd {
+        Some(etcd) => {
+            let (node, cluster) = cluster_logic(cfg, etcd, role, stores, &mut parts)?;
+            (node, Some(cluster))
+        }
+        None => match fixed_logic(cfg, role, stores, &mut parts)? {
+            Some(node) => (node, None),
+            None => return Ok(None),
+        },
+    };
+    register_telemetry(&status, cluster.as_ref().map(|(_, v)| v.clone()))?;
+    Ok(Some(Replication {
+        lcore,
+        links,
+        logic,
+        status,
+        lost: parts.lost,
+        apply: parts.apply,
+        cluster,
+        ports,
+        log_writer,
+    }))
+}
+
+/// The links (queues), their names and their ports.
+type OpenedLinks = (Vec<Link>, Vec<String>, Vec<Port>);
+
+/// The etcd control thread (dropping it leaves the cluster) and its view.
+type Cluster = (kvcluster::ClusterHandle, Arc<kvcluster::ClusterView>);
+
+/// Opens the replication links' ports, one queue pair each. A memif client dials
+/// its server only when its port starts: its port is started here if the peer is
+/// up, else later by the replication lcore, which also redials it whenever the link
+/// dies (the peer may come back).
+fn open_links(vdevs: &[String], pool: &Mempool) -> Result<OpenedLinks, Box<dyn std::error::Error>> {
+    let (mut links, mut names, mut ports) = (Vec::new(), Vec::new(), Vec::new());
+    for v in vdevs {
         let name = v.split(',').next().unwrap_or(v);
         let port = Port::by_name(name).map_err(|e| format!("replication port {name:?}: {e}"))?;
-        // A memif client dials its server only when its port starts: its port is
-        // started here if the peer is up, else later by the replication lcore, which
-        // also redials it whenever the link dies (the peer may come back).
         let memif_client = v.starts_with("net_memif") && v.split(',').any(|kv| kv == "role=client");
         let q = port.configure(
             &PortConfig {
@@ -111,30 +159,9 @@ pub fn setup(
         else {
             return Err(format!("replication port {name:?} gave no queue").into());
         };
-        // At start-up the peer is dialed at once when its socket is there (nodes are
-        // started in order, each once the one before is ready); later dials wait
-        // for the peer to settle (`replicator::peer_settled`).
         let socket = crate::replicator::memif_socket(v);
-        let there = socket.as_deref().is_none_or(std::path::Path::exists);
-        let started = !memif_client
-            || match there.then(|| port.restart(&mut rxq, &mut txq)) {
-                Some(Ok(())) => true,
-                Some(Err(e)) => {
-                    eprintln!(
-                        "dataplane: replication link {name}: peer not reachable yet ({e}); \
-                         the replication lcore dials it again"
-                    );
-                    false
-                }
-                None => {
-                    eprintln!(
-                        "dataplane: replication link {name}: peer not up; the replication \
-                         lcore dials it once it is (up for {} s)",
-                        crate::replicator::PEER_SETTLE_S
-                    );
-                    false
-                }
-            };
+        let started =
+            !memif_client || dial_at_start(name, &port, socket.as_deref(), &mut rxq, &mut txq);
         links.push(Link {
             rxq,
             txq,
@@ -144,145 +171,224 @@ pub fn setup(
         names.push(name.to_string());
         ports.push(port);
     }
-    let _ = status.link_names.set(names.clone());
-    let gate = Arc::new(WriteGate::writable());
-    for s in stores.iter_mut() {
-        s.server.set_write_gate(gate.clone());
+    Ok((links, names, ports))
+}
+
+/// At start-up a memif client dials its peer at once when the peer's socket is
+/// there (nodes are started in order, each once the one before is ready); later
+/// dials wait for the peer to settle (`replicator::peer_settled`). Whether the port
+/// started.
+fn dial_at_start(
+    name: &str,
+    port: &Port,
+    socket: Option<&std::path::Path>,
+    rxq: &mut dpdk::RxQueue,
+    txq: &mut dpdk::TxQueue,
+) -> bool {
+    let there = socket.is_none_or(std::path::Path::exists);
+    match there.then(|| port.restart(rxq, txq)) {
+        Some(Ok(())) => true,
+        Some(Err(e)) => {
+            eprintln!(
+                "dataplane: replication link {name}: peer not reachable yet ({e}); \
+                 the replication lcore dials it again"
+            );
+            false
+        }
+        None => {
+            eprintln!(
+                "dataplane: replication link {name}: peer not up; the replication \
+                 lcore dials it once it is (up for {} s)",
+                crate::replicator::PEER_SETTLE_S
+            );
+            false
+        }
     }
-    let lost = Arc::new(AtomicU64::new(0));
-    let node_id = node_hash(&r.node_id);
-    let mut apply = Vec::new();
-    let mc = master_config(cfg, node_id, mac, link_addr.ip);
-    let rc = replica_config(cfg, node_id, mac, link_addr.ip)?;
-    let mut cluster = None;
-    let logic: Box<dyn ReplLogic + Send> = if let Some(etcd) = &r.etcd {
-        // Role decided by etcd: every worker keeps both a log ring (master) and an
-        // apply ring (replica); the node starts as a replica with no master. A node
-        // that can fail over logs (as master) and keeps (as replica) completion
-        // records, so a client's retry across a failover is not executed twice.
-        for s in stores.iter_mut() {
-            s.server.set_completion_records(etcd.completion_records);
-        }
-        let (logs, scans) = master_rings(stores, &lost, r.mode);
-        let (rings, consumed) = replica_rings(stores, &mut apply);
-        let addr = kvcluster::NodeAddr {
-            mac: kvconf::parse_mac(&cfg.dataplane.mac)?,
-            ip: cfg.dataplane.ip,
-            qpn: cfg.server.qpn,
-        };
-        let size = etcd_size(etcd, r.vdevs.len());
-        let ccfg = kvcluster::ClusterConfig::new(
-            etcd.endpoints.clone(),
-            &etcd.cluster,
-            cluster_id(&r.node_id),
-            addr,
-        )
-        .with_lease_ttl_ms(etcd.lease_ttl_ms)
-        // Who may be elected, and when (docs/FAILOVER.md "Election safety"): every
-        // node is linked to every other, so the links say the cluster's size.
-        .with_quorum(size, etcd_quorum(etcd, r, size))
-        // A chain node's position (its configured predecessors): on equal offsets the
-        // dead head's successor is elected before the nodes behind it.
-        .with_rank(if r.topology == kvconf::Topology::Chain {
-            (usize::from(r.master.is_some()) + r.fallback.len()) as u32
-        } else {
-            // A star: the configured master first (it wins the cluster's first
-            // election), the replicas after it, equal among themselves.
-            u32::from(role != ReplRole::Master)
-        });
-        let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
-        // A chain node relays its stream to its successor while it is a replica
-        // (as in a fixed chain, below); elected, it becomes the head.
-        let relay = (r.topology == kvconf::Topology::Chain).then(|| {
-            let rs = Arc::new(ReplStatus::default());
-            let _ = rs.link_names.set(names.clone());
-            let _ = status.relay.set(rs.clone());
-            (relay_config(&mc), rs)
-        });
-        let node = ClusterNode::new(ClusterParts {
-            master: mc,
-            replica: rc,
-            links: links.len(),
-            logs,
-            scans,
-            rings,
-            consumed,
-            gate,
-            status: status.clone(),
-            view: view.clone(),
-            log,
-            relay,
-        })?;
-        cluster = Some((handle, view));
-        Box::new(node)
-    } else {
-        match role {
-            ReplRole::Master => {
-                // A fixed master that starts with nothing (restarted after a crash
-                // without --load) must not erase its replicas' data.
-                let empty = stores
-                    .iter()
-                    .all(|s| s.server.engine().stats().stored_kvs == 0);
-                let mc = MasterConfig {
-                    keep_foreign: empty,
-                    ..mc
-                };
-                let (logs, scans) = master_rings(stores, &lost, r.mode);
-                Box::new(MasterNode::new(
-                    mc,
-                    links.len(),
-                    logs,
-                    scans,
-                    status.clone(),
-                    gate,
-                    0,
-                )?)
-            }
-            ReplRole::Replica => {
-                let (rings, consumed) = replica_rings(stores, &mut apply);
-                let mut node =
-                    ReplicaNode::new(rc, links.len(), rings, consumed, status.clone(), gate)?;
-                if r.topology == kvconf::Topology::Chain {
-                    // A chain node relays what it applies to its successor. Its
-                    // workers' log rings carry only scans (a successor's full sync):
-                    // their live logging stays paused.
-                    let (logs, scans) = master_rings(stores, &lost, ReplMode::Async);
-                    for s in &scans {
-                        s.paused.store(true, std::sync::atomic::Ordering::Release);
-                    }
-                    let rs = Arc::new(ReplStatus::default());
-                    let _ = rs.link_names.set(names.clone());
-                    let relay = MasterNode::new(
-                        relay_config(&mc),
-                        links.len(),
-                        logs,
-                        scans,
-                        rs.clone(),
-                        Arc::new(WriteGate::writable()),
-                        0,
-                    )?
-                    .into_relay();
-                    let _ = status.relay.set(rs);
-                    node.set_relay(relay);
-                }
-                if let Some(LogStart { feed, resume }) = log {
-                    node.set_log(feed);
-                    if let Some((id, epoch, offset)) = resume {
-                        node.resume_at(id, epoch, offset, DataState::Loaded);
-                    }
-                }
-                Box::new(node)
-            }
-            ReplRole::Standalone => return Ok(None),
-        }
+}
+
+/// What the replication logic of either kind is built from.
+struct LogicParts {
+    mc: MasterConfig,
+    rc: ReplicaConfig,
+    /// Number of links.
+    links: usize,
+    names: Vec<String>,
+    gate: Arc<WriteGate>,
+    status: Arc<ReplStatus>,
+    /// Post-images the workers' log rings refused.
+    lost: Arc<AtomicU64>,
+    /// Replica workers' apply counters (filled by `replica_rings`).
+    apply: Vec<Arc<ApplyStats>>,
+    log: Option<LogStart>,
+}
+
+/// An etcd-managed node: its role decided by etcd. Every worker keeps both a log
+/// ring (master) and an apply ring (replica); the node starts as a replica with no
+/// master. A node that can fail over logs (as master) and keeps (as replica)
+/// completion records, so a client's retry across a failover is not executed twice.
+fn cluster_logic(
+    cfg: &Config,
+    etcd: &kvconf::EtcdSection,
+    role: ReplRole,
+    stores: &mut [Store],
+    p: &mut LogicParts,
+) -> Result<(Box<dyn ReplLogic + Send>, Cluster), Box<dyn std::error::Error>> {
+    let r = &cfg.replication;
+    for s in stores.iter_mut() {
+        s.server.set_completion_records(etcd.completion_records);
+    }
+    let (logs, scans) = master_rings(stores, &p.lost, r.mode);
+    let (rings, consumed) = replica_rings(stores, &mut p.apply);
+    let addr = kvcluster::NodeAddr {
+        mac: kvconf::parse_mac(&cfg.dataplane.mac)?,
+        ip: cfg.dataplane.ip,
+        qpn: cfg.server.qpn,
     };
+    let size = etcd_size(etcd, r.vdevs.len());
+    let ccfg = kvcluster::ClusterConfig::new(
+        etcd.endpoints.clone(),
+        &etcd.cluster,
+        cluster_id(&r.node_id),
+        addr,
+    )
+    .with_lease_ttl_ms(etcd.lease_ttl_ms)
+    // Who may be elected, and when (docs/FAILOVER.md "Election safety"): every
+    // node is linked to every other, so the links say the cluster's size.
+    .with_quorum(size, etcd_quorum(etcd, r, size))
+    .with_rank(election_rank(r, role));
+    let (handle, view) = kvcluster::ClusterHandle::start(ccfg)?;
+    // A chain node relays its stream to its successor while it is a replica
+    // (as in a fixed chain); elected, it becomes the head.
+    let relay = (r.topology == kvconf::Topology::Chain).then(|| {
+        let rs = Arc::new(ReplStatus::default());
+        let _ = rs.link_names.set(p.names.clone());
+        let _ = p.status.relay.set(rs.clone());
+        (relay_config(&p.mc), rs)
+    });
+    let node = ClusterNode::new(ClusterParts {
+        master: p.mc.clone(),
+        replica: p.rc.clone(),
+        links: p.links,
+        logs,
+        scans,
+        rings,
+        consumed,
+        gate: p.gate.clone(),
+        status: p.status.clone(),
+        view: view.clone(),
+        log: p.log.take(),
+        relay,
+    })?;
+    Ok((Box::new(node), (handle, view)))
+}
+
+/// The election rank: a chain node's position (its configured predecessors: on
+/// equal offsets the dead head's successor is elected before the nodes behind it);
+/// in a star the configured master first (it wins the cluster's first election),
+/// the replicas after it, equal among themselves.
+fn election_rank(r: &kvconf::ReplicationSection, role: ReplRole) -> u32 {
+    if r.topology == kvconf::Topology::Chain {
+        (usize::from(r.master.is_some()) + r.fallback.len()) as u32
+    } else {
+        u32::from(role != ReplRole::Master)
+    }
+}
+
+/// A node whose role the configuration fixes; `None` for a standalone one.
+fn fixed_logic(
+    cfg: &Config,
+    role: ReplRole,
+    stores: &mut [Store],
+    p: &mut LogicParts,
+) -> Result<Option<Box<dyn ReplLogic + Send>>, Box<dyn std::error::Error>> {
+    let r = &cfg.replication;
+    match role {
+        ReplRole::Master => {
+            // A fixed master that starts with nothing (restarted after a crash
+            // without --load) must not erase its replicas' data.
+            let empty = stores
+                .iter()
+                .all(|s| s.server.engine().stats().stored_kvs == 0);
+            let mc = MasterConfig {
+                keep_foreign: empty,
+                ..p.mc.clone()
+            };
+            let (logs, scans) = master_rings(stores, &p.lost, r.mode);
+            let node = MasterNode::new(
+                mc,
+                p.links,
+                logs,
+                scans,
+                p.status.clone(),
+                p.gate.clone(),
+                0,
+            )?;
+            Ok(Some(Box::new(node)))
+        }
+        ReplRole::Replica => {
+            let (rings, consumed) = replica_rings(stores, &mut p.apply);
+            let mut node = ReplicaNode::new(
+                p.rc.clone(),
+                p.links,
+                rings,
+                consumed,
+                p.status.clone(),
+                p.gate.clone(),
+            )?;
+            if r.topology == kvconf::Topology::Chain {
+                node.set_relay(fixed_relay(stores, p)?);
+            }
+            if let Some(LogStart { feed, resume }) = p.log.take() {
+                node.set_log(feed);
+                if let Some((id, epoch, offset)) = resume {
+                    node.resume_at(id, epoch, offset, DataState::Loaded);
+                }
+            }
+            Ok(Some(Box::new(node)))
+        }
+        ReplRole::Standalone => Ok(None),
+    }
+}
+
+/// A fixed chain node's relay of what it applies to its successor. Its workers' log
+/// rings carry only scans (a successor's full sync): their live logging stays
+/// paused.
+fn fixed_relay(
+    stores: &mut [Store],
+    p: &LogicParts,
+) -> Result<MasterNode, Box<dyn std::error::Error>> {
+    let (logs, scans) = master_rings(stores, &p.lost, ReplMode::Async);
+    for s in &scans {
+        s.paused.store(true, std::sync::atomic::Ordering::Release);
+    }
+    let rs = Arc::new(ReplStatus::default());
+    let _ = rs.link_names.set(p.names.clone());
+    let relay = MasterNode::new(
+        relay_config(&p.mc),
+        p.links,
+        logs,
+        scans,
+        rs.clone(),
+        Arc::new(WriteGate::writable()),
+        0,
+    )?
+    .into_relay();
+    let _ = p.status.relay.set(rs);
+    Ok(relay)
+}
+
+/// `/kvd/replication` (the status) and `/kvd/replication/failover` (a planned
+/// switchover, with etcd).
+fn register_telemetry(
+    status: &Arc<ReplStatus>,
+    view: Option<Arc<kvcluster::ClusterView>>,
+) -> Result<(), Box<dyn std::error::Error>> {
     let st = status.clone();
     dpdk::telemetry::register_cmd(
         "/kvd/replication",
         "Replication: role, epoch, stream offsets, per link the peer's state, offsets, lag, syncs",
         move |_, d| crate::telemetry::json_into(d, &st.to_json()),
     )?;
-    let view = cluster.as_ref().map(|(_, v)| v.clone());
     dpdk::telemetry::register_cmd(
         "/kvd/replication/failover",
         "Planned switchover to a replica (needs etcd). Param: node name (or none: the best replica)",
@@ -303,17 +409,7 @@ pub fn setup(
             let _ = d.add_str("requested", p.unwrap_or("any"));
         },
     )?;
-    Ok(Some(Replication {
-        lcore,
-        links,
-        logic,
-        status,
-        lost,
-        apply,
-        cluster,
-        ports,
-        log_writer,
-    }))
+    Ok(())
 }
 
 /// A replica log's writer thread, with what it publishes.
