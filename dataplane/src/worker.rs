@@ -209,6 +209,26 @@ struct TxSide<'a> {
 }
 
 impl TxSide<'_> {
+    /// The drain: held injected frames that waited long enough, then the burst to
+    /// the NIC; the sampled burst's latency once all its responses left; a burst
+    /// the NIC has not taken for `stall_ticks` is discarded.
+    #[inline]
+    fn drain(&mut self, now: u64, drain_ticks: u64, stall_ticks: u64, sampler: &mut Sampler) {
+        if self.inject.is_some() {
+            self.release_held(now, drain_ticks);
+        }
+        self.flush();
+        if sampler.pending() && self.burst.is_empty() {
+            sampler.on_tx_done(tsc::now(), &self.stats.latency);
+        }
+        if self.burst.is_empty() {
+            self.last_progress = now;
+        } else if now.wrapping_sub(self.last_progress) > stall_ticks {
+            self.discard();
+            self.last_progress = now;
+        }
+    }
+
     /// Queues a frame for the NIC, through the fault injector when one is set.
     #[inline]
     fn push(&mut self, m: Mbuf) {
@@ -426,17 +446,8 @@ pub fn run(
         let n = rxq.rx_burst(&mut rx);
         if n > 0 {
             if cfg.echo {
-                stats.rx_packets.add(n as u64);
                 sampler.on_rx(n, tsc::now);
-                for mut m in rx.drain() {
-                    let d = m.data_mut();
-                    if d.len() >= 12 {
-                        let (dst, src) = d.split_at_mut(6);
-                        dst.swap_with_slice(&mut src[..6]);
-                    }
-                    stats.echoed.inc();
-                    tx.push(m);
-                }
+                echo(&mut rx, stats, &mut tx);
             } else {
                 if handoff.n > 1 {
                     handoff.steer(&mut rx, stats);
@@ -458,22 +469,8 @@ pub fn run(
         }
         // A replica applies its master's records between bursts.
         // (Through the mutation tap, so a snapshot taken on a replica sees them.)
-        let applied = match store.apply.as_mut() {
-            Some(a) => {
-                let k = {
-                    let (engine, tap, mut restore) = store.server.apply_parts();
-                    a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
-                };
-                // A transaction over several partitions: with their workers parked.
-                k + a.pending_span().map_or(0, |parts| {
-                    store
-                        .server
-                        .with_parked(parts, |me, others| apply_span(a, me, others))
-                        .unwrap_or(0)
-                })
-            }
-            None => 0,
-        } + usize::from(store.server.tick_mutation_sink())
+        let applied = apply_replicated(&mut store)
+            + usize::from(store.server.tick_mutation_sink())
             + usize::from(store.inline_repl.as_mut().is_some_and(|r| r.poll_once()));
         let n = n + handed;
         if tx.hold.is_some() {
@@ -493,21 +490,8 @@ pub fn run(
         // The responses of one rx burst go out as one tx burst right away (the rx
         // burst is the batch); the timer retries what the NIC did not take.
         if n > 0 || tx.burst.len() >= burst || now.wrapping_sub(last_drain) >= drain_ticks {
-            if tx.inject.is_some() {
-                tx.release_held(now, drain_ticks);
-            }
-            tx.flush();
-            // The sampled burst's responses have all been handed to the NIC.
-            if sampler.pending() && tx.burst.is_empty() {
-                sampler.on_tx_done(tsc::now(), &stats.latency);
-            }
+            tx.drain(now, drain_ticks, stall_ticks, &mut sampler);
             last_drain = now;
-            if tx.burst.is_empty() {
-                tx.last_progress = now;
-            } else if now.wrapping_sub(tx.last_progress) > stall_ticks {
-                tx.discard();
-                tx.last_progress = now;
-            }
         }
         let scanned = snap.active() && snap.step(&mut store.server);
         // Held responses (sync mode) are not work: waiting for the replicas, the worker
@@ -529,19 +513,59 @@ pub fn run(
                 sampler = Sampler::new(every, hz);
                 stats.latency.sample_every.set(every as u64);
             }
-            if !cfg.stats_interval.is_zero()
-                && !cfg.printed.is_empty()
-                && last_print.elapsed() >= cfg.stats_interval
-            {
-                last_print = Instant::now();
-                print_stats(&cfg.printed, pool);
-            }
+            maybe_print(cfg, pool, &mut last_print);
         }
     }
     store.server.leave_partition_table();
     snap.stop(&mut store.server);
     tx.close(handoff.me);
     store
+}
+
+/// Echo mode: every frame goes back with its MAC addresses swapped.
+#[inline]
+fn echo(rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats, tx: &mut TxSide<'_>) {
+    stats.rx_packets.add(rx.len() as u64);
+    for mut m in rx.drain() {
+        let d = m.data_mut();
+        if d.len() >= 12 {
+            let (dst, src) = d.split_at_mut(6);
+            dst.swap_with_slice(&mut src[..6]);
+        }
+        stats.echoed.inc();
+        tx.push(m);
+    }
+}
+
+/// A replica applies its master's records between bursts (through the mutation
+/// tap, so a snapshot taken on a replica sees them); a transaction over several
+/// partitions with their workers parked. Records applied.
+#[inline]
+fn apply_replicated(store: &mut Store) -> usize {
+    let Some(a) = store.apply.as_mut() else {
+        return 0;
+    };
+    let k = {
+        let (engine, tap, mut restore) = store.server.apply_parts();
+        a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
+    };
+    k + a.pending_span().map_or(0, |parts| {
+        store
+            .server
+            .with_parked(parts, |me, others| apply_span(a, me, others))
+            .unwrap_or(0)
+    })
+}
+
+/// The main worker's periodic counter lines (`stats_interval`).
+fn maybe_print(cfg: &WorkerConfig, pool: &Mempool, last_print: &mut Instant) {
+    if !cfg.stats_interval.is_zero()
+        && !cfg.printed.is_empty()
+        && last_print.elapsed() >= cfg.stats_interval
+    {
+        *last_print = Instant::now();
+        print_stats(&cfg.printed, pool);
+    }
 }
 
 /// Slow-path control work: publish the engine snapshot, serve a slab merge request.
