@@ -273,19 +273,7 @@ fn atomic(func: u8, width: Width, signed: bool) -> Atomic {
 
 fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Result<Done, Fail> {
     match cmd {
-        Cmd::Get { key } => {
-            let k = v::parse_key(key)?;
-            match kv.get(&k)? {
-                Some(val) => {
-                    let (s, enc) = v::show(&val, out.hex);
-                    j.insert("found".into(), true.into());
-                    j.insert("value".into(), s.clone().into());
-                    j.insert("encoding".into(), enc.into());
-                    ok(s)
-                }
-                None => Err(Error::Status(Status::NotFound).into()),
-            }
-        }
+        Cmd::Get { key } => get(kv, j, key, out.hex),
         Cmd::Put { key, value } => {
             let k = v::parse_key(key)?;
             let val = v::parse_value(value, k.len())?;
@@ -296,12 +284,11 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
         }
         Cmd::Del { key } => {
             let k = v::parse_key(key)?;
-            if kv.delete(&k)? {
-                j.insert("deleted".into(), true.into());
-                ok("deleted".into())
-            } else {
-                Err(Error::Status(Status::NotFound).into())
+            if !kv.delete(&k)? {
+                return Err(Error::Status(Status::NotFound).into());
             }
+            j.insert("deleted".into(), true.into());
+            ok("deleted".into())
         }
         Cmd::Incr { key, n } => {
             let k = v::parse_key(key)?;
@@ -312,75 +299,19 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             j.insert("value".into(), new.into());
             ok(new.to_string())
         }
-        Cmd::Cas { key, expected, new } => {
-            let k = v::parse_key(key)?;
-            let e = v::parse_int(expected, Width::W8)?;
-            let n = v::parse_int(new, Width::W8)?;
-            let old = kv.cas(&k, Width::W8, e, n)?;
-            let swapped = old == e;
-            j.insert("swapped".into(), swapped.into());
-            j.insert("old".into(), old.into());
-            j.insert("value".into(), if swapped { n } else { old }.into());
-            ok(if swapped {
-                format!("swapped (was {old}, now {n})")
-            } else {
-                format!("not swapped (value is {old}, expected {e})")
-            })
-        }
+        Cmd::Cas { key, expected, new } => cas(kv, j, key, expected, new),
         Cmd::Update {
             key,
             func,
             param,
             param2,
             elem: ea,
-        } => {
-            let k = v::parse_key(key)?;
-            let (w, signed) = elem(ea)?;
-            let f = v::parse_func(func)?;
-            let p = v::parse_int(param, w)?;
-            let p2 = v::parse_int(param2.as_deref().unwrap_or("0"), w)?;
-            let op = Op::UpdateS2S {
-                key: k,
-                atomic: atomic(f, w, signed),
-                param: p,
-                param2: p2,
-            };
-            let r = kv.exec(op)?.ok()?;
-            let xs = v::decode_elems(&r, w)?;
-            let old = xs.first().copied().unwrap_or(0);
-            let new = v::apply(f, old, p, p2, w, signed);
-            j.insert("func".into(), v::func_name(f).into());
-            j.insert("old".into(), json_num(v::elem_value(old, w, signed)));
-            let mut text = format!("old {}", v::elem_value(old, w, signed));
-            if let Some(n) = new {
-                j.insert("value".into(), json_num(v::elem_value(n, w, signed)));
-                text.push_str(&format!(" new {}", v::elem_value(n, w, signed)));
-            }
-            ok(text)
-        }
+        } => update(kv, j, key, func, param, param2.as_deref(), ea),
         Cmd::Vput {
             key,
             elems,
             elem: ea,
-        } => {
-            let k = v::parse_key(key)?;
-            let (w, _) = elem(ea)?;
-            let val = v::parse_vector(elems, w)?;
-            let max = v::max_value_len(k.len());
-            if val.len() > max {
-                return Err(Fail::Input(format!(
-                    "the vector is {} bytes; at most {max} fit in one request ({} elements \
-                     of {} bytes)",
-                    val.len(),
-                    max / w.bytes(),
-                    w.bytes()
-                )));
-            }
-            kv.put(&k, &val)?;
-            j.insert("ok".into(), true.into());
-            j.insert("elements".into(), (val.len() / w.bytes()).into());
-            ok("OK".into())
-        }
+        } => vput(kv, j, key, elems, ea),
         Cmd::Vget { key, elem: ea } => {
             let k = v::parse_key(key)?;
             let (w, signed) = elem(ea)?;
@@ -410,26 +341,7 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             func,
             deltas,
             elem: ea,
-        } => {
-            let k = v::parse_key(key)?;
-            let (w, signed) = elem(ea)?;
-            let f = v::parse_func(func)?;
-            let delta = v::parse_vector(deltas, w)?;
-            let ds = v::decode_elems(&delta, w)?;
-            let op = Op::UpdateV2V {
-                key: k,
-                atomic: atomic(f, w, signed),
-                delta,
-            };
-            let r = kv.exec(op)?.ok()?;
-            let old = v::decode_elems(&r, w)?;
-            let new: Option<Vec<u64>> = old
-                .iter()
-                .zip(&ds)
-                .map(|(&x, &d)| v::apply(f, x, d, 0, w, signed))
-                .collect();
-            Ok(show_update(j, f, &old, new.as_deref(), w, signed))
-        }
+        } => vapply(kv, j, key, func, deltas, ea),
         Cmd::Reduce {
             key,
             func,
@@ -469,6 +381,131 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
         Cmd::Stats { count } => crate::stats::run(kv, j, count),
         Cmd::Tx { script } => crate::tx::run(kv, script, out.hex, j),
     }
+}
+
+/// `get KEY`.
+fn get(kv: &mut Kv, j: &mut Map<String, Json>, key: &str, hex: bool) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let val = kv.get(&k)?.ok_or(Error::Status(Status::NotFound))?;
+    let (s, enc) = v::show(&val, hex);
+    j.insert("found".into(), true.into());
+    j.insert("value".into(), s.clone().into());
+    j.insert("encoding".into(), enc.into());
+    ok(s)
+}
+
+/// `cas KEY EXPECTED NEW` (8-byte counters).
+fn cas(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    expected: &str,
+    new: &str,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let e = v::parse_int(expected, Width::W8)?;
+    let n = v::parse_int(new, Width::W8)?;
+    let old = kv.cas(&k, Width::W8, e, n)?;
+    let swapped = old == e;
+    j.insert("swapped".into(), swapped.into());
+    j.insert("old".into(), old.into());
+    j.insert("value".into(), if swapped { n } else { old }.into());
+    ok(if swapped {
+        format!("swapped (was {old}, now {n})")
+    } else {
+        format!("not swapped (value is {old}, expected {e})")
+    })
+}
+
+/// `update KEY FUNC PARAM [PARAM2]`: an atomic on a scalar element.
+fn update(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    func: &str,
+    param: &str,
+    param2: Option<&str>,
+    ea: &ElemArgs,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let (w, signed) = elem(ea)?;
+    let f = v::parse_func(func)?;
+    let p = v::parse_int(param, w)?;
+    let p2 = v::parse_int(param2.unwrap_or("0"), w)?;
+    let op = Op::UpdateS2S {
+        key: k,
+        atomic: atomic(f, w, signed),
+        param: p,
+        param2: p2,
+    };
+    let r = kv.exec(op)?.ok()?;
+    let xs = v::decode_elems(&r, w)?;
+    let old = xs.first().copied().unwrap_or(0);
+    let new = v::apply(f, old, p, p2, w, signed);
+    j.insert("func".into(), v::func_name(f).into());
+    j.insert("old".into(), json_num(v::elem_value(old, w, signed)));
+    let mut text = format!("old {}", v::elem_value(old, w, signed));
+    if let Some(n) = new {
+        j.insert("value".into(), json_num(v::elem_value(n, w, signed)));
+        text.push_str(&format!(" new {}", v::elem_value(n, w, signed)));
+    }
+    ok(text)
+}
+
+/// `vput KEY ELEMS`: a vector stored whole (one request).
+fn vput(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    elems: &str,
+    ea: &ElemArgs,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let (w, _) = elem(ea)?;
+    let val = v::parse_vector(elems, w)?;
+    let max = v::max_value_len(k.len());
+    if val.len() > max {
+        return Err(Fail::Input(format!(
+            "the vector is {} bytes; at most {max} fit in one request ({} elements \
+             of {} bytes)",
+            val.len(),
+            max / w.bytes(),
+            w.bytes()
+        )));
+    }
+    kv.put(&k, &val)?;
+    j.insert("ok".into(), true.into());
+    j.insert("elements".into(), (val.len() / w.bytes()).into());
+    ok("OK".into())
+}
+
+/// `vapply KEY FUNC DELTAS`: element-wise update by a vector.
+fn vapply(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    func: &str,
+    deltas: &str,
+    ea: &ElemArgs,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let (w, signed) = elem(ea)?;
+    let f = v::parse_func(func)?;
+    let delta = v::parse_vector(deltas, w)?;
+    let ds = v::decode_elems(&delta, w)?;
+    let op = Op::UpdateV2V {
+        key: k,
+        atomic: atomic(f, w, signed),
+        delta,
+    };
+    let r = kv.exec(op)?.ok()?;
+    let old = v::decode_elems(&r, w)?;
+    let new: Option<Vec<u64>> = old
+        .iter()
+        .zip(&ds)
+        .map(|(&x, &d)| v::apply(f, x, d, 0, w, signed))
+        .collect();
+    Ok(show_update(j, f, &old, new.as_deref(), w, signed))
 }
 
 /// REDUCE and FILTER: parses the key, the element width, the function or
