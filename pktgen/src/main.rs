@@ -95,15 +95,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     } else {
         args.follow_ports.clone()
     };
-    let mut ports = Vec::new();
-    let (mut rx, mut tx) = (Vec::new(), Vec::new());
-    for name in &names {
-        let port = Port::by_name(name).map_err(|e| format!("port {name:?}: {e}"))?;
-        let q: PortQueues = open_port(&port, &pool, p, spec.qps.partitions, mtu)?;
-        rx.extend(q.rx);
-        tx.extend(q.tx);
-        ports.push(port);
-    }
+    let (ports, rx, tx) = open_ports(&names, &pool, p, spec.qps.partitions, mtu)?;
 
     let params = FrameParams::new(
         p.mac_bytes(),
@@ -128,36 +120,9 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let mut io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
     io.set_nodes(ports.len());
     if args.fuzz > 0 {
-        let seed = args.fuzz_seed.unwrap_or_else(now_nanos);
-        // The fuzz QPs: the config's clients the workload does not use.
-        let fuzz_qps: Vec<(u32, u32)> = cfg
-            .clients
-            .iter()
-            .map(|c| (c.qpn, c.rkey))
-            .filter(|c| !spec.qps.qps.iter().any(|w| w.0 == c.0))
-            .collect();
-        let guard = fuzz::Guard {
-            protected: spec.qps.qps.iter().map(|q| q.0).collect(),
-            key_len: spec.workload.key_size,
-        };
-        eprintln!(
-            "pktgen: fuzz {} frames, seed {seed} (--fuzz-seed {seed}), fuzz QPs {:?}, workload QPs {:?}",
-            args.fuzz,
-            fuzz_qps.iter().map(|q| q.0).collect::<Vec<_>>(),
-            guard.protected
-        );
-        let f = fuzz::Fuzzer::new(args.fuzz, seed, params, &fuzz_qps, guard);
-        io.set_fuzz(f, args.fuzz_per_flush);
+        setup_fuzz(&args, &cfg, &spec, params, &mut io);
     }
-    let tcfg = kvclient::Config {
-        mtu: usize::from(mtu),
-        rto_initial_ns: ph.rto_us * 1000,
-        rto_min_ns: ph.rto_min_us * 1000,
-        rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
-        max_retries: 8,
-        connect_timeout_ns: 20_000_000,
-        max_outstanding: ph.slots,
-    };
+    let tcfg = transport_config(ph, mtu);
     if args.tx_audit {
         let code = txbench::audit(io, &spec, tcfg, params)?;
         stop_ports(&ports);
@@ -173,17 +138,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         drop(eal);
         return Ok(code);
     }
-    // One PUT (batch header, op header, key, value) must fit a request of the MTU.
-    let cap = request_payload_capacity(usize::from(mtu));
-    let need = 8 + 4 + spec.workload.key_size + spec.workload.sizes.max;
-    if need > cap {
-        return Err(format!(
-            "--value-size {}: a PUT of a {}-byte key and {}-byte value needs {need} B, one \
-             request holds {cap} B at server.mtu {mtu} (up to 9000: jumbo frames)",
-            spec.workload.value_size, spec.workload.key_size, spec.workload.sizes.max
-        )
-        .into());
-    }
+    check_put_fits(&spec, mtu)?;
     let transport = (!ph.echo).then(|| Transport::new(tcfg, &spec.qps.qps, params));
     let gen = Gen::new(
         &spec,
@@ -225,16 +180,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     outcome.print();
     let fuzz = d.fuzz_report();
     if let Some(f) = &fuzz {
-        println!(
-            "fuzz: seed {} frames sent {} (of {}) refused by the guard {} fuzz ACCEPTs {}",
-            f.seed, f.sent, args.fuzz, f.refused, f.accepts
-        );
-        let kinds: Vec<String> = f
-            .mutations
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        println!("fuzz: mutations {}", kinds.join(", "));
+        print_fuzz(f, args.fuzz);
     }
     let follow = d
         .follow_moves()
@@ -244,21 +190,121 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     }
     if let Some(path) = &spec.json {
         outcome.write(path)?;
-        if fuzz.is_some() || follow.is_some() {
-            let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
-            if let Some(f) = &fuzz {
-                v["fuzz"] = serde_json::to_value(f)?;
-            }
-            if let Some(f) = follow {
-                v["follow"] = f;
-            }
-            std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
-        }
+        add_to_json(path, fuzz.as_ref(), follow)?;
     }
     drop(d);
     stop_ports(&ports);
     drop(eal);
     Ok(outcome.exit_code())
+}
+
+/// Ports, and all their rx and tx queues.
+type OpenedPorts = (Vec<Port>, Vec<dpdk::RxQueue>, Vec<dpdk::TxQueue>);
+
+/// The ports of `names` with `partitions` queue pairs each, their queues side by
+/// side (node k's are k * partitions ..).
+fn open_ports(
+    names: &[String],
+    pool: &Mempool,
+    p: &kvconf::ProcessConfig,
+    partitions: u32,
+    mtu: u16,
+) -> Result<OpenedPorts, Box<dyn std::error::Error>> {
+    let mut ports = Vec::new();
+    let (mut rx, mut tx) = (Vec::new(), Vec::new());
+    for name in names {
+        let port = Port::by_name(name).map_err(|e| format!("port {name:?}: {e}"))?;
+        let q: PortQueues = open_port(&port, pool, p, partitions, mtu)?;
+        rx.extend(q.rx);
+        tx.extend(q.tx);
+        ports.push(port);
+    }
+    Ok((ports, rx, tx))
+}
+
+/// `--fuzz N`: malformed frames on the config's clients the workload does not use,
+/// never on the workload's QPs.
+fn setup_fuzz(args: &Args, cfg: &Config, spec: &RunSpec, params: FrameParams, io: &mut PortIo) {
+    let seed = args.fuzz_seed.unwrap_or_else(now_nanos);
+    let fuzz_qps: Vec<(u32, u32)> = cfg
+        .clients
+        .iter()
+        .map(|c| (c.qpn, c.rkey))
+        .filter(|c| !spec.qps.qps.iter().any(|w| w.0 == c.0))
+        .collect();
+    let guard = fuzz::Guard {
+        protected: spec.qps.qps.iter().map(|q| q.0).collect(),
+        key_len: spec.workload.key_size,
+    };
+    eprintln!(
+        "pktgen: fuzz {} frames, seed {seed} (--fuzz-seed {seed}), fuzz QPs {:?}, workload QPs {:?}",
+        args.fuzz,
+        fuzz_qps.iter().map(|q| q.0).collect::<Vec<_>>(),
+        guard.protected
+    );
+    let f = fuzz::Fuzzer::new(args.fuzz, seed, params, &fuzz_qps, guard);
+    io.set_fuzz(f, args.fuzz_per_flush);
+}
+
+/// The client transport's settings from the run's phases.
+fn transport_config(ph: &spec::PhaseSpec, mtu: u16) -> kvclient::Config {
+    kvclient::Config {
+        mtu: usize::from(mtu),
+        rto_initial_ns: ph.rto_us * 1000,
+        rto_min_ns: ph.rto_min_us * 1000,
+        rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
+        max_retries: 8,
+        connect_timeout_ns: 20_000_000,
+        max_outstanding: ph.slots,
+    }
+}
+
+/// One PUT (batch header, op header, key, value) must fit a request of the MTU.
+fn check_put_fits(spec: &RunSpec, mtu: u16) -> Result<(), String> {
+    let cap = request_payload_capacity(usize::from(mtu));
+    let need = 8 + 4 + spec.workload.key_size + spec.workload.sizes.max;
+    if need > cap {
+        return Err(format!(
+            "--value-size {}: a PUT of a {}-byte key and {}-byte value needs {need} B, one \
+             request holds {cap} B at server.mtu {mtu} (up to 9000: jumbo frames)",
+            spec.workload.value_size, spec.workload.key_size, spec.workload.sizes.max
+        ));
+    }
+    Ok(())
+}
+
+/// The fuzzer's summary lines.
+fn print_fuzz(f: &fuzz::FuzzStats, planned: u64) {
+    println!(
+        "fuzz: seed {} frames sent {} (of {planned}) refused by the guard {} fuzz ACCEPTs {}",
+        f.seed, f.sent, f.refused, f.accepts
+    );
+    let kinds: Vec<String> = f
+        .mutations
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
+    println!("fuzz: mutations {}", kinds.join(", "));
+}
+
+/// Adds the fuzz and follow reports to the JSON report at `path`.
+fn add_to_json(
+    path: &std::path::Path,
+    fuzz: Option<&fuzz::FuzzStats>,
+    follow: Option<serde_json::Value>,
+) -> Result<(), Box<dyn std::error::Error>> {
+    if fuzz.is_none() && follow.is_none() {
+        return Ok(());
+    }
+    let mut v: serde_json::Value = serde_json::from_slice(&std::fs::read(path)?)?;
+    if let Some(f) = fuzz {
+        v["fuzz"] = serde_json::to_value(f)?;
+    }
+    if let Some(f) = follow {
+        v["follow"] = f;
+    }
+    std::fs::write(path, serde_json::to_string_pretty(&v)?)?;
+    Ok(())
 }
 
 /// How long pktgen leaves the link up after its last request before disconnecting:
