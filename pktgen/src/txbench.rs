@@ -180,25 +180,8 @@ pub fn run(
     if tx.shared {
         return crate::txshared::run(&mut c, spec, tx, tx.inflight);
     }
-    // Accounts (and, for the baseline, their lock words at 0).
+    load_accounts(&mut c, n, ksize, vsize, tx.baseline)?;
     let mut bal = vec![START_BALANCE; n as usize];
-    let mut load = Vec::new();
-    for i in 0..n {
-        let k = key(i, ksize);
-        if tx.baseline {
-            load.push(Op::Put {
-                key: lock_key(&k),
-                value: 0u64.to_le_bytes().to_vec(),
-            });
-        }
-        load.push(Op::Put {
-            key: k,
-            value: value(START_BALANCE, vsize),
-        });
-    }
-    for r in pipelined(&mut c, load)? {
-        r.ok()?;
-    }
     let mut rng = w.seed | 1;
     let mut next = move || {
         rng ^= rng << 13;
@@ -255,20 +238,7 @@ pub fn run(
             hist.record(ns.max(1))?;
         }
     }
-    // Read back: every balance as the committed transactions imply.
-    let mut wrong = 0u64;
-    let mut total = 0u64;
-    let gets = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
-    for (i, r) in pipelined(&mut c, gets)?.into_iter().enumerate() {
-        let v = r.ok().unwrap_or_default();
-        let b = v.get(..8).map_or(u64::MAX, |x| {
-            u64::from_le_bytes(x.try_into().unwrap_or_default())
-        });
-        total = total.wrapping_add(b);
-        if b != bal[i] {
-            wrong += 1;
-        }
-    }
+    let (total, wrong) = read_back(&mut c, ksize, &bal)?;
     let secs = spec.phases.duration;
     let measured = hist.len();
     let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
@@ -315,6 +285,59 @@ pub fn run(
         std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
     }
     Ok(if invariant && aborted == 0 { 0 } else { 1 })
+}
+
+/// Stores `n` accounts at [`START_BALANCE`] (and, for the baseline, their lock words
+/// at 0).
+fn load_accounts<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    n: u64,
+    ksize: usize,
+    vsize: usize,
+    baseline: bool,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut load = Vec::new();
+    for i in 0..n {
+        let k = key(i, ksize);
+        if baseline {
+            load.push(Op::Put {
+                key: lock_key(&k),
+                value: 0u64.to_le_bytes().to_vec(),
+            });
+        }
+        load.push(Op::Put {
+            key: k,
+            value: value(START_BALANCE, vsize),
+        });
+    }
+    for r in pipelined(c, load)? {
+        r.ok()?;
+    }
+    Ok(())
+}
+
+/// Reads every balance back: (their sum, how many differ from `bal`, what the
+/// committed transactions imply).
+fn read_back<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    ksize: usize,
+    bal: &[u64],
+) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    let (mut total, mut wrong) = (0u64, 0u64);
+    let gets = (0..bal.len() as u64)
+        .map(|i| Op::Get { key: key(i, ksize) })
+        .collect();
+    for (i, r) in pipelined(c, gets)?.into_iter().enumerate() {
+        let v = r.ok().unwrap_or_default();
+        let b = v.get(..8).map_or(u64::MAX, |x| {
+            u64::from_le_bytes(x.try_into().unwrap_or_default())
+        });
+        total = total.wrapping_add(b);
+        if b != bal[i] {
+            wrong += 1;
+        }
+    }
+    Ok((total, wrong))
 }
 
 /// Runs `ops` pipelined (many per packet, a window in flight); their replies in order.
