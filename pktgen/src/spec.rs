@@ -266,6 +266,49 @@ pub struct RunSpec {
 impl RunSpec {
     /// Checks `args` against `cfg` (its clients and engine size) and resolves them.
     pub fn new(args: &Args, cfg: &Config) -> Result<RunSpec, SpecError> {
+        let mut warnings = Vec::new();
+        let (workload, load) = WorkloadSpec::new(args, cfg)?;
+        let qps = QpSpec::new(args, cfg, &mut warnings)?;
+        let phases = PhaseSpec::new(args, load, qps.qps.len(), &mut warnings)?;
+        Ok(RunSpec {
+            workload,
+            qps,
+            phases,
+            no_huge: args.no_huge,
+            config_file: args.config.clone(),
+            json: args.json.clone(),
+            label: args.label.clone(),
+            warnings,
+        })
+    }
+
+    /// Expectations kept per packet slot: the most ops a packet of any phase holds.
+    pub fn ops_per_slot(&self) -> usize {
+        self.workload.ops_per_packet.max(LOAD_OPS)
+    }
+}
+
+/// The client QPs of each partition: indices into `qps` with `qpn % N == p`, in
+/// config order. Errors when a partition has none.
+pub fn qps_by_partition(qps: &[(u32, u32)], n: u32) -> Result<Vec<Vec<usize>>, SpecError> {
+    let mut by: Vec<Vec<usize>> = vec![Vec::new(); n as usize];
+    for (i, &(qpn, _)) in qps.iter().enumerate() {
+        by[partition_of_qp(qpn, n) as usize].push(i);
+    }
+    if let Some(p) = by.iter().position(Vec::is_empty) {
+        return Err(SpecError::NoQpForPartition {
+            partitions: n,
+            partition: p,
+            qpns: qps.iter().map(|q| q.0).collect(),
+        });
+    }
+    Ok(by)
+}
+
+impl WorkloadSpec {
+    /// The workload of the command line: keys, sizes, op shares (or a `--ycsb`
+    /// preset's), popularity; and whether the keys are loaded first.
+    fn new(args: &Args, cfg: &Config) -> Result<(WorkloadSpec, bool), SpecError> {
         let sizes = SizeDist::parse(&args.value_size).map_err(SpecError::ValueSize)?;
         // A --ycsb preset replaces the op shares (clap refuses both) and gives the
         // popularity unless --dist is given.
@@ -310,6 +353,31 @@ impl RunSpec {
         if args.ops_per_packet == 0 || args.ops_per_packet > MAX_OPS {
             return Err(SpecError::OpsPerPacket);
         }
+        let w = WorkloadSpec {
+            keys,
+            key_size: args.key_size,
+            value_size: args.value_size.clone(),
+            sizes,
+            get,
+            put,
+            atomic,
+            vector,
+            reduce,
+            mix,
+            dist,
+            ycsb: args.ycsb,
+            theta: args.theta,
+            ops_per_packet: args.ops_per_packet,
+            seed: args.seed,
+        };
+        Ok((w, load))
+    }
+}
+
+impl QpSpec {
+    /// The QPs the run uses (`--qps` from `--qp-first` of the config's clients) and
+    /// the partitions they spread over.
+    fn new(args: &Args, cfg: &Config, warnings: &mut Vec<String>) -> Result<QpSpec, SpecError> {
         let nqps = args
             .qps
             .unwrap_or_else(|| cfg.clients.len().saturating_sub(args.qp_first).clamp(1, 4));
@@ -327,7 +395,6 @@ impl RunSpec {
         if !(1..=1024).contains(&count_k) {
             return Err(SpecError::CountPartitions);
         }
-        let mut warnings = Vec::new();
         if args.misdirect && nparts == 1 {
             warnings.push("--misdirect has no effect with one partition".to_string());
         }
@@ -339,6 +406,24 @@ impl RunSpec {
             .map(|c| (c.qpn, c.rkey))
             .collect();
         let by_partition = qps_by_partition(&qps, nparts)?;
+        Ok(QpSpec {
+            qps,
+            by_partition,
+            partitions: nparts,
+            misdirect: args.misdirect,
+            count_partitions: count_k,
+        })
+    }
+}
+
+impl PhaseSpec {
+    /// The run's phases and transport settings; `nqps` QPs in use.
+    fn new(
+        args: &Args,
+        load: bool,
+        nqps: usize,
+        warnings: &mut Vec<String>,
+    ) -> Result<PhaseSpec, SpecError> {
         let faults = |seed: u64| kvload::faults::FaultConfig {
             loss: args.loss,
             dup: args.dup,
@@ -347,7 +432,7 @@ impl RunSpec {
         };
         let (tx_faults, rx_faults) = (faults(args.seed ^ 0x7478), faults(args.seed ^ 0x7278));
         tx_faults.validate().map_err(SpecError::faults)?;
-        if args.exactly_once > 0 && (nparts != 1 || args.echo) {
+        if args.exactly_once > 0 && (args.partitions != 1 || args.echo) {
             return Err(SpecError::ExactlyOnce);
         }
         if args.verify && nqps > 1 && !tx_faults.is_zero() {
@@ -367,79 +452,26 @@ impl RunSpec {
         } else {
             window
         });
-        Ok(RunSpec {
-            workload: WorkloadSpec {
-                keys,
-                key_size: args.key_size,
-                value_size: args.value_size.clone(),
-                sizes,
-                get,
-                put,
-                atomic,
-                vector,
-                reduce,
-                mix,
-                dist,
-                ycsb: args.ycsb,
-                theta: args.theta,
-                ops_per_packet: args.ops_per_packet,
-                seed: args.seed,
-            },
-            qps: QpSpec {
-                qps,
-                by_partition,
-                partitions: nparts,
-                misdirect: args.misdirect,
-                count_partitions: count_k,
-            },
-            phases: PhaseSpec {
-                calibrate: args.calibrate,
-                load,
-                window,
-                slots,
-                rate: args.rate,
-                warmup: args.warmup,
-                duration: args.duration,
-                timeout_ms: args.timeout_ms,
-                idle_yield_polls: args.idle_yield_polls,
-                verify: args.verify,
-                echo: args.echo,
-                rto_us: args.rto_us,
-                rto_min_us: args.rto_min_us,
-                connect_timeout_ms: args.connect_timeout_ms,
-                tx_faults,
-                rx_faults,
-                exactly_once: args.exactly_once,
-            },
-            no_huge: args.no_huge,
-            config_file: args.config.clone(),
-            json: args.json.clone(),
-            label: args.label.clone(),
-            warnings,
+        Ok(PhaseSpec {
+            calibrate: args.calibrate,
+            load,
+            window,
+            slots,
+            rate: args.rate,
+            warmup: args.warmup,
+            duration: args.duration,
+            timeout_ms: args.timeout_ms,
+            idle_yield_polls: args.idle_yield_polls,
+            verify: args.verify,
+            echo: args.echo,
+            rto_us: args.rto_us,
+            rto_min_us: args.rto_min_us,
+            connect_timeout_ms: args.connect_timeout_ms,
+            tx_faults,
+            rx_faults,
+            exactly_once: args.exactly_once,
         })
     }
-
-    /// Expectations kept per packet slot: the most ops a packet of any phase holds.
-    pub fn ops_per_slot(&self) -> usize {
-        self.workload.ops_per_packet.max(LOAD_OPS)
-    }
-}
-
-/// The client QPs of each partition: indices into `qps` with `qpn % N == p`, in
-/// config order. Errors when a partition has none.
-pub fn qps_by_partition(qps: &[(u32, u32)], n: u32) -> Result<Vec<Vec<usize>>, SpecError> {
-    let mut by: Vec<Vec<usize>> = vec![Vec::new(); n as usize];
-    for (i, &(qpn, _)) in qps.iter().enumerate() {
-        by[partition_of_qp(qpn, n) as usize].push(i);
-    }
-    if let Some(p) = by.iter().position(Vec::is_empty) {
-        return Err(SpecError::NoQpForPartition {
-            partitions: n,
-            partition: p,
-            qpns: qps.iter().map(|q| q.0).collect(),
-        });
-    }
-    Ok(by)
 }
 
 #[cfg(test)]
