@@ -4,6 +4,7 @@ use arrayvec::ArrayVec;
 use kvops::functions::{filter, reduce, store_le, update_s2v, update_v2v, Predicate};
 use kvops::FunctionRegistry;
 use kvwire::payload::op;
+use kvwire::payload::Atomic;
 use kvwire::payload::{AbortReason, CondKind, Condition, TxAbort, TxReader, MAX_TX_OPS};
 use kvwire::{KvOp, Status};
 
@@ -92,6 +93,11 @@ impl Default for TxExecutor {
 
 /// Why execution stopped before commit.
 type Abort = TxAbort;
+
+/// The abort of op `i` whose result would not fit the transaction's arena.
+fn too_large(i: usize) -> Abort {
+    abort(AbortReason::TooLarge, i, Status::ResponseTooLarge)
+}
 
 fn abort(reason: AbortReason, op: usize, status: Status) -> Abort {
     TxAbort {
@@ -295,43 +301,23 @@ impl TxExecutor {
         registry: &FunctionRegistry,
     ) -> Result<(), Abort> {
         let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        let too_large = || abort(AbortReason::TooLarge, i, Status::ResponseTooLarge);
         let t = self.touch(o.key(), store, i)?;
         let cur = self.touched[t].post;
         match *o {
-            KvOp::Get { .. } => {
-                let holds = match (cond, cur) {
-                    (None, _) => true,
-                    (Some(c), None) => c.kind == CondKind::Absent,
-                    (Some(c), Some(v)) => {
-                        c.kind == CondKind::Equals && &self.arena[v.range()] == c.value
-                    }
-                };
-                match cur {
-                    Some(v) => self.result(Status::Ok, v),
-                    None => self.result(Status::NotFound, Span::default()),
-                }
-                if !holds {
-                    return Err(abort(AbortReason::ConditionFailed, i, Status::Ok));
-                }
-            }
+            KvOp::Get { .. } => self.step_get(i, cur, cond)?,
             KvOp::Put { value, .. } => {
                 if value.len() > store.max_value_len() {
                     return Err(failed(Status::ValueTooLarge));
                 }
-                let v = self.copy_in(value).ok_or_else(too_large)?;
-                let e = &mut self.touched[t];
-                e.post = Some(v);
-                e.wrote = true;
+                let v = self.copy_in(value).ok_or_else(|| too_large(i))?;
+                self.write(t, Some(v));
                 self.result(Status::Ok, Span::default());
             }
             KvOp::Delete { .. } => {
                 if cur.is_none() {
                     self.result(Status::NotFound, Span::default());
                 } else {
-                    let e = &mut self.touched[t];
-                    e.post = None;
-                    e.wrote = true;
+                    self.write(t, None);
                     self.result(Status::Ok, Span::default());
                 }
             }
@@ -340,114 +326,169 @@ impl TxExecutor {
                 param,
                 param2,
                 ..
-            }
-            | KvOp::UpdateS2V {
+            } => self.step_update(i, t, cur, op::UPDATE_S2S, atomic, (param, param2), registry)?,
+            KvOp::UpdateS2V {
                 atomic,
                 param,
                 param2,
                 ..
-            } => {
-                let opcode = if matches!(o, KvOp::UpdateS2S { .. }) {
-                    op::UPDATE_S2S
-                } else {
-                    op::UPDATE_S2V
-                };
-                let f = registry
-                    .resolve_for(opcode, atomic.func)
-                    .map_err(|e| failed(e.into()))?;
-                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-                if opcode == op::UPDATE_S2S && cur.len as usize != atomic.width.bytes() {
-                    return Err(failed(Status::BadLength));
-                }
-                // The original stays where it is (the result); the new value is a copy.
-                let new = self.alloc(cur.len as usize).ok_or_else(too_large)?;
-                self.arena.copy_within(cur.range(), new.off as usize);
-                let value = &mut self.arena[new.range()];
-                let scratch = &mut self.scratch[..];
-                if opcode == op::UPDATE_S2S {
-                    f.apply(atomic.width, atomic.signed, value, param, param2)
-                        .map_err(|e| failed(e.into()))?;
-                } else {
-                    update_s2v(
-                        f,
-                        atomic.width,
-                        atomic.signed,
-                        value,
-                        param,
-                        param2,
-                        scratch,
-                    )
-                    .map_err(|e| failed(e.into()))?;
-                }
-                let e = &mut self.touched[t];
-                e.post = Some(new);
-                e.wrote = true;
-                self.result(Status::Ok, cur);
-            }
+            } => self.step_update(i, t, cur, op::UPDATE_S2V, atomic, (param, param2), registry)?,
             KvOp::UpdateV2V { atomic, delta, .. } => {
-                let f = registry
-                    .resolve_for(op::UPDATE_V2V, atomic.func)
-                    .map_err(|e| failed(e.into()))?;
-                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-                let new = self.alloc(cur.len as usize).ok_or_else(too_large)?;
-                self.arena.copy_within(cur.range(), new.off as usize);
-                let value = &mut self.arena[new.range()];
-                update_v2v(
-                    f,
-                    atomic.width,
-                    atomic.signed,
-                    value,
-                    delta,
-                    0,
-                    &mut self.scratch,
-                )
-                .map_err(|e| failed(e.into()))?;
-                let e = &mut self.touched[t];
-                e.post = Some(new);
-                e.wrote = true;
-                self.result(Status::Ok, cur);
+                self.step_v2v(i, t, cur, atomic, delta, registry)?;
             }
             KvOp::Reduce { atomic, init, .. } => {
-                let f = registry
-                    .resolve_for(op::REDUCE, atomic.func)
-                    .map_err(|e| failed(e.into()))?;
-                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-                let sigma = reduce(
-                    f,
-                    atomic.width,
-                    atomic.signed,
-                    &self.arena[cur.range()],
-                    init,
-                    0,
-                )
-                .map_err(|e| failed(e.into()))?;
-                let out = self.alloc(atomic.width.bytes()).ok_or_else(too_large)?;
-                store_le(&mut self.arena[out.range()], sigma);
-                self.result(Status::Ok, out);
+                self.step_reduce(i, cur, atomic, init, registry)?
             }
-            KvOp::Filter { atomic, param, .. } => {
-                let p = Predicate::from_id(atomic.func).map_err(|e| failed(e.into()))?;
-                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-                let out = self.alloc(cur.len as usize).ok_or_else(too_large)?;
-                let (src, dst) = self.arena.split_at_mut(out.off as usize);
-                let n = filter(
-                    p,
-                    atomic.width,
-                    atomic.signed,
-                    param,
-                    &src[cur.range()],
-                    &mut dst[..out.len as usize],
-                )
-                .map_err(|e| failed(e.into()))?;
-                self.result(
-                    Status::Ok,
-                    Span {
-                        off: out.off,
-                        len: n as u32,
-                    },
-                );
-            }
+            KvOp::Filter { atomic, param, .. } => self.step_filter(i, cur, atomic, param)?,
         }
+        Ok(())
+    }
+
+    /// Touched key `t` now holds `post` (`None`: deleted), written by the transaction.
+    fn write(&mut self, t: usize, post: Option<Span>) {
+        let e = &mut self.touched[t];
+        e.post = post;
+        e.wrote = true;
+    }
+
+    /// GET: the current value (or NOT_FOUND); the transaction aborts when the op's
+    /// condition does not hold.
+    fn step_get(
+        &mut self,
+        i: usize,
+        cur: Option<Span>,
+        cond: Option<Condition<'_>>,
+    ) -> Result<(), Abort> {
+        let holds = match (cond, cur) {
+            (None, _) => true,
+            (Some(c), None) => c.kind == CondKind::Absent,
+            (Some(c), Some(v)) => c.kind == CondKind::Equals && &self.arena[v.range()] == c.value,
+        };
+        match cur {
+            Some(v) => self.result(Status::Ok, v),
+            None => self.result(Status::NotFound, Span::default()),
+        }
+        if !holds {
+            return Err(abort(AbortReason::ConditionFailed, i, Status::Ok));
+        }
+        Ok(())
+    }
+
+    /// UPDATE_S2S / UPDATE_S2V: function `atomic.func` of the parameters on the value
+    /// (an element, or each element); the result is the original value.
+    #[allow(clippy::too_many_arguments)]
+    fn step_update(
+        &mut self,
+        i: usize,
+        t: usize,
+        cur: Option<Span>,
+        opcode: u8,
+        atomic: Atomic,
+        (param, param2): (u64, u64),
+        registry: &FunctionRegistry,
+    ) -> Result<(), Abort> {
+        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
+        let f = registry
+            .resolve_for(opcode, atomic.func)
+            .map_err(|e| failed(e.into()))?;
+        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+        if opcode == op::UPDATE_S2S && cur.len as usize != atomic.width.bytes() {
+            return Err(failed(Status::BadLength));
+        }
+        // The original stays where it is (the result); the new value is a copy.
+        let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
+        self.arena.copy_within(cur.range(), new.off as usize);
+        let value = &mut self.arena[new.range()];
+        let (w, signed) = (atomic.width, atomic.signed);
+        let done = if opcode == op::UPDATE_S2S {
+            f.apply(w, signed, value, param, param2).map(|_| ())
+        } else {
+            update_s2v(f, w, signed, value, param, param2, &mut self.scratch[..]).map(|_| ())
+        };
+        done.map_err(|e| failed(e.into()))?;
+        self.write(t, Some(new));
+        self.result(Status::Ok, cur);
+        Ok(())
+    }
+
+    /// UPDATE_V2V: the function element-wise with the delta vector; the result is
+    /// the original value.
+    fn step_v2v(
+        &mut self,
+        i: usize,
+        t: usize,
+        cur: Option<Span>,
+        atomic: Atomic,
+        delta: &[u8],
+        registry: &FunctionRegistry,
+    ) -> Result<(), Abort> {
+        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
+        let f = registry
+            .resolve_for(op::UPDATE_V2V, atomic.func)
+            .map_err(|e| failed(e.into()))?;
+        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+        let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
+        self.arena.copy_within(cur.range(), new.off as usize);
+        let value = &mut self.arena[new.range()];
+        let (w, signed) = (atomic.width, atomic.signed);
+        update_v2v(f, w, signed, value, delta, 0, &mut self.scratch)
+            .map_err(|e| failed(e.into()))?;
+        self.write(t, Some(new));
+        self.result(Status::Ok, cur);
+        Ok(())
+    }
+
+    /// REDUCE: the function folded over the elements from `init`.
+    fn step_reduce(
+        &mut self,
+        i: usize,
+        cur: Option<Span>,
+        atomic: Atomic,
+        init: u64,
+        registry: &FunctionRegistry,
+    ) -> Result<(), Abort> {
+        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
+        let f = registry
+            .resolve_for(op::REDUCE, atomic.func)
+            .map_err(|e| failed(e.into()))?;
+        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+        let (w, signed) = (atomic.width, atomic.signed);
+        let sigma = reduce(f, w, signed, &self.arena[cur.range()], init, 0)
+            .map_err(|e| failed(e.into()))?;
+        let out = self.alloc(w.bytes()).ok_or_else(|| too_large(i))?;
+        store_le(&mut self.arena[out.range()], sigma);
+        self.result(Status::Ok, out);
+        Ok(())
+    }
+
+    /// FILTER: the elements the predicate keeps.
+    fn step_filter(
+        &mut self,
+        i: usize,
+        cur: Option<Span>,
+        atomic: Atomic,
+        param: u64,
+    ) -> Result<(), Abort> {
+        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
+        let p = Predicate::from_id(atomic.func).map_err(|e| failed(e.into()))?;
+        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+        let out = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
+        let (src, dst) = self.arena.split_at_mut(out.off as usize);
+        let (w, signed) = (atomic.width, atomic.signed);
+        let n = filter(
+            p,
+            w,
+            signed,
+            param,
+            &src[cur.range()],
+            &mut dst[..out.len as usize],
+        )
+        .map_err(|e| failed(e.into()))?;
+        let kept = Span {
+            off: out.off,
+            len: n as u32,
+        };
+        self.result(Status::Ok, kept);
         Ok(())
     }
 
