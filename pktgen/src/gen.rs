@@ -175,6 +175,58 @@ impl Workload {
     pub fn keys(&self) -> u64 {
         self.keys
     }
+
+    /// Fills a batch for one partition: no steering, no per-op partition work. A
+    /// drawn op that does not fit the packet is dropped (a sweep retries its key).
+    /// Expectations go to `exp`, ops per partition of K to `tally`; returns the ops
+    /// written.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn fill_plain(
+        &mut self,
+        verify: bool,
+        phase: Phase,
+        target: usize,
+        w: &mut BatchWriter<'_>,
+        (key, val): (&mut [u8], &mut [u8]),
+        exp: &mut [ExpOp],
+        mut tally: Option<(&mut [u64], u32)>,
+    ) -> usize {
+        let mut model = verify.then_some(&mut self.model);
+        let mut nops = 0;
+        while nops < target {
+            let (op, k) = match phase {
+                Phase::Load | Phase::Readback => {
+                    if self.sweep_next >= self.keys {
+                        break;
+                    }
+                    let op = if phase == Phase::Load {
+                        OpType::Put
+                    } else {
+                        OpType::Get
+                    };
+                    (op, self.sweep_next)
+                }
+                _ => (
+                    self.mix.next(&mut self.rng),
+                    self.chooser.next(&mut self.rng),
+                ),
+            };
+            let Some(expect) = push_op(w, op, k, key, val, self.sizes, model.as_deref_mut()) else {
+                break; // packet full
+            };
+            exp[nops] = ExpOp { key: k, op, expect };
+            nops += 1;
+            if phase.sweeps() {
+                self.sweep_next += 1;
+            }
+            if let Some((part_ops_k, count_k)) = tally.as_mut() {
+                let h = kvengine::key_hash(key);
+                part_ops_k[partition_of_hash(h, *count_k) as usize] += 1;
+            }
+        }
+        nops
+    }
 }
 
 /// The measurement of the current phase: counters, latency histogram, ops per
@@ -433,38 +485,9 @@ impl Gen {
                     part = p;
                 }
             } else {
-                // One partition: no steering, no per-op partition work. A drawn op
-                // that does not fit the packet is dropped (a sweep retries its key).
-                while nops < target {
-                    let (op, k) = match phase {
-                        Phase::Load | Phase::Readback => {
-                            if wl.sweep_next >= wl.keys {
-                                break;
-                            }
-                            let op = if phase == Phase::Load {
-                                OpType::Put
-                            } else {
-                                OpType::Get
-                            };
-                            (op, wl.sweep_next)
-                        }
-                        _ => (wl.mix.next(&mut wl.rng), wl.chooser.next(&mut wl.rng)),
-                    };
-                    let Some(expect) =
-                        push_op(&mut w, op, k, key, &mut val, sizes, model.as_deref_mut())
-                    else {
-                        break; // packet full
-                    };
-                    self.flight.exp[exp_base + nops] = ExpOp { key: k, op, expect };
-                    nops += 1;
-                    if phase.sweeps() {
-                        wl.sweep_next += 1;
-                    }
-                    if tally_k {
-                        let h = kvengine::key_hash(key);
-                        self.tally.part_ops_k[partition_of_hash(h, count_k) as usize] += 1;
-                    }
-                }
+                let tally = tally_k.then_some((&mut self.tally.part_ops_k[..], count_k));
+                let exp = &mut self.flight.exp[exp_base..];
+                nops = wl.fill_plain(verify, phase, target, &mut w, (key, &mut val), exp, tally);
             }
             w.finish()
         };
