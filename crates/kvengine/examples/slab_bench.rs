@@ -99,6 +99,9 @@ fn diff(a: WorkerContention, b: WorkerContention) -> serde_json::Value {
     })
 }
 
+// A benchmark or test scenario read top to bottom: exempt from the function-length
+// guard (Cargo.toml [workspace.lints]), which is for library and binary code.
+#[allow(clippy::too_many_lines)]
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let reps: usize = arg(&args, "--reps").map_or(5, |s| s.parse().unwrap());
