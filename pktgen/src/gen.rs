@@ -221,7 +221,7 @@ impl Workload {
                 self.sweep_next += 1;
             }
             if let Some((part_ops_k, count_k)) = tally.as_mut() {
-                let h = kvengine::key_hash(key);
+                let h = kvwire::hash::key_hash(key);
                 part_ops_k[partition_of_hash(h, *count_k) as usize] += 1;
             }
         }
@@ -451,7 +451,7 @@ impl Gen {
                     write_key(k, hkey);
                     Some(Drawn {
                         key: k,
-                        hash32: kvengine::key_hash(hkey) as u32,
+                        hash32: kvwire::hash::key_hash(hkey) as u32,
                         op,
                     })
                 };

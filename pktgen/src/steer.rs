@@ -23,7 +23,7 @@ use kvwire::partition::partition_of_hash;
 pub struct Drawn {
     /// Key index (`0..keys`).
     pub key: u64,
-    /// Low 32 bits of `kvengine::key_hash` of the key's bytes.
+    /// Low 32 bits of `kvwire::hash::key_hash` of the key's bytes.
     pub hash32: u32,
     /// Operation type.
     pub op: OpType,
@@ -210,7 +210,7 @@ mod tests {
     fn hash32(key: u64) -> u32 {
         let mut b = [0u8; 8];
         write_key(key, &mut b);
-        kvengine::key_hash(&b) as u32
+        kvwire::hash::key_hash(&b) as u32
     }
 
     /// Drives `fill` like pktgen does over `draws` Zipf draws, packets of at most

@@ -20,7 +20,7 @@ pub struct ClientConfig {
     /// Number of server partitions `n` (its worker count): a key of partition `p`
     /// goes on a QP with `qpn % n == p`.
     pub partitions: u32,
-    /// The server's key hash (the engine's [`kvengine::key_hash`] by default).
+    /// The server's key hash ([`kvwire::hash::key_hash`] by default, as the engine).
     pub key_hash: fn(&[u8]) -> u64,
     /// How long [`Client::connect`] waits for every QP's ACCEPT (default 1 s).
     pub connect_timeout_ns: u64,
@@ -41,7 +41,7 @@ impl Default for ClientConfig {
         ClientConfig {
             transport: Config::default(),
             partitions: 1,
-            key_hash: kvengine::key_hash,
+            key_hash: kvwire::hash::key_hash,
             connect_timeout_ns: 1_000_000_000,
             op_timeout_ns: 5_000_000_000,
             max_ops_per_packet: MAX_OPS_PER_BATCH,

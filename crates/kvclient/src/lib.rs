@@ -76,7 +76,8 @@
 //! space (2^23) away from the old one's and drops every request outside the window
 //! (docs/PROTOCOL.md §6.5); on this side, responses and NAKs are matched by QPN and
 //! PSN, and the old incarnation's PSNs are not in flight any more.
-// Only the kernel transport's system calls use `unsafe` (each with a SAFETY note).
+// Only the kernel transport's system calls and the prefetch hint use `unsafe` (each
+// with a SAFETY note).
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
@@ -84,6 +85,8 @@ pub mod check;
 mod client;
 pub mod endpoint;
 pub mod follow;
+#[allow(unsafe_code)]
+mod hint;
 #[allow(unsafe_code)]
 pub mod kernel;
 mod pool;

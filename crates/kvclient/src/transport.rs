@@ -305,9 +305,9 @@ impl Transport {
     #[inline]
     pub fn prefetch(&self, qp: usize) {
         if let Some(q) = self.qps.get(qp) {
-            kvengine::prefetch_ref(q);
+            crate::hint::prefetch_ref(q);
             if !q.ring.is_empty() {
-                kvengine::prefetch_ref(&q.ring[q.idx(q.next_psn)]);
+                crate::hint::prefetch_ref(&q.ring[q.idx(q.next_psn)]);
             }
         }
     }

@@ -185,7 +185,7 @@ fn a_partition_without_qp_is_an_error() {
     let mut c = Client::new(sim, cfg, &[(16, 1), (18, 2)], client_params(), clock);
     let key = (0..)
         .map(|i: u32| format!("k{i}").into_bytes())
-        .find(|k| kvwire::partition::partition_of_hash(kvengine::key_hash(k), 2) == 1)
+        .find(|k| kvwire::partition::partition_of_hash(kvwire::hash::key_hash(k), 2) == 1)
         .unwrap();
     assert_eq!(c.qp_for_key(&key), None);
     assert_eq!(c.get(&key), Err(Error::NoQp));

@@ -29,6 +29,8 @@ pub mod counters;
 pub mod ethernet;
 pub mod frame;
 pub mod fuzzing;
+pub mod hash;
+
 pub mod ib;
 pub mod icrc;
 pub mod ipv4;

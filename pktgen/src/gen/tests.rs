@@ -433,7 +433,7 @@ fn steered_packets_carry_one_partition_each() {
         let req = parse_request(&frame).unwrap();
         assert_eq!(req.dest_qp % 2, part as u32);
         for op in BatchReader::new(req.payload).unwrap() {
-            let h = kvengine::key_hash(op.unwrap().key());
+            let h = kvwire::hash::key_hash(op.unwrap().key());
             assert_eq!(partition_of_hash(h, 2) as usize, part);
         }
     }

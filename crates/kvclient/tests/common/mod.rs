@@ -333,7 +333,7 @@ fn execute(
         };
         let key = op.key();
         if partitions > 0
-            && partition_of_hash(kvengine::key_hash(key), partitions)
+            && partition_of_hash(kvwire::hash::key_hash(key), partitions)
                 != partition_of_qp(qpn, partitions)
         {
             res.push((Status::WrongPartition, Vec::new()));
