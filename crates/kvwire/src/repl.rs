@@ -14,6 +14,11 @@
 //! big-endian as on the wire of InfiniBand. Like the rest of this crate,
 //! nothing here allocates or panics on input.
 
+/// BTH destination QP of every replication-link frame (both directions).
+pub const REPL_QPN: u32 = 0x0000_0100;
+/// UDP source port of replication-link frames.
+pub const REPL_UDP_PORT: u16 = 0xC100;
+
 use crate::ethernet::MacAddr;
 use crate::frame::{emit_lower, finalize, pad_len, parse_common, DropReason, EmitError};
 use crate::frame::{FrameParams, Parsed, EXT_OFF};

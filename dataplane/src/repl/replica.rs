@@ -28,10 +28,7 @@ use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// BTH destination QP of every replication-link frame (both directions).
-pub const REPL_QPN: u32 = 0x0000_0100;
-/// UDP source port of replication-link frames.
-pub const REPL_UDP_PORT: u16 = 0xC100;
+pub use kvwire::repl::{REPL_QPN, REPL_UDP_PORT};
 /// Ring slots (segments in flight) a replica offers.
 pub const RING_CREDITS: u16 = 64;
 /// RETH VA of the replica's receive ring, slot 0.
