@@ -178,7 +178,7 @@ pub fn check(cmd: &Cmd) -> Result<(), String> {
             parse_count(count)?;
         }
         Cmd::Tx { script } => {
-            crate::tx::parse(script)?;
+            crate::txn::parse(script)?;
         }
     }
     Ok(())
@@ -379,7 +379,7 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             ok(v::show_elems(&xs, w, signed))
         }
         Cmd::Stats { count } => crate::stats::run(kv, j, count),
-        Cmd::Tx { script } => crate::tx::run(kv, script, out.hex, j),
+        Cmd::Tx { script } => crate::txn::run(kv, script, out.hex, j),
     }
 }
 

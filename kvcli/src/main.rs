@@ -9,7 +9,7 @@ mod commands;
 mod connect;
 mod interactive;
 mod stats;
-mod tx;
+mod txn;
 mod value;
 
 use args::{Cli, EXIT_ERROR, EXIT_OK};

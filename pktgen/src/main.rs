@@ -34,8 +34,8 @@ mod qp;
 mod report;
 mod spec;
 mod steer;
-mod txbench;
-mod txshared;
+mod txn_bench;
+mod txn_shared;
 mod ycsb;
 
 use clap::Parser;
@@ -124,16 +124,16 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let tcfg = transport_config(ph, mtu);
     if args.tx_audit {
-        let code = txbench::audit(io, &spec, tcfg, params)?;
+        let code = txn_bench::audit(io, &spec, tcfg, params)?;
         stop_ports(&ports);
         drop(eal);
         return Ok(code);
     }
     if let Some(t) = &args.tx {
-        let mut tx = txbench::TxArgs::parse(t, args.tx_baseline)?;
+        let mut tx = txn_bench::TxArgs::parse(t, args.tx_baseline)?;
         tx.shared = args.tx_shared;
         tx.inflight = args.tx_inflight;
-        let code = txbench::run(io, &spec, tcfg, params, &tx)?;
+        let code = txn_bench::run(io, &spec, tcfg, params, &tx)?;
         stop_ports(&ports);
         drop(eal);
         return Ok(code);

@@ -46,7 +46,7 @@ pub use applier::{Applier, Outcome, Reply, Sink, SinkError};
 pub use backlog::{random_repl_id, Backlog, ReadError};
 pub use control::{Control, Hello, Probe, ProbeReply, Progress, Welcome, WelcomeMode};
 pub use log::{log_ring, LogConsumer, LogItem, LogProducer, PushError};
-pub use progress::{DurableCursor, Gate, GateConfig, Liveness, Mode, ProbeConfig, WriteGate};
+pub use progress::{DurableCursor, Gate, GateConfig, GateRules, Liveness, Mode, ProbeConfig};
 pub use record::{
     Record, RecordError, RecordReader, GROUP_RECORD_LEN, KIND_DELETE, KIND_GROUP, KIND_PUT,
     KIND_QP_STATE, MAX_RECORD_KEY_LEN, MAX_RECORD_LEN, MAX_RECORD_VALUE_LEN, RECORD_HEADER_LEN,

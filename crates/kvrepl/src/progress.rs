@@ -5,7 +5,7 @@
 //!   nor any other message from the replica sent after it — within
 //!   `waiting_time`. A replica that dies is therefore detected at most
 //!   `probe_interval + waiting_time` after its last message.
-//! * [`WriteGate`]: (a) writes are allowed iff at least `min_replicas`
+//! * [`GateRules`]: (a) writes are allowed iff at least `min_replicas`
 //!   Online replicas acknowledged within `max_lag` (both modes); (b) the
 //!   quorum offset is the `min_replicas`-th highest acknowledged offset among
 //!   them: in sync mode a write whose record ends at `o` may be answered when
@@ -152,15 +152,15 @@ pub struct Gate {
 
 /// The write gate.
 #[derive(Debug)]
-pub struct WriteGate {
+pub struct GateRules {
     cfg: GateConfig,
     offsets: Vec<u64>,
 }
 
-impl WriteGate {
+impl GateRules {
     /// A gate for at most `max_replicas` replicas (allocates once, here).
     pub fn new(cfg: GateConfig, max_replicas: usize) -> Self {
-        WriteGate {
+        GateRules {
             cfg,
             offsets: Vec::with_capacity(max_replicas),
         }
@@ -324,7 +324,7 @@ mod tests {
             min_replicas: 2,
             max_lag_ns: 10 * MS,
         };
-        let mut g = WriteGate::new(cfg, 8);
+        let mut g = GateRules::new(cfg, 8);
         let r = |online, acked, t| ReplicaView {
             online,
             acked,
@@ -345,7 +345,7 @@ mod tests {
         let v = g.evaluate(now, [r(true, 500, 95), r(false, 700, 99)]);
         assert!(!v.writes_allowed);
         assert_eq!(v.quorum_offset, 0);
-        let mut g0 = WriteGate::new(
+        let mut g0 = GateRules::new(
             GateConfig {
                 min_replicas: 0,
                 ..cfg

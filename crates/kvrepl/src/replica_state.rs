@@ -14,7 +14,7 @@
 //! * `target` of a partial sync is the stream's end when it started: the
 //!   replica is Online once it acknowledged that much.
 //! * Only Online replicas count for `min_replicas` and the sync quorum
-//!   ([`crate::progress::WriteGate`]).
+//!   ([`crate::progress::GateRules`]).
 //! * A HELLO is taken in any state (a replica that restarted says so with a
 //!   new HELLO); a refused one (stale master) leaves the replica Connecting.
 //! * An event that makes no sense in a state is an error, never a panic; the

@@ -129,7 +129,7 @@ pub struct MasterNode {
     sync: FullSync,
     session: u32,
     peers: Vec<Peer>,
-    gate_rules: kvrepl::progress::WriteGate,
+    gate_rules: kvrepl::progress::GateRules,
     /// Sync mode: the workers' log positions the quorum has (`None`: async).
     durable: Option<DurableCursor>,
     gate: Arc<WriteGate>,
@@ -174,7 +174,7 @@ impl MasterNode {
             })
             .collect();
         let nw = logs.len();
-        let gate_rules = kvrepl::progress::WriteGate::new(cfg.gate, links.max(1));
+        let gate_rules = kvrepl::progress::GateRules::new(cfg.gate, links.max(1));
         // Scan sessions go on from the workers' last one (a node promoted twice).
         let session = scans
             .iter()

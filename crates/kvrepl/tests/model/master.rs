@@ -42,7 +42,7 @@ pub(crate) struct Master {
     /// Every live record in stream order with its offset.
     pub(crate) history: Vec<(u64, Rec)>,
     pub(crate) next_session: u32,
-    pub(crate) gate: WriteGate,
+    pub(crate) gate: GateRules,
     pub(crate) probe: ProbeConfig,
     pub(crate) refused: u64,
     pub(crate) sessions: u32,
@@ -97,7 +97,7 @@ impl Master {
                 .collect(),
             history: Vec::new(),
             next_session: 1,
-            gate: WriteGate::new(
+            gate: GateRules::new(
                 GateConfig {
                     mode: Mode::Sync,
                     min_replicas: 2,

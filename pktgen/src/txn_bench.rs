@@ -40,7 +40,7 @@ pub struct TxArgs {
     pub writes: usize,
     /// One round trip per op, client-side locks.
     pub baseline: bool,
-    /// Accounts shared with other clients: optimistic transfers (`crate::txshared`).
+    /// Accounts shared with other clients: optimistic transfers (`crate::txn_shared`).
     pub shared: bool,
     /// Transfers in flight at once (shared mode).
     pub inflight: usize,
@@ -178,7 +178,7 @@ pub fn run(
     }
     let mut c = connect(io, spec, tcfg, params)?;
     if tx.shared {
-        return crate::txshared::run(&mut c, spec, tx, tx.inflight);
+        return crate::txn_shared::run(&mut c, spec, tx, tx.inflight);
     }
     load_accounts(&mut c, n, ksize, vsize, tx.baseline)?;
     let mut bal = vec![START_BALANCE; n as usize];

@@ -15,7 +15,7 @@
 //! `keys × 1000` (exit 1 otherwise).
 
 use crate::spec::RunSpec;
-use crate::txbench::{key, value, TxArgs, START_BALANCE};
+use crate::txn_bench::{key, value, TxArgs, START_BALANCE};
 use hdrhistogram::Histogram;
 use kvclient::{Client, Op, PacketIo, TxCondition, TxOutcome, TxTicket};
 use kvload::{KeyChooser, Xorshift64Star};
