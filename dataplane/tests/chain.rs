@@ -257,8 +257,8 @@ fn is_hello(f: &[u8]) -> bool {
     match kvwire::repl::parse_repl_frame(f) {
         Ok(kvwire::repl::ReplFrame::Send(s)) => {
             matches!(
-                kvrepl::control::Control::decode(s.payload),
-                Ok(kvrepl::control::Control::Hello(_))
+                kvrepl::messages::Control::decode(s.payload),
+                Ok(kvrepl::messages::Control::Hello(_))
             )
         }
         _ => false,
@@ -676,17 +676,17 @@ fn a_replica_refuses_a_full_sync_that_would_roll_its_data_back() {
                 let Ok(kvwire::repl::ReplFrame::Send(s)) = kvwire::repl::parse_repl_frame(f) else {
                     return None;
                 };
-                match kvrepl::control::Control::decode(s.payload) {
-                    Ok(kvrepl::control::Control::Hello(h)) => Some(h),
+                match kvrepl::messages::Control::decode(s.payload) {
+                    Ok(kvrepl::messages::Control::Hello(h)) => Some(h),
                     _ => None,
                 }
             })
         })
         .expect("the middle asks again");
     assert_eq!(hello.offset, own);
-    let welcome = kvrepl::control::Control::Welcome(kvrepl::control::Welcome {
+    let welcome = kvrepl::messages::Control::Welcome(kvrepl::messages::Welcome {
         nonce: hello.nonce,
-        mode: kvrepl::control::WelcomeMode::Full,
+        mode: kvrepl::messages::WelcomeMode::Full,
         repl_id: hello.repl_id,
         epoch: 1,
         offset: own / 2,

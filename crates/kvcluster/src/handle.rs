@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::control::{self, Shared};
+use crate::session::{self, Shared};
 use crate::{ClusterConfig, ClusterError, ClusterView, TimedEvent};
 
 /// The owner of a node's control thread. Dropping it leaves the cluster gracefully (the
@@ -36,7 +36,7 @@ impl ClusterHandle {
         let sh = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("kvcluster-{}", cfg.node_id))
-            .spawn(move || control::run(cfg, sh, tx))
+            .spawn(move || session::run(cfg, sh, tx))
             .map_err(|e| ClusterError::Thread(e.to_string()))?;
         Ok((
             ClusterHandle {

@@ -25,11 +25,11 @@
 //! ```
 
 mod config;
-mod control;
 mod discover;
 pub mod election;
 mod handle;
 pub mod records;
+mod session;
 mod view;
 
 pub use config::{name_hash, node_id_from_name, ClusterConfig, Keys, NodeAddr};

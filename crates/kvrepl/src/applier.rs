@@ -9,7 +9,7 @@
 //! Nothing allocates after [`Applier::new`] (the reassembly buffer is
 //! allocated there).
 
-use crate::control::{ReplicaReport, Welcome, WelcomeMode};
+use crate::messages::{ReplicaReport, Welcome, WelcomeMode};
 use crate::record::{Record, RecordError, MAX_RECORD_LEN, RECORD_HEADER_LEN};
 use crate::segment::{parse_segment, SegmentError, SegmentKind};
 use kvwire::psn;

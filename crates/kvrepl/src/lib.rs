@@ -10,7 +10,7 @@
 //!   ([`log_ring`], [`LogProducer::try_push`], [`LogConsumer::drain`]).
 //! * [`backlog`]: the ordered stream with byte offsets and its bounded
 //!   backlog ([`Backlog`]).
-//! * [`segment`] and [`control`]: the payloads of the replication link's
+//! * [`segment`] and [`messages`]: the payloads of the replication link's
 //!   frames (framed by `kvwire::repl`): stream segments (RDMA WRITE with
 //!   Immediate) and control messages (SEND).
 //! * [`shipper`] (master, per replica) and [`applier`] (replica): the
@@ -32,8 +32,8 @@
 pub mod aof;
 pub mod applier;
 pub mod backlog;
-pub mod control;
 pub mod log;
+pub mod messages;
 pub mod progress;
 pub mod record;
 pub mod replica_state;
@@ -44,8 +44,8 @@ pub mod snapshot;
 
 pub use applier::{Applier, Outcome, Reply, Sink, SinkError};
 pub use backlog::{random_repl_id, Backlog, ReadError};
-pub use control::{Control, Hello, Probe, ProbeReply, Progress, Welcome, WelcomeMode};
 pub use log::{log_ring, LogConsumer, LogItem, LogProducer, PushError};
+pub use messages::{Control, Hello, Probe, ProbeReply, Progress, Welcome, WelcomeMode};
 pub use progress::{DurableCursor, Gate, GateConfig, GateRules, Liveness, Mode, ProbeConfig};
 pub use record::{
     Record, RecordError, RecordReader, GROUP_RECORD_LEN, KIND_DELETE, KIND_GROUP, KIND_PUT,

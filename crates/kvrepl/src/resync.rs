@@ -31,7 +31,7 @@
 //! acknowledged (its pin).
 
 use crate::backlog::{AppendError, Backlog};
-use crate::control::Hello;
+use crate::messages::Hello;
 use crate::record::MAX_RECORD_LEN;
 
 /// The replication ids a master answers for.

@@ -9,9 +9,9 @@ pub fn send_control(
     tx: &mut dyn LinkTx,
     link: usize,
     params: &kvwire::FrameParams,
-    msg: &kvrepl::control::Control,
+    msg: &kvrepl::messages::Control,
 ) {
-    let mut body = [0u8; kvrepl::control::MAX_CONTROL_LEN];
+    let mut body = [0u8; kvrepl::messages::MAX_CONTROL_LEN];
     let Ok(n) = msg.encode_into(&mut body) else {
         return;
     };

@@ -12,8 +12,8 @@ use super::scan::ScanShared;
 use super::status::{PeerState, ReplStatus, RoleCode, MAX_PEERS};
 use crate::gate::WriteGate;
 use kvrepl::backlog::Backlog;
-use kvrepl::control::{Control, Hello, Probe, Welcome, WelcomeMode};
 use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
+use kvrepl::messages::{Control, Hello, Probe, Welcome, WelcomeMode};
 use kvrepl::progress::{
     DurableCursor, GateConfig, Liveness, LivenessAction, Mode, ProbeConfig, ReplicaView,
 };

@@ -1,6 +1,6 @@
 use super::*;
 use crate::applier::{Applier, Outcome, Reply, Sink, SinkError};
-use crate::control::{Welcome, WelcomeMode};
+use crate::messages::{Welcome, WelcomeMode};
 use crate::record::Record;
 use std::collections::HashMap;
 

@@ -9,7 +9,7 @@
 //! replayed up to `o`.
 
 use kvrepl::applier::{Outcome, Reply, Sink, SinkError};
-use kvrepl::control::{Control, Hello, Probe, ProbeReply, Progress, ReplicaReport, Welcome};
+use kvrepl::messages::{Control, Hello, Probe, ProbeReply, Progress, ReplicaReport, Welcome};
 use kvrepl::progress::{GateConfig, LivenessAction, Mode, ProbeConfig, ReplicaView};
 use kvrepl::replica_state::{ReplicaEvent, ReplicaState};
 use kvrepl::shipper::ShipError;
@@ -99,7 +99,7 @@ fn params() -> FrameParams {
 }
 
 fn send_ctl(link: &mut Link, now: u64, m: &Control, rng: &mut SmallRng, f: Faults) {
-    let mut p = [0u8; kvrepl::control::MAX_CONTROL_LEN];
+    let mut p = [0u8; kvrepl::messages::MAX_CONTROL_LEN];
     let n = m.encode_into(&mut p).unwrap();
     let mut buf = [0u8; 256];
     let len = emit_send(&mut buf, &params(), 7, 0, &p[..n]).unwrap();
