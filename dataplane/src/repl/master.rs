@@ -31,9 +31,9 @@ use std::sync::Arc;
 
 /// Log items drained per worker per poll at most.
 const DRAIN_PER_POLL: usize = 4096;
-/// Worker rings a wait marker can name (the most partitions a cross-partition
-/// transaction spans: `crate::server::cross::MAX_PARTITIONS`).
-const MAX_WAIT_RINGS: usize = 64;
+/// Worker rings a wait marker can name: the most partitions a cross-partition
+/// transaction spans.
+const MAX_WAIT_RINGS: usize = crate::server::MAX_PARTITIONS;
 /// Drained batches remembered per worker for sync mode (older ones merge: a write
 /// then waits a little longer, never less).
 const DURABLE_DEPTH: usize = 4096;

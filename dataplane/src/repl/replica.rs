@@ -42,6 +42,8 @@ const CHECKPOINTS: usize = 1024;
 const MAX_REDIRECT_HOPS: u32 = 16;
 /// Workers a replica routes to at most.
 pub const MAX_WORKERS: usize = 16;
+// A replica's workers are partitions: a transaction may span all of them.
+const _: () = assert!(MAX_WORKERS <= crate::server::MAX_PARTITIONS);
 /// Least gap between two PROGRESS reports sent because the applied offset moved
 /// (a synchronous write waits for one: sending it at once instead of at the next
 /// `ack_interval` takes milliseconds off a lone write; the gap bounds the reports to

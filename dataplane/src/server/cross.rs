@@ -48,6 +48,7 @@ use std::sync::Arc;
 
 /// Partitions a node can coordinate transactions over (a bit set of `u64`).
 pub const MAX_PARTITIONS: usize = 64;
+const _: () = assert!(MAX_PARTITIONS <= u64::BITS as usize);
 
 /// Slot states.
 const RUNNING: u8 = 0;
