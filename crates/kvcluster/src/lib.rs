@@ -118,6 +118,12 @@ pub enum ClusterEvent {
         /// The error.
         error: String,
     },
+    /// A session is up again after [`ClusterEvent::EtcdUnavailable`]: etcd answered,
+    /// the lease is kept alive and the cluster prefix watched.
+    EtcdReconnected {
+        /// Failed attempts since the last session.
+        failures: u32,
+    },
 }
 
 /// An event with the CLOCK_MONOTONIC time it was raised at ([`mono_now_ns`]).

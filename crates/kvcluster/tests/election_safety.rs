@@ -105,9 +105,12 @@ fn after_an_etcd_wipe_a_stale_node_waits_for_the_data_holder() {
         "the stale node was elected without the holder: {:?}",
         n3.events()
     );
+    // The stale node lost its session to the wiped etcd and says when it is back.
+    n3.wait_event("EtcdReconnected", &[], Duration::from_secs(5));
     n2.signal(libc::SIGCONT);
     // Epochs are never reused: the nodes remember epoch 1, so the next is 2.
     n2.wait_event("BecameMaster", &[("epoch", 2)], Duration::from_secs(5));
+    n2.wait_event("EtcdReconnected", &[], Duration::from_secs(5));
     n3.wait_event(
         "BecameReplica",
         &[("master", 2), ("epoch", 2)],

@@ -166,6 +166,9 @@ fn main() {
                 ClusterEvent::EtcdUnavailable { error } => {
                     json!({"t": t, "event": "EtcdUnavailable", "error": error})
                 }
+                ClusterEvent::EtcdReconnected { failures } => {
+                    json!({"t": t, "event": "EtcdReconnected", "failures": failures})
+                }
             });
         }
     }

@@ -100,6 +100,8 @@ struct Node {
     ready: Option<u64>,
     last_published: Option<MemberRecord>,
     last_publish_ns: u64,
+    /// Sessions that failed since the last one established (reported once one is).
+    failures: u32,
     /// The election rank published: the configured one, until the node is appended
     /// behind a chain's tail ([`ClusterView::note_appended`]).
     rank: u32,
@@ -153,6 +155,7 @@ pub(crate) fn run(cfg: ClusterConfig, sh: Arc<Shared>, events: Sender<TimedEvent
         ready: None,
         last_published: None,
         last_publish_ns: 0,
+        failures: 0,
         rank,
         rank_appended: false,
         last_campaign_ns: 0,
@@ -206,6 +209,7 @@ impl Node {
                     backoff = BACKOFF_MIN_MS;
                 }
                 Err(e) => {
+                    self.failures += 1;
                     self.emit(ClusterEvent::EtcdUnavailable {
                         error: e.to_string(),
                     });
@@ -257,6 +261,10 @@ impl Node {
             client.watch(self.keys.prefix.clone(), Some(wopts)),
         )
         .await?;
+        if self.failures > 0 {
+            let failures = std::mem::take(&mut self.failures);
+            self.emit(ClusterEvent::EtcdReconnected { failures });
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(TICK_MS));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
         let mut ka_sent: Option<u64> = None;
