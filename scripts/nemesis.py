@@ -484,6 +484,7 @@ class Schedule:
             res["beyond_tolerance"] = str(e)
         except Exception as e:  # noqa: BLE001 - a schedule that could not run is reported
             res["error"] = str(e)
+            self.dump_status()
         finally:
             # A schedule cut short by an error must not leave its client running: the
             # next schedule's pktgen (same EAL file prefix) could not start.
@@ -503,6 +504,14 @@ class Schedule:
             res["wall_s"] = round(time.monotonic() - self.t0, 1)
         res.update(self.survivors(res))
         return res
+
+    def dump_status(self):
+        """Every answering node's /kvd/replication beside its log (statusK.json): what
+        a schedule that did not heal left behind."""
+        for n in self.nodes:
+            if n.proc is not None and not n.frozen:
+                with open(os.path.join(self.d, f"status{n.k}.json"), "w") as f:
+                    json.dump(n.status(), f, indent=1)
 
     def check(self, s0, s1, r, m, sampler):
         changed = [k for k in s0 if k in s1 and s1[k] != s0[k]]
