@@ -60,6 +60,10 @@ struct Args {
     /// server.idle_yield_polls; 0 = pure busy polling).
     #[arg(long)]
     idle_yield_polls: Option<u32>,
+    /// What idle lcores do: poll, yield or adaptive (overrides server.idle;
+    /// docs/OPERATIONS.md "Idle lcores").
+    #[arg(long, value_parser = parse_idle)]
+    idle: Option<kvconf::IdleMode>,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
     #[arg(long)]
     pdump: bool,
@@ -120,6 +124,15 @@ struct Args {
 }
 
 /// A `--inject-*` probability: a number in [0, 1].
+fn parse_idle(s: &str) -> Result<kvconf::IdleMode, String> {
+    match s {
+        "poll" => Ok(kvconf::IdleMode::Poll),
+        "yield" => Ok(kvconf::IdleMode::Yield),
+        "adaptive" => Ok(kvconf::IdleMode::Adaptive),
+        _ => Err(format!("{s:?}: expected poll, yield or adaptive")),
+    }
+}
+
 fn parse_probability(s: &str) -> Result<f64, String> {
     let p: f64 = s.parse().map_err(|e| format!("{s:?}: {e}"))?;
     if (0.0..=1.0).contains(&p) {
@@ -208,7 +221,7 @@ fn start_replication(
     inline: bool,
     pool: &Arc<Mempool>,
     deadline: Option<Instant>,
-    idle_polls: u32,
+    idle: dpdk::IdlePolicy,
 ) -> Result<ReplRun, Box<dyn std::error::Error>> {
     let mut run = ReplRun {
         handle: None,
@@ -241,7 +254,7 @@ fn start_replication(
     let (links, logic, status) = (r.links, r.logic, r.status.clone());
     run.handle = Some(dpdk::lcore::launch_on(r.lcore, move || {
         let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
-        replicator::run(rep, &QUIT, deadline, idle_polls)
+        replicator::run(rep, &QUIT, deadline, idle)
     })?);
     Ok(run)
 }
@@ -345,11 +358,9 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut work = assign_work(stores, queues, rings, &ctl)?;
     let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
     let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
-    let idle_polls = wcfg.idle_yield_polls;
+    let idle = wcfg.idle;
     let inline = args.repl_inline;
-    let rr = start_replication(
-        repl, &mut work, plan.role, inline, &pool, deadline, idle_polls,
-    )?;
+    let rr = start_replication(repl, &mut work, plan.role, inline, &pool, deadline, idle)?;
     let stores = run_workers(work, &worker_lcores, &pool, &stats, wcfg)?;
     let frames_lost = match rr.handle {
         Some(h) => h.wait().map_err(|e| format!("replication lcore: {e}"))?,

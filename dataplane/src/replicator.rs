@@ -207,6 +207,15 @@ impl Replicator {
         }
     }
 
+    /// The idle policy slept `us` microseconds (published for `/kvd/replication`).
+    #[cold]
+    fn note_sleep(&self, us: u32) {
+        if let Some(s) = &self.status {
+            s.idle_sleeps.fetch_add(1, Ordering::Relaxed);
+            s.idle_sleep_us.fetch_add(u64::from(us), Ordering::Relaxed);
+        }
+    }
+
     /// Publishes the memif client links' states and redials into `status`.
     pub fn with_status(mut self, status: Arc<ReplStatus>) -> Self {
         self.status = Some(status);
@@ -303,15 +312,18 @@ pub fn run(
     mut r: Replicator,
     quit: &AtomicBool,
     deadline: Option<Instant>,
-    idle_yield_polls: u32,
+    idle: dpdk::IdlePolicy,
 ) -> u64 {
     let hz = tsc::hz().max(1);
     let check_ticks = hz / 100;
     let mut next_check = tsc::now() + check_ticks;
-    let mut backoff = IdleBackoff::new(idle_yield_polls);
+    let mut backoff = IdleBackoff::with_policy(idle);
     loop {
         let busy = r.poll_once();
-        backoff.poll(!busy);
+        let slept = backoff.poll(!busy);
+        if slept > 0 {
+            r.note_sleep(slept);
+        }
         let now = tsc::now();
         if now >= next_check {
             next_check = now + check_ticks;

@@ -328,6 +328,21 @@ pub fn print_banner(
     );
 }
 
+/// What idle lcores do (`server.idle`, `--idle`; docs/OPERATIONS.md "Idle lcores").
+pub fn idle_policy(plan: &Plan, args: &Args) -> dpdk::IdlePolicy {
+    let s = &plan.cfg.server;
+    let after = args.idle_yield_polls.unwrap_or(s.idle_yield_polls);
+    match args.idle.unwrap_or(s.idle) {
+        kvconf::IdleMode::Poll => dpdk::IdlePolicy::Poll,
+        kvconf::IdleMode::Yield => dpdk::IdleBackoff::new(after).policy(),
+        kvconf::IdleMode::Adaptive => dpdk::IdlePolicy::Sleep {
+            after,
+            min_us: 1,
+            max_us: s.idle_sleep_max_us.max(1),
+        },
+    }
+}
+
 /// The worker loop's settings.
 pub fn worker_config(
     plan: &Plan,
@@ -343,7 +358,7 @@ pub fn worker_config(
         stats_interval: std::time::Duration::from_secs(interval),
         printed: Vec::new(),
         deadline,
-        idle_yield_polls: args.idle_yield_polls.unwrap_or(cfg.server.idle_yield_polls),
+        idle: idle_policy(plan, args),
         inject: crate::inject_config(args)?,
         rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
         latency_sample_every: cfg.server.latency_sample_every,

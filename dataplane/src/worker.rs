@@ -92,7 +92,7 @@ pub struct WorkerConfig {
     pub deadline: Option<Instant>,
     /// Consecutive empty polls after which every further empty poll yields the CPU
     /// (0: never).
-    pub idle_yield_polls: u32,
+    pub idle: dpdk::IdlePolicy,
     /// Faults injected into the frames this worker transmits (`--inject-*`); `None`
     /// (no fault) costs one branch per frame. Worker `w` draws from `seed + w`.
     pub inject: Option<FaultConfig>,
@@ -430,7 +430,7 @@ pub fn run(
     control_tick(ctl, &mut store.server);
     // Snapshots: picked up in the control tick, scanned a little per iteration.
     let mut snap = WorkerSnap::new(handoff.me as usize);
-    let mut idle = IdleBackoff::new(cfg.idle_yield_polls);
+    let mut idle = IdleBackoff::with_policy(cfg.idle);
     let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
     stats
         .latency
@@ -500,7 +500,18 @@ pub fn run(
         if !idle_now {
             stats.busy_cycles.add(tsc::now().wrapping_sub(iter_start));
         }
-        idle.poll(idle_now);
+        // Held responses (sync mode) wait for the replicas: yield, never sleep.
+        let holding = tx.hold.as_ref().is_some_and(|h| !h.q.is_empty());
+        let slept = if idle_now && holding {
+            idle.poll_waiting();
+            0
+        } else {
+            idle.poll(idle_now)
+        };
+        if slept > 0 {
+            stats.idle_sleeps.inc();
+            stats.idle_sleep_us.add(u64::from(slept));
+        }
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
             if quit.load(Ordering::Relaxed) || cfg.deadline.is_some_and(|d| Instant::now() >= d) {

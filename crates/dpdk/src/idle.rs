@@ -1,61 +1,180 @@
-//! Idle backoff for poll-mode loops (pure Rust, no DPDK call).
+//! What a poll-mode loop does while it has nothing to do (pure Rust, no DPDK call).
+//!
+//! Three policies ([`IdlePolicy`]):
+//! * `Poll`: keep polling (a dedicated core; the lowest latency, a whole core always);
+//! * `Yield`: after `after` empty polls in a row, `sched_yield` on every further
+//!   empty poll, so a thread sharing the core runs instead of waiting out a
+//!   scheduler slice; on a dedicated core it returns at once (a syscall per idle
+//!   poll, a whole core still);
+//! * `Sleep`: after `after` empty polls in a row, sleep (`nanosleep`) for a time
+//!   that starts at `min_us` and doubles on each further empty poll up to `max_us`;
+//!   any work resets it. An idle loop then costs a wake-up per `max_us`, and the
+//!   first packet after a quiet spell waits at most `max_us` (plus the kernel's
+//!   timer slack). Work never sleeps: a loop that found work does not idle, and
+//!   the loop's own timers (tx drain, probes, retransmission) are late by at most
+//!   one sleep. DPDK's PMD power management `pause` mode and VPP's adaptive mode
+//!   are the same idea; Rx interrupts (where a port has them) are the next step.
 
-/// Gives the CPU away while a poll loop has nothing to do.
-///
-/// A poll-mode loop that shares its core with another busy thread (here: pktgen on a
-/// 2-core host, or two workers on one core) would otherwise keep the core for a whole
-/// scheduler slice (milliseconds) while the other thread holds the work it waits for.
-/// After `after` empty polls in a row every further empty poll calls `sched_yield`:
-/// on a dedicated core it returns at once (no other runnable thread), so it costs a
-/// syscall per idle poll and never touches a busy loop. DPDK's own answer to the same
-/// problem is its PMD power management (pause or sleep on empty polls).
+use std::time::Duration;
+
+/// A poll loop's idle policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdlePolicy {
+    /// Never give the CPU away.
+    Poll,
+    /// `sched_yield` on every empty poll after `after` in a row.
+    Yield {
+        /// Empty polls in a row before the first yield.
+        after: u32,
+    },
+    /// Sleep on empty polls after `after` in a row, `min_us` doubling to `max_us`.
+    Sleep {
+        /// Empty polls in a row before the first sleep.
+        after: u32,
+        /// First sleep, microseconds (at least 1).
+        min_us: u32,
+        /// Longest sleep, microseconds.
+        max_us: u32,
+    },
+}
+
+/// The idle policy applied to one loop, with what it did.
 pub struct IdleBackoff {
-    after: u32,
+    policy: IdlePolicy,
     empty: u32,
+    next_us: u32,
+    /// Sleeps taken (policy `Sleep`).
+    pub sleeps: u64,
+    /// Microseconds asked to sleep in total (the kernel may add its timer slack).
+    pub slept_us: u64,
 }
 
 impl IdleBackoff {
-    /// Yields after `after` consecutive empty polls (0: never yields).
+    /// Policy `Yield { after }` (0: never yields, i.e. `Poll`).
     pub fn new(after: u32) -> Self {
-        IdleBackoff { after, empty: 0 }
+        Self::with_policy(if after == 0 {
+            IdlePolicy::Poll
+        } else {
+            IdlePolicy::Yield { after }
+        })
     }
 
-    /// Records one poll; yields when it was empty and the loop has idled long enough.
-    /// Returns whether it yielded.
+    /// A loop following `policy`.
+    pub fn with_policy(policy: IdlePolicy) -> Self {
+        let next_us = match policy {
+            IdlePolicy::Sleep { min_us, .. } => min_us.max(1),
+            _ => 0,
+        };
+        IdleBackoff {
+            policy,
+            empty: 0,
+            next_us,
+            sleeps: 0,
+            slept_us: 0,
+        }
+    }
+
+    /// The policy.
+    pub fn policy(&self) -> IdlePolicy {
+        self.policy
+    }
+
+    /// Records one poll; gives the CPU away as the policy says when it was empty and
+    /// the loop has idled long enough. Returns the microseconds it asked to sleep
+    /// (0: it did not sleep; a yield counts 0).
     #[inline]
-    pub fn poll(&mut self, empty: bool) -> bool {
-        if !empty || self.after == 0 {
+    pub fn poll(&mut self, empty: bool) -> u32 {
+        let after = match self.policy {
+            IdlePolicy::Poll => return 0,
+            IdlePolicy::Yield { after } | IdlePolicy::Sleep { after, .. } => after,
+        };
+        if !empty {
             self.empty = 0;
-            return false;
+            if let IdlePolicy::Sleep { min_us, .. } = self.policy {
+                self.next_us = min_us.max(1);
+            }
+            return 0;
         }
-        if self.empty < self.after {
+        if self.empty < after {
             self.empty += 1;
-            return false;
+            return 0;
         }
-        std::thread::yield_now();
-        true
+        match self.policy {
+            IdlePolicy::Sleep { max_us, .. } => self.sleep(max_us),
+            _ => {
+                std::thread::yield_now();
+                0
+            }
+        }
+    }
+
+    /// [`Self::poll`] for a loop waiting on another lcore (e.g. for replicas to
+    /// acknowledge a held response): it yields instead of sleeping, so the answer is
+    /// seen as soon as it comes.
+    #[inline]
+    pub fn poll_waiting(&mut self) {
+        let after = match self.policy {
+            IdlePolicy::Poll => return,
+            IdlePolicy::Yield { after } | IdlePolicy::Sleep { after, .. } => after,
+        };
+        if self.empty < after {
+            self.empty += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+
+    #[cold]
+    fn sleep(&mut self, max_us: u32) -> u32 {
+        let us = self.next_us;
+        std::thread::sleep(Duration::from_micros(u64::from(us)));
+        self.sleeps += 1;
+        self.slept_us += u64::from(us);
+        self.next_us = us.saturating_mul(2).min(max_us.max(1));
+        us
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::IdleBackoff;
+    use super::{IdleBackoff, IdlePolicy};
 
     #[test]
     fn yields_only_after_enough_empty_polls_in_a_row() {
         let mut b = IdleBackoff::new(3);
-        assert!(!b.poll(true));
-        assert!(!b.poll(true));
-        assert!(!b.poll(true));
-        assert!(b.poll(true), "fourth empty poll in a row yields");
-        assert!(b.poll(true), "and every one after it");
-        assert!(!b.poll(false), "work resets the count");
-        assert!(!b.poll(true));
+        for _ in 0..3 {
+            assert_eq!(b.poll(true), 0);
+        }
+        assert_eq!(b.empty, 3, "the fourth empty poll in a row yields");
+        assert_eq!(b.poll(true), 0, "a yield sleeps 0 us");
+        assert_eq!(b.poll(false), 0);
+        assert_eq!(b.empty, 0, "work resets the count");
+        assert_eq!(b.policy(), IdlePolicy::Yield { after: 3 });
+        assert_eq!(b.sleeps, 0);
     }
 
     #[test]
-    fn zero_never_yields() {
+    fn zero_is_poll() {
         let mut b = IdleBackoff::new(0);
-        assert!((0..1000).all(|_| !b.poll(true)));
+        assert_eq!(b.policy(), IdlePolicy::Poll);
+        assert!((0..1000).all(|_| b.poll(true) == 0));
+        assert_eq!(b.sleeps, 0);
+    }
+
+    #[test]
+    fn sleeps_double_to_the_cap_and_work_resets_them() {
+        let mut b = IdleBackoff::with_policy(IdlePolicy::Sleep {
+            after: 2,
+            min_us: 1,
+            max_us: 5,
+        });
+        let got: Vec<u32> = (0..7).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [0, 0, 1, 2, 4, 5, 5]);
+        assert_eq!((b.sleeps, b.slept_us), (5, 17));
+        assert_eq!(b.poll(false), 0, "work never sleeps");
+        let got: Vec<u32> = (0..4).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [0, 0, 1, 2], "and starts the back-off again");
+        b.poll_waiting();
+        assert_eq!(b.sleeps, 7, "waiting on another lcore yields, never sleeps");
     }
 }

@@ -125,6 +125,15 @@ pub struct ServerConfig {
     /// busy polling). Costs nothing under load: a busy worker never polls empty.
     #[serde(default = "default_idle_yield_polls")]
     pub idle_yield_polls: u32,
+    /// What a worker or replication lcore does once `idle_yield_polls` empty polls
+    /// in a row found nothing ([`IdleMode`]; default `yield`).
+    #[serde(default)]
+    pub idle: IdleMode,
+    /// `idle: adaptive`: the longest sleep, microseconds (the first is 1 µs,
+    /// doubling while the loop stays idle): the most an idle lcore adds to the first
+    /// request after a quiet spell, and one wake-up per this long while idle.
+    #[serde(default = "default_idle_sleep_max_us")]
+    pub idle_sleep_max_us: u32,
     /// Reservation station mode: `true` (default) executes dependent operations out of
     /// order with data forwarding (KV-Direct); `false` stalls the pipeline on every key
     /// conflict instead (the paper's baseline). See docs/OPERATIONS.md.
@@ -258,6 +267,26 @@ fn default_latency_sample_every() -> u32 {
 
 fn default_idle_yield_polls() -> u32 {
     64
+}
+
+fn default_idle_sleep_max_us() -> u32 {
+    1000
+}
+
+/// What an lcore does on empty polls (docs/OPERATIONS.md, "Idle lcores").
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum IdleMode {
+    /// Keep polling: a dedicated core, the lowest latency, a whole core always.
+    Poll,
+    /// `sched_yield` on empty polls: a thread sharing the core runs; a whole core
+    /// still when alone on it.
+    #[default]
+    Yield,
+    /// Sleep on empty polls, 1 µs doubling to `idle_sleep_max_us`: an idle lcore
+    /// costs next to nothing, the first request after a quiet spell waits up to the
+    /// longest sleep.
+    Adaptive,
 }
 
 fn default_ooo() -> bool {

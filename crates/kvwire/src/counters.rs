@@ -169,6 +169,12 @@ macro_rules! worker_counters {
             /// e.g. for its cycles per PUT (`scripts/bench_replication.py`).
             busy_cycles: "TSC cycles of the worker's loop iterations that did work.",
                 Family("kvd_busy_cycles_total"), false;
+            /// Sleeps of the idle policy `adaptive` (docs/OPERATIONS.md "Idle lcores").
+            idle_sleeps: "Sleeps of an idle worker (server.idle adaptive).",
+                Family("kvd_idle_sleeps_total"), false;
+            /// Microseconds those sleeps asked for (the kernel adds its timer slack).
+            idle_sleep_us: "Microseconds an idle worker asked to sleep.",
+                Family("kvd_idle_sleep_microseconds_total"), false;
             /// Sync mode: held responses freed unsent because the node stopped being a
             /// master (their writes may not be on the new one; the clients retry).
             sync_dropped: "Held responses freed unsent when the node stopped being master.",

@@ -118,6 +118,10 @@ pub struct ReplStatus {
     pub link_up: [AtomicU64; MAX_PEERS],
     /// Per link, times a memif client link was redialed.
     pub link_redials: [AtomicU64; MAX_PEERS],
+    /// Sleeps of the replication lcore's idle policy (`server.idle: adaptive`).
+    pub idle_sleeps: AtomicU64,
+    /// Microseconds those sleeps asked for.
+    pub idle_sleep_us: AtomicU64,
     /// Link names (set once at start-up).
     pub link_names: std::sync::OnceLock<Vec<String>>,
     /// Times this node became master through an election (etcd).
@@ -221,6 +225,8 @@ impl ReplStatus {
                     "relay",
                     "log_file",
                     "links",
+                    "idle_sleeps",
+                    "idle_sleep_us",
                 ] {
                     o.remove(k);
                 }
@@ -251,6 +257,8 @@ impl ReplStatus {
             },
             "peers": Value::Object(peers),
             "links": link_states,
+            "idle_sleeps": self.idle_sleeps.load(Relaxed),
+            "idle_sleep_us": self.idle_sleep_us.load(Relaxed),
             "log_file": log,
             "relay": relay,
         })
