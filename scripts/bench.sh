@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|paper|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|idle|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -83,6 +83,12 @@ case "$suite" in
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p ctlplane
     exec python3 scripts/nemesis.py "$@" ;;
+  idle)
+    # Idle lcores (issue 31): poll vs yield vs adaptive, idle CPU, saturation, half
+    # and sparse load (results/idle.json).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    exec python3 scripts/bench_idle.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|paper|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|idle|paper|all}" >&2; exit 2 ;;
 esac
