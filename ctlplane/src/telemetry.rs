@@ -40,11 +40,13 @@ pub fn socket_path(file_prefix: &str) -> PathBuf {
     runtime_dir(file_prefix).join("dpdk_telemetry.v2")
 }
 
-/// Connects a `SOCK_SEQPACKET` unix socket to `path`. The connected socket is
+/// Connects a `SOCK_SEQPACKET` unix socket to `path`, waiting at most `timeout`
+/// (a frozen process's full listen queue blocks a connect). The connected socket is
 /// handed out as a `UnixStream`: its `read`/`write`/timeouts are plain fd calls
-/// that keep message boundaries on a seqpacket socket (one `read` = one message).
+/// that keep message boundaries on a seqpacket socket (one `read` = one message);
+/// both timeouts are set to `timeout`.
 #[allow(unsafe_code)]
-fn connect_seqpacket(path: &Path) -> io::Result<UnixStream> {
+fn connect_seqpacket(path: &Path, timeout: Duration) -> io::Result<UnixStream> {
     let bytes = path.as_os_str().as_bytes();
     let mut addr = libc::sockaddr_un {
         sun_family: libc::AF_UNIX as libc::sa_family_t,
@@ -66,11 +68,15 @@ fn connect_seqpacket(path: &Path) -> io::Result<UnixStream> {
     }
     // SAFETY: `fd` is a freshly created descriptor that nothing else owns.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // A unix socket's connect waits at most its send timeout.
+    let sock = UnixStream::from(fd);
+    sock.set_read_timeout(Some(timeout))?;
+    sock.set_write_timeout(Some(timeout))?;
     // SAFETY: `addr` is a fully initialised sockaddr_un that outlives the call and
     // the length passed is its size; `fd` is open.
     let rc = unsafe {
         libc::connect(
-            fd.as_raw_fd(),
+            sock.as_raw_fd(),
             (&addr as *const libc::sockaddr_un).cast::<libc::sockaddr>(),
             std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
         )
@@ -78,7 +84,7 @@ fn connect_seqpacket(path: &Path) -> io::Result<UnixStream> {
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok(UnixStream::from(fd))
+    Ok(sock)
 }
 
 /// A connection to one DPDK process's telemetry.
@@ -94,8 +100,14 @@ pub struct Telemetry {
 impl Telemetry {
     /// Connects to the process started with `--file-prefix file_prefix`.
     pub fn connect(file_prefix: &str) -> Result<Telemetry, String> {
+        Telemetry::connect_within(file_prefix, REPLY_TIMEOUT)
+    }
+
+    /// Connects to the process started with `--file-prefix file_prefix`, waiting at
+    /// most `timeout` for the connection, for the greeting and for each reply after.
+    pub fn connect_within(file_prefix: &str, timeout: Duration) -> Result<Telemetry, String> {
         let path = socket_path(file_prefix);
-        Telemetry::connect_path(&path).map_err(|e| {
+        Telemetry::connect_path_within(&path, timeout).map_err(|e| {
             format!(
                 "{e} (is a dataplane running with --file-prefix {file_prefix}? socket {})",
                 path.display()
@@ -103,15 +115,19 @@ impl Telemetry {
         })
     }
 
-    /// Connects to the telemetry socket at `path`.
-    pub fn connect_path(path: &Path) -> Result<Telemetry, String> {
-        let sock = connect_seqpacket(path).map_err(|e| format!("connect: {e}"))?;
-        sock.set_read_timeout(Some(REPLY_TIMEOUT))
-            .map_err(|e| e.to_string())?;
+    /// Connects to the telemetry socket at `path`, waiting at most `timeout` for each
+    /// step.
+    pub fn connect_path_within(path: &Path, timeout: Duration) -> Result<Telemetry, String> {
+        let sock = connect_seqpacket(path, timeout).map_err(|e| match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                format!("connect: no answer within {timeout:?}")
+            }
+            _ => format!("connect: {e}"),
+        })?;
         let mut t = Telemetry {
             sock,
             buf: vec![0; 64 * 1024],
-            timeout: REPLY_TIMEOUT,
+            timeout,
             pid: 0,
         };
         let hello = t.read_json()?;

@@ -130,6 +130,21 @@ print(f"dashboard: {len(d['panels'])} panels, {len(used)} metrics")
 PY
 pass "configs/grafana/kvd-dashboard.json parses; its metrics are exported"
 
+# Dataplane frozen (SIGSTOP): a scrape still ends within the exporter's budget
+# (--timeout-ms 3000, under the 4 s scrape timeout the docs configure), kvd_up 0;
+# the next scrape after SIGCONT is up again.
+kill -STOP "$DP_PID"
+t0=$(date +%s.%N)
+scrape frozen
+t1=$(date +%s.%N)
+kill -CONT "$DP_PID"
+secs=$(python3 -c "print(round($t1 - $t0, 2))")
+[ "$(msum frozen kvd_up)" = 0 ] || { cat "$E2E_TMP/frozen.prom"; fail "frozen: want kvd_up 0"; }
+python3 -c "import sys; sys.exit(0 if $secs < 4 else 1)" || fail "frozen: the scrape took $secs s (budget 3 s)"
+scrape thawed
+[ "$(msum thawed kvd_up)" = 1 ] || fail "thawed: kvd_up $(msum thawed kvd_up)"
+pass "dataplane frozen: scrape answered in $secs s with kvd_up 0, up again after SIGCONT"
+
 # Dataplane gone: the exporter keeps answering, with kvd_up 0 only.
 stop_dataplane
 scrape down

@@ -27,9 +27,10 @@ pub struct MetricsArgs {
     /// printed).
     #[arg(long, default_value = "127.0.0.1:9464")]
     pub listen: String,
-    /// How long one telemetry reply may take, in ms (keep it under the scrape
-    /// timeout).
-    #[arg(long, default_value_t = 5000)]
+    /// The most one scrape may take, in ms: connect, greeting and every reply
+    /// (keep it under Prometheus's scrape_timeout; a dataplane that does not answer
+    /// in time is `kvd_up 0`).
+    #[arg(long, default_value_t = 2500)]
     pub timeout_ms: u64,
     #[command(flatten)]
     pub target: Target,

@@ -7,7 +7,7 @@ use crate::telemetry::Telemetry;
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder, TextEncoder};
 use serde_json::Value;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Help of `kvd_up`.
 const UP_HELP: &str =
@@ -16,6 +16,8 @@ const UP_HELP: &str =
 /// Where the metrics come from: the dataplane started with one EAL file prefix.
 pub struct Source {
     prefix: String,
+    /// The budget of one scrape: every telemetry step of it (connect, greeting,
+    /// each reply, a retry on a fresh connection) ends within it.
     timeout: Duration,
     conn: Option<Telemetry>,
     mono: Monotonic,
@@ -31,8 +33,8 @@ const MAX_WORKERS: u64 = 1024;
 /// (`/kvd/stats,W`): with its latency histogram a worker's dict is about 2 KB and
 /// DPDK caps a telemetry reply at 16 KB, so one `/kvd/stats` reply could not hold
 /// many workers. The `total` dict is left out (PromQL sums the workers).
-fn per_worker_stats(t: &mut Telemetry) -> Result<Value, String> {
-    let mut all = t.query("/kvd/stats,0")?;
+fn per_worker_stats(t: &mut Telemetry, deadline: Instant) -> Result<Value, String> {
+    let mut all = query_by(t, "/kvd/stats,0", deadline)?;
     let n = all
         .get("workers")
         .and_then(Value::as_u64)
@@ -41,7 +43,7 @@ fn per_worker_stats(t: &mut Telemetry) -> Result<Value, String> {
         return Err(format!("/kvd/stats: {n} workers?"));
     }
     for w in 1..n {
-        let mut one = t.query(&format!("/kvd/stats,{w}"))?;
+        let mut one = query_by(t, &format!("/kvd/stats,{w}"), deadline)?;
         let id = w.to_string();
         let dict = one
             .get_mut("per_worker")
@@ -54,6 +56,21 @@ fn per_worker_stats(t: &mut Telemetry) -> Result<Value, String> {
             .insert(id, dict);
     }
     Ok(all)
+}
+
+/// The time left until `deadline`, or an error once it passed.
+fn left(deadline: Instant) -> Result<Duration, String> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err("the scrape's time is up".into());
+    }
+    Ok(d)
+}
+
+/// `cmd`'s reply, which must come before `deadline`.
+fn query_by(t: &mut Telemetry, cmd: &str, deadline: Instant) -> Result<Value, String> {
+    t.set_timeout(left(deadline)?)?;
+    t.query(cmd)
 }
 
 impl Source {
@@ -71,10 +88,9 @@ impl Source {
 
     /// The telemetry connection, opened if there is none. A new connection may be
     /// to a new dataplane process: counters start from scratch.
-    fn conn(&mut self) -> Result<&mut Telemetry, String> {
+    fn conn(&mut self, deadline: Instant) -> Result<&mut Telemetry, String> {
         if self.conn.is_none() {
-            let mut t = Telemetry::connect(&self.prefix)?;
-            t.set_timeout(self.timeout)?;
+            let t = Telemetry::connect_within(&self.prefix, left(deadline)?)?;
             self.mono.reset();
             self.conn = Some(t);
         }
@@ -84,10 +100,10 @@ impl Source {
     }
 
     /// `/kvd/stats` and `/kvd/engine`. Any error drops the connection.
-    fn query(&mut self) -> Result<(Value, Value), String> {
-        let r = self.conn().and_then(|t| {
-            let stats = per_worker_stats(t)?;
-            let engine = t.query("/kvd/engine")?;
+    fn query(&mut self, deadline: Instant) -> Result<(Value, Value), String> {
+        let r = self.conn(deadline).and_then(|t| {
+            let stats = per_worker_stats(t, deadline)?;
+            let engine = query_by(t, "/kvd/engine", deadline)?;
             Ok((stats, engine))
         });
         if r.is_err() {
@@ -98,11 +114,12 @@ impl Source {
 
     /// The families of one scrape from the replies, or the error.
     fn families_up(&mut self) -> Result<Vec<MetricFamily>, String> {
+        let deadline = Instant::now() + self.timeout;
         let had_conn = self.conn.is_some();
-        let (stats, engine) = match self.query() {
+        let (stats, engine) = match self.query(deadline) {
             // A kept connection fails first after the dataplane restarted: try a
-            // fresh one at once.
-            Err(_) if had_conn => self.query()?,
+            // fresh one at once, within the same budget.
+            Err(_) if had_conn => self.query(deadline)?,
             r => r?,
         };
         let mut f = Families::new(&mut self.mono);
