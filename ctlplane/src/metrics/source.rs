@@ -24,6 +24,9 @@ pub struct Source {
     /// Whether the last scrape reached the dataplane (`None` before the first):
     /// changes are logged to stderr, once each.
     was_up: Option<bool>,
+    /// Scrapes served, and those that could not read the dataplane.
+    scrapes: u64,
+    scrape_errors: u64,
 }
 
 /// Caps the workers asked for one by one (a reply names the count).
@@ -83,6 +86,8 @@ impl Source {
             conn: None,
             mono: Monotonic::default(),
             was_up: None,
+            scrapes: 0,
+            scrape_errors: 0,
         }
     }
 
@@ -131,8 +136,11 @@ impl Source {
     /// Every metric of one scrape: the dataplane's, with `kvd_up 1`; or only
     /// `kvd_up 0` when the dataplane cannot be reached or answers out of format.
     pub fn scrape(&mut self) -> Vec<MetricFamily> {
+        let t0 = Instant::now();
         let r = self.families_up();
         let up = r.is_ok();
+        self.scrapes += 1;
+        self.scrape_errors += u64::from(!up);
         if self.was_up != Some(up) {
             match &r {
                 Ok(_) => eprintln!("ctlplane metrics: dataplane {} reachable", self.prefix),
@@ -140,12 +148,49 @@ impl Source {
             }
             self.was_up = Some(up);
         }
-        r.unwrap_or_else(|_| {
+        let mut families = r.unwrap_or_else(|_| {
             let mut mono = Monotonic::default();
             let mut f = Families::new(&mut mono);
             f.gauge("kvd_up", UP_HELP, &[], 0.0);
             f.finish()
-        })
+        });
+        families.extend(self.own_families(t0.elapsed()));
+        families
+    }
+
+    /// The exporter's own series, up or down: its build, its scrapes and the time
+    /// this one took.
+    fn own_families(&self, took: Duration) -> Vec<MetricFamily> {
+        let mut mono = Monotonic::default();
+        let mut f = Families::new(&mut mono);
+        f.gauge(
+            "kvd_build_info",
+            "The exporter's build (always 1): version and the dataplane prefix it reads.",
+            &[
+                ("version", env!("CARGO_PKG_VERSION")),
+                ("prefix", &self.prefix),
+            ],
+            1.0,
+        );
+        f.counter(
+            "kvd_exporter_scrapes_total",
+            "Scrapes the exporter served.",
+            &[],
+            self.scrapes,
+        );
+        f.counter(
+            "kvd_exporter_scrape_errors_total",
+            "Scrapes that could not read the dataplane (kvd_up 0).",
+            &[],
+            self.scrape_errors,
+        );
+        f.gauge(
+            "kvd_exporter_scrape_seconds",
+            "How long reading the dataplane took in this scrape.",
+            &[],
+            took.as_secs_f64(),
+        );
+        f.finish()
     }
 
     /// One scrape in the Prometheus text exposition format (version 0.0.4).

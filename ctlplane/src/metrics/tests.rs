@@ -338,13 +338,20 @@ fn malformed_replies_are_errors() {
 const DOWN: &str = "kvd-no-such-prefix-for-metrics-tests";
 
 #[test]
-fn dataplane_down_exports_only_kvd_up_0() {
+fn dataplane_down_exports_only_kvd_up_0_and_the_exporters_own() {
     let mut src = Source::new(DOWN.into(), Duration::from_millis(200));
-    for _ in 0..2 {
+    for n in 1..=2 {
         let text = src.exposition().unwrap();
         let (families, samples) = parse(&text);
-        assert_eq!(families.len(), 1, "{text}");
-        assert_eq!(samples, [("kvd_up".to_string(), vec![], 0.0)]);
+        let own = |name: &str| name.starts_with("kvd_exporter_") || name == "kvd_build_info";
+        let theirs: Vec<_> = samples.iter().filter(|s| !own(&s.0)).collect();
+        assert_eq!(theirs, [&("kvd_up".to_string(), vec![], 0.0)], "{text}");
+        assert_eq!(families.len(), 5, "{text}");
+        let value = |name: &str| samples.iter().find(|s| s.0 == name).unwrap().2;
+        assert_eq!(value("kvd_exporter_scrapes_total"), f64::from(n));
+        assert_eq!(value("kvd_exporter_scrape_errors_total"), f64::from(n));
+        assert_eq!(value("kvd_build_info"), 1.0);
+        assert!(value("kvd_exporter_scrape_seconds") < 1.0, "{text}");
     }
 }
 
@@ -374,7 +381,8 @@ fn http_server_answers_metrics_root_and_404() {
         "{m}"
     );
     assert!(m.contains("text/plain; version=0.0.4"), "{m}");
-    assert!(m.ends_with("\nkvd_up 0\n"), "{m}");
+    assert!(m.contains("\nkvd_up 0\n"), "{m}");
+    assert!(m.contains("\nkvd_exporter_scrapes_total 1\n"), "{m}");
     assert!(get(&addr, "/").contains("/metrics"));
     assert!(get(&addr, "/nope").contains(" 404 "));
     server.unblock();
