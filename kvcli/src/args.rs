@@ -1,6 +1,6 @@
 //! Command-line arguments (clap): where the server is, output options, commands.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use std::path::PathBuf;
 
 /// Exit codes, shown in `--help` (docs/CLIENTS.md has the same table).
@@ -312,8 +312,42 @@ impl Cmd {
 /// Command names for completion and `help` in the interactive mode.
 pub const COMMANDS: &[&str] = &[
     "get", "put", "del", "incr", "cas", "update", "vput", "vget", "vadd", "vupdate", "vapply",
-    "reduce", "filter", "stats", "help", "quit", "exit",
+    "reduce", "filter", "stats", "tx", "help", "quit", "exit",
 ];
+
+/// Lowercases the command word of `args` (the arguments after the binary name, or
+/// the words of one interactive line): command names are case-insensitive, as in
+/// redis-cli (`GET k` is `get k`); keys and values keep their case. The command word
+/// is the first word that is neither an option nor the value of one (options that
+/// take a value are found in the parser's own definition).
+pub fn fold_command_case(args: &mut [String]) {
+    let cli = Cli::command();
+    let takes_value = |long: &str| {
+        cli.get_arguments()
+            .any(|a| a.get_long() == Some(long) && a.get_action().takes_values())
+    };
+    let mut i = 0;
+    while i < args.len() {
+        let w = &args[i];
+        if let Some(long) = w.strip_prefix("--") {
+            i += if !long.contains('=') && takes_value(long) {
+                2
+            } else {
+                1
+            };
+            continue;
+        }
+        if w.len() > 1 && w.starts_with('-') {
+            i += 1;
+            continue;
+        }
+        let lower = w.to_ascii_lowercase();
+        if COMMANDS.contains(&lower.as_str()) {
+            args[i] = lower;
+        }
+        return;
+    }
+}
 
 /// One line of the interactive mode: a command and output options.
 #[derive(Debug, Parser)]
@@ -344,6 +378,26 @@ mod tests {
         assert!(c.out.json);
         assert_eq!(c.conn.iface, "x");
         assert!(matches!(c.cmd, Some(Cmd::Get { ref key }) if key == "k"));
+        for (given, want) in [
+            (&["GET", "Key"][..], &["get", "Key"][..]),
+            (
+                &["--config", "GET", "Put", "PUT", "x"],
+                &["--config", "GET", "put", "PUT", "x"],
+            ),
+            (
+                &["--json", "-i", "Vget", "K"],
+                &["--json", "-i", "vget", "K"],
+            ),
+            (
+                &["--timeout-ms=5", "INCR", "n"],
+                &["--timeout-ms=5", "incr", "n"],
+            ),
+            (&["Frobnicate"], &["Frobnicate"]),
+        ] {
+            let mut v: Vec<String> = given.iter().map(|s| s.to_string()).collect();
+            fold_command_case(&mut v);
+            assert_eq!(v, want);
+        }
         let c = Cli::try_parse_from(["kvcli", "incr", "k", "-5"]).unwrap();
         assert!(matches!(c.cmd, Some(Cmd::Incr { n: Some(ref n), .. }) if n == "-5"));
         let c = Cli::try_parse_from(["kvcli", "vput", "k", "-1,2", "-w", "2"]).unwrap();

@@ -145,6 +145,18 @@ fn nodes(a: &ConnArgs) -> Result<Vec<([u8; 6], Ipv4Addr)>, String> {
         .collect()
 }
 
+/// The interface the config's dataplane creates with net_tap (`iface=` of its
+/// `net_tap` vdev), if any.
+fn dataplane_tap(config: &std::path::Path) -> Option<String> {
+    let cfg = kvconf::Config::load(config).ok()?;
+    cfg.dataplane.vdevs.iter().find_map(|v| {
+        let mut kv = v.split(',');
+        kv.next()?.starts_with("net_tap").then_some(())?;
+        kv.find_map(|p| p.strip_prefix("iface="))
+            .map(str::to_string)
+    })
+}
+
 /// Builds the endpoint and connects — to the server, else to each `--node` in turn;
 /// on failure, the exit code and message (of the server's attempt).
 pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
@@ -167,6 +179,23 @@ pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
         r => r,
     };
     let mut c = first.map_err(|e| {
+        if let EndpointError::Kernel(kvclient::kernel::KernelError::NoSuchInterface {
+            name, ..
+        }) = &e
+        {
+            if a.server.is_none() && dataplane_tap(&a.config).as_deref() == Some(name.as_str()) {
+                // The dataplane's own net_tap interface: it exists while the dataplane
+                // runs, so the server is unreachable rather than the input wrong.
+                return (
+                    EXIT_UNREACHABLE,
+                    format!(
+                        "{e}: it is the dataplane's net_tap interface ({}): is the \
+                         dataplane running?",
+                        a.config.display()
+                    ),
+                );
+            }
+        }
         let code = match e {
             EndpointError::Unreachable(_) => EXIT_UNREACHABLE,
             EndpointError::Config(_) | EndpointError::Kernel(_) => EXIT_ERROR,

@@ -109,10 +109,11 @@ pub fn run(kv: &mut Kv, out: OutArgs) -> i32 {
                 let _ = rl.save_history(h);
             }
         }
-        let Some(words) = shlex::split(line) else {
+        let Some(mut words) = shlex::split(line) else {
             eprintln!("kvcli: unbalanced quotes in {line:?}");
             continue;
         };
+        crate::args::fold_command_case(&mut words);
         match words.first().map(String::as_str) {
             Some("quit" | "exit" | "q") => break,
             Some("help" | "?") => {

@@ -20,7 +20,20 @@ fn main() {
 }
 
 fn run() -> i32 {
-    let cli = match Cli::try_parse() {
+    let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // Command names are case-insensitive (arguments that are not UTF-8 are left
+    // to the parser as they are).
+    if let Some(mut words) = argv
+        .iter()
+        .skip(1)
+        .map(|a| a.to_str().map(str::to_string))
+        .collect::<Option<Vec<String>>>()
+    {
+        args::fold_command_case(&mut words);
+        argv.truncate(1);
+        argv.extend(words.into_iter().map(Into::into));
+    }
+    let cli = match Cli::try_parse_from(argv) {
         Ok(c) => c,
         Err(e) => {
             let _ = e.print();

@@ -86,6 +86,9 @@ check_json() {
 check put_text 0 "OK" put greeting "hello world"
 check get_text 0 "hello world" get greeting
 check get_forced_hex 0 "0x68656c6c6f20776f726c64" get greeting --hex
+# Command names are case-insensitive (redis-cli's habit); keys keep their case.
+check get_upper 0 "hello world" GET greeting
+check get_key_case 1 "" Get GREETING
 check put_hex 0 "OK" put bin 0x00ff10
 check get_hex 0 "0x00ff10" get bin
 check put_hex_key 0 "OK" put 0x6b01 v1
@@ -257,6 +260,8 @@ bounded() {  # bounded NAME ARGS...: exit 3 "server unreachable" within 5 s
 bounded unreachable_frozen get greeting --timeout-ms 500
 check_json unreachable_json 3 "d['cmd']=='get' and d['exit']==3" get greeting --timeout-ms 300
 tapns_stop
+# The dataplane's own tap is gone with it: unreachable (3), saying so.
+check_err dataplane_stopped 3 "is the dataplane running?" get greeting
 if nsx ip link add kvtap0 type veth peer name kvpeer0 2>/dev/null; then
   nsx ip link set kvpeer0 up
   nsx ip link set kvtap0 up
