@@ -293,8 +293,10 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
         Cmd::Incr { key, n } => {
             let k = v::parse_key(key)?;
             let d = v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
-            let old = kv.fetch_add(&k, Width::W8, d)?;
-            let new = old.wrapping_add(d);
+            // Counters are 8-byte two's complement integers, shown signed
+            // (docs/CLIENTS.md): `incr n -7` on 5 is -2.
+            let old = kv.fetch_add(&k, Width::W8, d)? as i64;
+            let new = old.wrapping_add(d as i64);
             j.insert("old".into(), old.into());
             j.insert("value".into(), new.into());
             ok(new.to_string())
@@ -407,6 +409,8 @@ fn cas(
     let n = v::parse_int(new, Width::W8)?;
     let old = kv.cas(&k, Width::W8, e, n)?;
     let swapped = old == e;
+    // Shown signed, as every counter (docs/CLIENTS.md).
+    let (old, e, n) = (old as i64, e as i64, n as i64);
     j.insert("swapped".into(), swapped.into());
     j.insert("old".into(), old.into());
     j.insert("value".into(), if swapped { n } else { old }.into());

@@ -204,11 +204,12 @@ fn reply_value<'py>(
                 .to_owned()
                 .into_any())
         }
-        (Kind::Incr(delta), Status::Ok) => Ok(le_u64(&r.value)
-            .wrapping_add(delta)
+        // Counters are signed 64-bit two's complement, as every client shows them
+        // (docs/CLIENTS.md).
+        (Kind::Incr(delta), Status::Ok) => Ok((le_u64(&r.value).wrapping_add(delta) as i64)
             .into_pyobject(py)?
             .into_any()),
-        (Kind::Cas, Status::Ok) => Ok(le_u64(&r.value).into_pyobject(py)?.into_any()),
+        (Kind::Cas, Status::Ok) => Ok((le_u64(&r.value) as i64).into_pyobject(py)?.into_any()),
         (_, s) => fail(s),
     }
 }

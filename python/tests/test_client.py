@@ -70,6 +70,8 @@ def test_incr(client, key):
     assert client.incr(k, 5) == 6
     assert client.incr(k, -2) == 4
     assert client.get(k) == le(4)
+    assert client.incr(k, -7) == -3  # signed, as kvcli prints it
+    assert client.incr(k, 7) == 4
     assert client.incr(k, U64 - 1) == 3  # wraps mod 2**64
     client.put(k, U64 - 1)
     assert client.incr(k, 1) == 0
@@ -84,6 +86,7 @@ def test_cas(client, key):
     assert client.get(k) == le(20)
     assert client.cas(k, 20, -1) == 20
     assert client.get(k) == le(-1)
+    assert client.cas(k, -1, 5) == -1
 
 
 def test_status_errors(client, key):

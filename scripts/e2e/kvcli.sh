@@ -104,6 +104,9 @@ check put_counter 0 "OK" put ctr 0x0000000000000000
 check incr_1 0 "1" incr ctr
 check incr_5 0 "6" incr ctr 5
 check incr_neg 0 "4" incr ctr -2
+# Counters are signed 8-byte integers: below zero prints negative.
+check incr_below_zero 0 "-3" incr ctr -7
+check incr_back 0 "4" incr ctr 7
 check cas_swaps 0 "swapped (was 4, now 10)" cas ctr 4 10
 check cas_fails 0 "not swapped (value is 10, expected 4)" cas ctr 4 11
 check get_counter 0 "0x0a00000000000000" get ctr
