@@ -123,18 +123,7 @@ pub fn mac(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<[u8; 6]> {
     )))
 }
 
-fn parse_mac(s: &str) -> Option<[u8; 6]> {
-    let mut out = [0u8; 6];
-    let mut parts = s.split([':', '-']);
-    for b in &mut out {
-        let p = parts.next()?;
-        if p.is_empty() || p.len() > 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
-            return None;
-        }
-        *b = u8::from_str_radix(p, 16).ok()?;
-    }
-    parts.next().is_none().then_some(out)
-}
+use kvwire::ethernet::parse_mac;
 
 /// An IPv4 address: a `str` such as `"127.0.0.2"` or an `ipaddress.IPv4Address`.
 pub fn ipv4(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Ipv4Addr> {

@@ -45,24 +45,10 @@ impl NodeAddr {
         }
     }
 
-    /// Parses a MAC address written as six colon-separated hex bytes.
+    /// Parses a MAC address ([`kvwire::ethernet::parse_mac`]).
     pub fn parse_mac(s: &str) -> Result<[u8; 6], ClusterError> {
-        let mut mac = [0u8; 6];
-        let mut parts = s.split(':');
-        for b in mac.iter_mut() {
-            let p = parts
-                .next()
-                .ok_or_else(|| ClusterError::Config(format!("bad MAC address {s:?}")))?;
-            if p.is_empty() || p.len() > 2 {
-                return Err(ClusterError::Config(format!("bad MAC address {s:?}")));
-            }
-            *b = u8::from_str_radix(p, 16)
-                .map_err(|_| ClusterError::Config(format!("bad MAC address {s:?}")))?;
-        }
-        if parts.next().is_some() {
-            return Err(ClusterError::Config(format!("bad MAC address {s:?}")));
-        }
-        Ok(mac)
+        kvwire::ethernet::parse_mac(s)
+            .ok_or_else(|| ClusterError::Config(format!("bad MAC address {s:?}")))
     }
 }
 

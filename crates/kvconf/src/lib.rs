@@ -631,22 +631,9 @@ pub fn hugepages_available(memory_mb: u32) -> bool {
     free_kib >= u64::from(memory_mb) * 1024
 }
 
-/// Parses `aa:bb:cc:dd:ee:ff`.
+/// Parses a MAC address (`aa:bb:cc:dd:ee:ff`; [`kvwire::ethernet::parse_mac`]).
 pub fn parse_mac(s: &str) -> Result<[u8; 6], ConfigError> {
-    let mut out = [0u8; 6];
-    let mut n = 0;
-    for part in s.split(':') {
-        if n == 6 || part.len() != 2 {
-            return Err(ConfigError(format!("bad MAC address {s:?}")));
-        }
-        out[n] = u8::from_str_radix(part, 16)
-            .map_err(|_| ConfigError(format!("bad MAC address {s:?}")))?;
-        n += 1;
-    }
-    if n != 6 {
-        return Err(ConfigError(format!("bad MAC address {s:?}")));
-    }
-    Ok(out)
+    kvwire::ethernet::parse_mac(s).ok_or_else(|| ConfigError(format!("bad MAC address {s:?}")))
 }
 
 #[cfg(test)]

@@ -15,6 +15,22 @@ use crate::view::{be16, view, Error};
 /// A MAC address.
 pub type MacAddr = [u8; 6];
 
+/// Parses a MAC address: six groups of one or two hex digits separated by `:` or
+/// `-` (`02:00:00:00:00:01`, `2-0-0-0-0-1`); `None` for anything else. The one
+/// parser of every tool and client.
+pub fn parse_mac(s: &str) -> Option<MacAddr> {
+    let mut out = [0u8; 6];
+    let mut parts = s.split([':', '-']);
+    for b in &mut out {
+        let p = parts.next()?;
+        if p.is_empty() || p.len() > 2 || !p.bytes().all(|c| c.is_ascii_hexdigit()) {
+            return None;
+        }
+        *b = u8::from_str_radix(p, 16).ok()?;
+    }
+    parts.next().is_none().then_some(out)
+}
+
 /// Byte ranges of the Ethernet II header.
 pub mod field {
     use crate::view::Field;
@@ -99,6 +115,26 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> EthernetFrame<T> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_mac_parser() {
+        assert_eq!(
+            super::parse_mac("02:00:00:00:00:0a"),
+            Some([2, 0, 0, 0, 0, 10])
+        );
+        assert_eq!(super::parse_mac("2-0-0-0-0-A"), Some([2, 0, 0, 0, 0, 10]));
+        for bad in [
+            "",
+            "02:00:00:00:00",
+            "02:00:00:00:00:00:00",
+            "02:00:00:00:00:0g",
+            "002:0:0:0:0:0",
+            "+2:0:0:0:0:0",
+            "02::00:00:00:00",
+        ] {
+            assert_eq!(super::parse_mac(bad), None, "{bad:?}");
+        }
+    }
+
     use super::*;
 
     static FRAME: [u8; 15] = [
