@@ -393,7 +393,8 @@ fn get(kv: &mut Kv, j: &mut Map<String, Json>, key: &str, hex: bool) -> Result<D
     j.insert("found".into(), true.into());
     j.insert("value".into(), s.clone().into());
     j.insert("encoding".into(), enc.into());
-    ok(s)
+    // An empty value is shown as redis-cli shows it, not as a blank line.
+    ok(if val.is_empty() { "\"\"".into() } else { s })
 }
 
 /// `cas KEY EXPECTED NEW` (8-byte counters).

@@ -70,7 +70,8 @@ fn help_text() -> String {
 }
 
 /// Runs the interactive mode until `quit`, `exit` or end of input; returns the
-/// exit code (0, or 2 if the line editor could not start).
+/// exit code: at a terminal 0 (2 if the line editor could not start); over a pipe
+/// the highest exit code of its lines (a script learns that a line failed).
 pub fn run(kv: &mut Kv, out: OutArgs) -> i32 {
     let mut rl: Editor<KvHelper, DefaultHistory> = match Editor::new() {
         Ok(rl) => rl,
@@ -85,6 +86,7 @@ pub fn run(kv: &mut Kv, out: OutArgs) -> i32 {
         let _ = rl.load_history(h);
     }
     let tty = std::io::stdin().is_terminal();
+    let mut worst = crate::args::EXIT_OK;
     let prompt = if tty { "kvcli> " } else { "" };
     if tty && !out.json {
         println!("kvcli: connected; `help` lists the commands, `quit` leaves.");
@@ -128,14 +130,21 @@ pub fn run(kv: &mut Kv, out: OutArgs) -> i32 {
                     json: out.json || l.out.json,
                     hex: out.hex || l.out.hex,
                 };
-                commands::run(kv, &l.cmd, o).print(o);
+                let outcome = commands::run(kv, &l.cmd, o);
+                outcome.print(o);
+                worst = worst.max(outcome.code);
             }
             Err(e) => {
                 let _ = e.print();
+                worst = worst.max(crate::args::EXIT_ERROR);
             }
         }
     }
-    0
+    if tty {
+        crate::args::EXIT_OK
+    } else {
+        worst
+    }
 }
 
 #[cfg(test)]

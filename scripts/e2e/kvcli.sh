@@ -86,6 +86,8 @@ check_json() {
 check put_text 0 "OK" put greeting "hello world"
 check get_text 0 "hello world" get greeting
 check get_forced_hex 0 "0x68656c6c6f20776f726c64" get greeting --hex
+check put_empty 0 "OK" put empty 0x
+check get_empty 0 '""' get empty
 # Command names are case-insensitive (redis-cli's habit); keys keep their case.
 check get_upper 0 "hello world" GET greeting
 check get_key_case 1 "" Get GREETING
@@ -186,7 +188,8 @@ OUT=$(printf 'put a 1\nget a\n\nhelp\nget --hex a\nbogus\nquit\nget a\n' | HOME=
   ip netns exec "$NS" "$KVCLI" --config configs/tap.json --iface kvtap0 2>"$TMP/err")
 RC=$?
 set -e
-if [ "$RC" = 0 ] && [ "$(printf '%s\n' "$OUT" | sed -n '1,2p')" = "$(printf 'OK\n1')" ] \
+# The bad line makes the piped session exit 2 (the highest code of its lines).
+if [ "$RC" = 2 ] && [ "$(printf '%s\n' "$OUT" | sed -n '1,2p')" = "$(printf 'OK\n1')" ] \
   && [ "$(printf '%s\n' "$OUT" | tail -n 1)" = "0x31" ] && printf '%s' "$OUT" | grep -q "vadd" \
   && grep -q "unrecognized subcommand 'bogus'" "$TMP/err"; then
   result interactive_pipe 1 "put/get/help/--hex/bad line/quit through a pipe"
