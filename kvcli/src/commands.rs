@@ -91,7 +91,7 @@ pub fn error_code(e: &Error) -> (i32, String) {
         }
         Error::Timeout | Error::ConnectionLost | Error::Deadline => (
             EXIT_UNREACHABLE,
-            format!("request timed out ({e:?}): server unreachable? (outcome unknown)"),
+            format!("request timed out ({e}): server unreachable? (outcome unknown)"),
         ),
         Error::ConnectTimeout => (
             EXIT_UNREACHABLE,
@@ -101,7 +101,7 @@ pub fn error_code(e: &Error) -> (i32, String) {
             EXIT_ERROR,
             "the operation does not fit in one request".into(),
         ),
-        Error::Invalid(p) => (EXIT_ERROR, format!("cannot encode the operation: {p:?}")),
+        Error::Invalid(p) => (EXIT_ERROR, format!("cannot encode the operation: {p}")),
         Error::BadResponse => (EXIT_ERROR, "malformed response from the server".into()),
         Error::NoQp => (
             EXIT_ERROR,

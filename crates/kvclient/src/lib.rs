@@ -161,7 +161,15 @@ impl core::fmt::Display for Error {
         match self {
             Error::Status(s) => write!(f, "status {}", s.name()),
             Error::TooLarge => f.write_str("too large for one request packet of the MTU"),
-            e => core::fmt::Debug::fmt(e, f),
+            Error::Timeout => f.write_str("no response after every retransmission"),
+            Error::ConnectionLost => {
+                f.write_str("the connection was lost while the request was in flight")
+            }
+            Error::ConnectTimeout => f.write_str("no ACCEPT within the connect timeout"),
+            Error::Invalid(e) => write!(f, "cannot encode the operation: {e}"),
+            Error::BadResponse => f.write_str("malformed response from the server"),
+            Error::NoQp => f.write_str("no client QP serves this key's partition"),
+            Error::Deadline => f.write_str("no result within the operation timeout"),
         }
     }
 }

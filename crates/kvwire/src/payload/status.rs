@@ -169,7 +169,26 @@ impl PayloadError {
 
 impl fmt::Display for PayloadError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
+        match self {
+            PayloadError::Truncated => {
+                f.write_str("the payload ends inside a header, op or result")
+            }
+            PayloadError::BadMagic => f.write_str("wrong magic byte"),
+            PayloadError::BadVersion => f.write_str("unsupported payload version"),
+            PayloadError::TooManyOps => {
+                write!(f, "more than {} ops in one batch", super::MAX_OPS_PER_BATCH)
+            }
+            PayloadError::UnknownOpcode(op) => write!(f, "unknown opcode {op}"),
+            PayloadError::BadFlags => f.write_str("reserved or misplaced op flags"),
+            PayloadError::EmptyKey => f.write_str("empty key (keys are 1 to 255 bytes)"),
+            PayloadError::BadAttr => f.write_str("reserved attribute bits set"),
+            PayloadError::KeyTooLarge => write!(f, "key longer than {} bytes", super::MAX_KEY_LEN),
+            PayloadError::ValueTooLarge => {
+                write!(f, "value longer than {} bytes", super::MAX_VALUE_LEN)
+            }
+            PayloadError::NoSpace => f.write_str("the op does not fit in the buffer"),
+            PayloadError::UnknownStatus(s) => write!(f, "unknown status code {s}"),
+        }
     }
 }
 
