@@ -39,6 +39,16 @@ pub struct Cli {
     /// Interactive mode (also the default without a command).
     #[arg(short = 'i', long)]
     pub interactive: bool,
+    /// `put`: read the value from stdin, byte for byte (any bytes; no text/hex
+    /// parsing), as redis-cli's -x.
+    #[arg(short = 'x')]
+    pub stdin_value: bool,
+    /// Run the command N times (redis-cli's -r); exits with the highest code.
+    #[arg(short = 'r', long = "repeat", value_name = "N", default_value_t = 1)]
+    pub repeat: u64,
+    /// With -r: seconds between two runs (redis-cli's -i; may be fractional).
+    #[arg(long, value_name = "SECS", default_value_t = 0.0)]
+    pub interval: f64,
     /// The command; none: interactive mode.
     #[command(subcommand)]
     pub cmd: Option<Cmd>,
@@ -125,8 +135,11 @@ pub enum Cmd {
     Put {
         /// Key.
         key: String,
-        /// Value (text or 0x hex).
-        value: String,
+        /// Value (text or 0x hex); omitted with -x (read from stdin).
+        value: Option<String>,
+        /// The value read from stdin (-x).
+        #[arg(skip)]
+        stdin: Option<Vec<u8>>,
     },
     /// DELETE (exit 1 if absent).
     #[command(alias = "delete")]

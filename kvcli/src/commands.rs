@@ -118,8 +118,8 @@ pub fn check(cmd: &Cmd) -> Result<(), String> {
     }
     match cmd {
         Cmd::Get { .. } | Cmd::Del { .. } => {}
-        Cmd::Put { key, value } => {
-            v::parse_value(value, v::parse_key(key)?.len())?;
+        Cmd::Put { key, value, stdin } => {
+            put_value(v::parse_key(key)?.len(), value.as_deref(), stdin.as_deref())?;
         }
         Cmd::Incr { n, .. } => {
             v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
@@ -274,9 +274,9 @@ fn atomic(func: u8, width: Width, signed: bool) -> Atomic {
 fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Result<Done, Fail> {
     match cmd {
         Cmd::Get { key } => get(kv, j, key, out.hex),
-        Cmd::Put { key, value } => {
+        Cmd::Put { key, value, stdin } => {
             let k = v::parse_key(key)?;
-            let val = v::parse_value(value, k.len())?;
+            let val = put_value(k.len(), value.as_deref(), stdin.as_deref())?;
             kv.put(&k, &val)?;
             j.insert("ok".into(), true.into());
             j.insert("bytes".into(), val.len().into());
@@ -382,6 +382,27 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
         }
         Cmd::Stats { count } => crate::stats::run(kv, j, count),
         Cmd::Tx { script } => crate::txn::run(kv, script, out.hex, j),
+    }
+}
+
+/// The value of a `put`: the bytes read from stdin (-x), else the argument (text
+/// or 0x hex).
+fn put_value(key_len: usize, value: Option<&str>, stdin: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    match (stdin, value) {
+        (Some(_), Some(_)) => Err("put -x reads the value from stdin: give no VALUE".into()),
+        (Some(b), None) => {
+            let max = v::max_value_len(key_len);
+            if b.len() > max {
+                return Err(format!(
+                    "the value is {} bytes; with a {key_len}-byte key at most {max} fit in one \
+                     request",
+                    b.len()
+                ));
+            }
+            Ok(b.to_vec())
+        }
+        (None, Some(s)) => v::parse_value(s, key_len),
+        (None, None) => Err("put needs a VALUE (or -x to read it from stdin)".into()),
     }
 }
 

@@ -69,6 +69,15 @@ fn help_text() -> String {
     )
 }
 
+/// `help CMD`: that command's arguments (its `--help`), or what the commands are.
+fn command_help(cmd: &str) -> String {
+    let name = cmd.to_ascii_lowercase();
+    match Line::command().find_subcommand_mut(&name) {
+        Some(c) => c.render_help().to_string(),
+        None => format!("no command {cmd:?}; `help` lists them"),
+    }
+}
+
 /// Runs the interactive mode until `quit`, `exit` or end of input; returns the
 /// exit code: at a terminal 0 (2 if the line editor could not start); over a pipe
 /// the highest exit code of its lines (a script learns that a line failed).
@@ -119,7 +128,11 @@ pub fn run(kv: &mut Kv, out: OutArgs) -> i32 {
         match words.first().map(String::as_str) {
             Some("quit" | "exit" | "q") => break,
             Some("help" | "?") => {
-                let _ = writeln!(std::io::stdout(), "{}", help_text());
+                let text = match words.get(1) {
+                    Some(cmd) => command_help(cmd),
+                    None => help_text(),
+                };
+                let _ = writeln!(std::io::stdout(), "{text}");
                 continue;
             }
             _ => {}
@@ -165,5 +178,11 @@ mod tests {
         let (start, v) = KvHelper.complete("  qu", 4, &ctx).unwrap();
         assert_eq!((start, v.len()), (2, 1));
         assert!(help_text().contains("incr"));
+        assert!(
+            command_help("GET").contains("<KEY>"),
+            "{}",
+            command_help("get")
+        );
+        assert!(command_help("nope").contains("no command"));
     }
 }

@@ -19,6 +19,21 @@ fn main() {
     std::process::exit(run());
 }
 
+/// `-x`: the `put` value from stdin, byte for byte.
+fn read_stdin_value(cli: &mut Cli) -> Result<(), String> {
+    if !cli.stdin_value {
+        return Ok(());
+    }
+    let Some(args::Cmd::Put { stdin, .. }) = cli.cmd.as_mut() else {
+        return Err("-x reads the value of a `put` from stdin".into());
+    };
+    let mut b = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::stdin(), &mut b)
+        .map_err(|e| format!("-x: reading stdin: {e}"))?;
+    *stdin = Some(b);
+    Ok(())
+}
+
 fn run() -> i32 {
     let mut argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
     // Command names are case-insensitive (arguments that are not UTF-8 are left
@@ -41,6 +56,12 @@ fn run() -> i32 {
             return if e.use_stderr() { EXIT_ERROR } else { EXIT_OK };
         }
     };
+    let mut cli = cli;
+    if let Err(msg) = read_stdin_value(&mut cli) {
+        let o = commands::Outcome::fail("put", None, EXIT_ERROR, msg);
+        o.print(cli.out);
+        return o.code;
+    }
     // Bad input is reported before connecting (exit 2, not 3, without a server).
     if let Some(cmd) = &cli.cmd {
         if let Err(msg) = commands::check(cmd) {
@@ -61,9 +82,16 @@ fn run() -> i32 {
     };
     match &cli.cmd {
         Some(cmd) if !cli.interactive => {
-            let o = commands::run(&mut kv, cmd, cli.out);
-            o.print(cli.out);
-            o.code
+            let mut worst = EXIT_OK;
+            for i in 0..cli.repeat.max(1) {
+                if i > 0 && cli.interval > 0.0 {
+                    std::thread::sleep(std::time::Duration::from_secs_f64(cli.interval));
+                }
+                let o = commands::run(&mut kv, cmd, cli.out);
+                o.print(cli.out);
+                worst = worst.max(o.code);
+            }
+            worst
         }
         _ => interactive::run(&mut kv, cli.out),
     }

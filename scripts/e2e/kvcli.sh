@@ -88,6 +88,18 @@ check get_text 0 "hello world" get greeting
 check get_forced_hex 0 "0x68656c6c6f20776f726c64" get greeting --hex
 check put_empty 0 "OK" put empty 0x
 check get_empty 0 '""' get empty
+# -x: the value from stdin, byte for byte (here with a NUL and a newline).
+set +e
+printf 'a\0b\n' | HOME="$TMP" timeout 20 ip netns exec "$NS" "$KVCLI" --config configs/tap.json \
+  --iface kvtap0 -x put rawbytes >/dev/null 2>"$TMP/err"
+RC=$?
+set -e
+result put_stdin "$([ "$RC" = 0 ] && echo 1 || echo 0)" "-x put: exit $RC $(cat "$TMP/err")"
+check get_stdin 0 "0x6100620a" get rawbytes
+check_err put_no_value 2 "put needs a VALUE" put novalue
+# -r N: the command N times (each line printed), --interval between.
+check put_repctr 0 "OK" put repctr 0x0000000000000000
+check incr_repeat 0 "$(printf '1\n2\n3')" -r 3 --interval 0.01 incr repctr
 # Command names are case-insensitive (redis-cli's habit); keys keep their case.
 check get_upper 0 "hello world" GET greeting
 check get_key_case 1 "" Get GREETING
