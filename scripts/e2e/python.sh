@@ -45,6 +45,16 @@ timeout 300 "${PIP[@]}" "$WHEEL" 2>/dev/null \
   || timeout 300 "${PIP[@]}" --break-system-packages "$WHEEL" \
   || fail "pip install of the wheel failed"
 
+# The wheel carries type stubs (python/kvdirect.pyi, py.typed): the examples pass
+# mypy --strict against the installed package.
+python3 -c 'import mypy' 2>/dev/null || fail "mypy not installed (run scripts/setup.sh)"
+SITE=$(python3 -c 'import kvdirect, os; print(os.path.dirname(kvdirect.__file__))')
+[ -f "$SITE/py.typed" ] || [ -f "$SITE/kvdirect/py.typed" ] || ls "$SITE" | grep -q "kvdirect.pyi" \
+  || fail "the wheel has no type stubs"
+python3 -m mypy --strict python/examples >"$TMP/mypy.log" 2>&1 \
+  || { cat "$TMP/mypy.log"; fail "mypy --strict python/examples"; }
+echo "PASS: python/mypy: $(tail -n 1 "$TMP/mypy.log")"
+
 tapns_start "$DP_BIN"
 
 rc=0

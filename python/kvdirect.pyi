@@ -1,0 +1,71 @@
+"""Type stubs of the kvdirect extension module (python/src; README.md is the manual).
+
+maturin puts this file and a py.typed marker into the wheel, so type checkers
+(mypy --strict) see the API below.
+"""
+from types import TracebackType
+from typing import Literal, Optional, Sequence, Tuple, Type, Union
+
+__version__: str
+
+Key = Union[bytes, bytearray, str]
+Value = Union[bytes, bytearray, str, int]
+Mac = Union[str, bytes]
+
+BatchOp = Union[
+    Tuple[Literal["get"], Key],
+    Tuple[Literal["put"], Key, Value],
+    Tuple[Literal["delete"], Key],
+    Tuple[Literal["incr"], Key],
+    Tuple[Literal["incr"], Key, int],
+    Tuple[Literal["cas"], Key, int, int],
+]
+BatchResult = Union[None, bytes, bool, int, BaseException]
+
+class Error(Exception):
+    # Set on the exception `batch` raises: the failed op's position.
+    index: int
+
+class UnreachableError(Error):
+    reason: str
+
+class StatusError(Error):
+    status: str
+
+class ConfigError(Error): ...
+
+class Client:
+    def __init__(
+        self,
+        iface: str,
+        config: Optional[str] = None,
+        *,
+        server_ip: Optional[str] = None,
+        server_mac: Optional[Mac] = None,
+        client_ip: Optional[str] = None,
+        client_mac: Optional[Mac] = None,
+        qps: Optional[Sequence[Tuple[int, int]]] = None,
+        partitions: Optional[int] = None,
+        udp_src_port: Optional[int] = None,
+        timeout: Optional[float] = None,
+        connect_timeout: Optional[float] = None,
+    ) -> None: ...
+    @property
+    def iface(self) -> str: ...
+    def get(self, key: Key) -> Optional[bytes]: ...
+    def put(self, key: Key, value: Value) -> None: ...
+    def delete(self, key: Key) -> bool: ...
+    def incr(self, key: Key, delta: Optional[int] = None) -> int: ...
+    def cas(self, key: Key, expected: int, new: int) -> int: ...
+    def batch(
+        self, ops: Sequence[BatchOp], *, return_exceptions: bool = False
+    ) -> list[BatchResult]: ...
+    def stats(self) -> dict[str, int]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "Client": ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> bool: ...
