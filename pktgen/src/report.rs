@@ -394,7 +394,19 @@ pub fn plot_latency(
         pts.push((x, v));
         x += 0.02;
     }
-    let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.1;
+    // A log latency axis: the body of the distribution (microseconds) and its tail
+    // (up to milliseconds) both readable.
+    let ymax = pts.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-3) * 1.5;
+    let ymin = pts
+        .iter()
+        .map(|p| p.1)
+        .filter(|&v| v > 0.0)
+        .fold(f64::MAX, f64::min)
+        .min(ymax / 10.0)
+        * 0.7;
+    for p in &mut pts {
+        p.1 = p.1.max(ymin);
+    }
     let root = BitMapBackend::new(path, (900, 540)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| e.to_string())?;
     let mut chart = ChartBuilder::on(&root)
@@ -402,14 +414,20 @@ pub fn plot_latency(
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .build_cartesian_2d(0.0..5.0, 0.0..ymax)
+        .build_cartesian_2d(0.0..5.0, (ymin..ymax).log_scale())
         .map_err(|e| e.to_string())?;
     chart
         .configure_mesh()
         .x_desc("percentile")
         .y_desc("latency (us)")
+        .y_label_formatter(&|y: &f64| {
+            format!("{y:.3}")
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        })
         .x_label_formatter(&|x: &f64| match x.round() as i32 {
-            0 => "0".into(),
+            0 => "min".into(),
             1 => "90".into(),
             2 => "99".into(),
             3 => "99.9".into(),
@@ -450,6 +468,19 @@ mod tests {
             transport: None,
             exactly_once: None,
         }
+    }
+
+    #[test]
+    fn latency_plot_has_a_log_axis_from_body_to_tail() {
+        let mut h = new_histogram();
+        h.record_n(32_000, 100_000).unwrap();
+        h.record_n(60_000, 1_000).unwrap();
+        h.record_n(6_300_000, 3).unwrap();
+        let path = std::env::temp_dir().join(format!("kvd-latency-{}.png", std::process::id()));
+        plot_latency(&path, "test", &h, 0.0).unwrap();
+        assert!(std::fs::metadata(&path).unwrap().len() > 1000);
+        let _ = std::fs::remove_file(&path);
+        assert!(plot_latency(&path, "empty", &new_histogram(), 0.0).is_err());
     }
 
     #[test]
