@@ -17,7 +17,8 @@ def main(config: str) -> int:
         hits: int = c.incr(b"hits", 5)
         old: int = c.cas(b"hits", hits, -1)
         results = c.batch([("put", b"a", b"1"), ("get", b"a"), ("incr", b"hits"), ("delete", b"a")])
-        print(value, hits, old, results, c.stats()["sent"])
+        pipe = c.pipeline().put(b"b", b"2").get(b"b").delete(b"b")
+        print(value, hits, old, results, pipe.execute(), c.stats()["sent"])
         try:
             c.incr(b"no-such-counter")
         except kvdirect.StatusError as e:

@@ -421,88 +421,13 @@ impl Client {
         ops: &Bound<'py, PyAny>,
         return_exceptions: bool,
     ) -> PyResult<Bound<'py, PyList>> {
-        let iter = ops.try_iter().map_err(|_| {
-            PyTypeError::new_err(format!(
-                "batch: expected an iterable of operation tuples, not {}",
-                convert::type_name(ops)
-            ))
-        })?;
-        let mut parsed = Vec::new();
-        for (i, item) in iter.enumerate() {
-            parsed.push(convert::batch_op(&item?, i)?);
-        }
-        let op_timeout = Duration::from_nanos(self.op_timeout_ns);
-        let n = parsed.len();
-        let mut kinds = Vec::with_capacity(n);
-        let first = self.with(|client| {
-            let mut first: Option<Ticket> = None;
-            for (kind, op) in parsed {
-                let t = client.submit(op);
-                first.get_or_insert(t);
-                kinds.push(kind);
-            }
-            client.flush();
-            first
-        })?;
-        let Some(first) = first else {
-            return Ok(PyList::empty(py));
-        };
-        let mut results: Vec<Option<Result<Reply, kvclient::Error>>> = vec![None; n];
-        let mut remaining = n;
-        let mut last_progress = Instant::now();
-        let id = self.id;
-        // Poll without the GIL, taking it back every 20 ms for signals (Ctrl-C).
-        while remaining > 0 && last_progress.elapsed() <= op_timeout {
-            let slice = py.detach(|| {
-                with_client(id, |client| {
-                    let start = Instant::now();
-                    while remaining > 0 && start.elapsed() < Duration::from_millis(20) {
-                        let done = client.poll();
-                        if !done.is_empty() {
-                            last_progress = Instant::now();
-                        }
-                        for (t, r) in done {
-                            // Tickets are consecutive from `first`; anything else is a
-                            // late result of an earlier, abandoned call.
-                            let Some(i) = t.0.checked_sub(first.0).map(|i| i as usize) else {
-                                continue;
-                            };
-                            if let Some(slot @ None) = results.get_mut(i) {
-                                *slot = Some(r);
-                                remaining -= 1;
-                            }
-                        }
-                        if last_progress.elapsed() > op_timeout {
-                            break;
-                        }
-                    }
-                })
-            });
-            if slice.is_err() {
-                return Err(KvError::new_err("the client is closed"));
-            }
-            py.check_signals()?;
-        }
-        let list = PyList::empty(py);
-        let mut first_err: Option<PyErr> = None;
-        for (i, (kind, r)) in kinds.into_iter().zip(results).enumerate() {
-            let r = r.unwrap_or(Err(kvclient::Error::Deadline));
-            match reply_value(py, kind, r) {
-                Ok(v) => list.append(v)?,
-                Err(e) => {
-                    let _ = e.value(py).setattr("index", i);
-                    if return_exceptions {
-                        list.append(e.into_value(py))?;
-                    } else if first_err.is_none() {
-                        first_err = Some(e);
-                    }
-                }
-            }
-        }
-        match first_err {
-            Some(e) => Err(e),
-            None => Ok(list),
-        }
+        self.batch_list(py, ops, return_exceptions)
+    }
+
+    /// `pipeline() -> Pipeline`: queue operations (calls chain) and send them with
+    /// `execute()`, as one `batch` (redis-py's pipeline).
+    fn pipeline(slf: Py<Self>) -> crate::pipeline::Pipeline {
+        crate::pipeline::Pipeline::new(slf)
     }
 
     /// `stats() -> dict`: the transport's counters (requests sent, retransmitted,
@@ -587,5 +512,98 @@ impl Client {
                 ""
             }
         )
+    }
+}
+
+impl Client {
+    /// `batch`'s work (also `Pipeline.execute`'s).
+    pub(crate) fn batch_list<'py>(
+        &self,
+        py: Python<'py>,
+        ops: &Bound<'py, PyAny>,
+        return_exceptions: bool,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let iter = ops.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "batch: expected an iterable of operation tuples, not {}",
+                convert::type_name(ops)
+            ))
+        })?;
+        let mut parsed = Vec::new();
+        for (i, item) in iter.enumerate() {
+            parsed.push(convert::batch_op(&item?, i)?);
+        }
+        let op_timeout = Duration::from_nanos(self.op_timeout_ns);
+        let n = parsed.len();
+        let mut kinds = Vec::with_capacity(n);
+        let first = self.with(|client| {
+            let mut first: Option<Ticket> = None;
+            for (kind, op) in parsed {
+                let t = client.submit(op);
+                first.get_or_insert(t);
+                kinds.push(kind);
+            }
+            client.flush();
+            first
+        })?;
+        let Some(first) = first else {
+            return Ok(PyList::empty(py));
+        };
+        let mut results: Vec<Option<Result<Reply, kvclient::Error>>> = vec![None; n];
+        let mut remaining = n;
+        let mut last_progress = Instant::now();
+        let id = self.id;
+        // Poll without the GIL, taking it back every 20 ms for signals (Ctrl-C).
+        while remaining > 0 && last_progress.elapsed() <= op_timeout {
+            let slice = py.detach(|| {
+                with_client(id, |client| {
+                    let start = Instant::now();
+                    while remaining > 0 && start.elapsed() < Duration::from_millis(20) {
+                        let done = client.poll();
+                        if !done.is_empty() {
+                            last_progress = Instant::now();
+                        }
+                        for (t, r) in done {
+                            // Tickets are consecutive from `first`; anything else is a
+                            // late result of an earlier, abandoned call.
+                            let Some(i) = t.0.checked_sub(first.0).map(|i| i as usize) else {
+                                continue;
+                            };
+                            if let Some(slot @ None) = results.get_mut(i) {
+                                *slot = Some(r);
+                                remaining -= 1;
+                            }
+                        }
+                        if last_progress.elapsed() > op_timeout {
+                            break;
+                        }
+                    }
+                })
+            });
+            if slice.is_err() {
+                return Err(KvError::new_err("the client is closed"));
+            }
+            py.check_signals()?;
+        }
+        let list = PyList::empty(py);
+        let mut first_err: Option<PyErr> = None;
+        for (i, (kind, r)) in kinds.into_iter().zip(results).enumerate() {
+            let r = r.unwrap_or(Err(kvclient::Error::Deadline));
+            match reply_value(py, kind, r) {
+                Ok(v) => list.append(v)?,
+                Err(e) => {
+                    let _ = e.value(py).setattr("index", i);
+                    if return_exceptions {
+                        list.append(e.into_value(py))?;
+                    } else if first_err.is_none() {
+                        first_err = Some(e);
+                    }
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(list),
+        }
     }
 }

@@ -13,6 +13,7 @@
 mod client;
 mod convert;
 mod errors;
+mod pipeline;
 
 use pyo3::prelude::*;
 
@@ -23,6 +24,7 @@ use pyo3::prelude::*;
 fn kvdirect(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<client::Client>()?;
+    m.add_class::<pipeline::Pipeline>()?;
     m.add("Error", py.get_type::<errors::Error>())?;
     m.add(
         "UnreachableError",

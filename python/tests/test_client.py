@@ -77,6 +77,19 @@ def test_incr(client, key):
     assert client.incr(k, 1) == 0
 
 
+def test_pipeline(client, key):
+    k, n = key("p"), key("pn")
+    p = client.pipeline()
+    p.put(k, b"v").get(k).put(n, 0).incr(n, 2).cas(n, 2, 7).delete(k)
+    assert len(p) == 6
+    assert p.execute() == [None, b"v", None, 2, 2, True]
+    assert len(p) == 0
+    assert client.get(n) == le(7)
+    with client.pipeline() as q:
+        q.get(k)
+    assert len(q) == 0  # what was not executed is dropped on exit
+
+
 def test_cas(client, key):
     k = key("c")
     client.put(k, 10)
