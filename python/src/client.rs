@@ -85,6 +85,9 @@ pub struct Client {
     owner: ThreadId,
     endpoint: Endpoint,
     op_timeout_ns: u64,
+    /// `get` results as `str` (UTF-8) instead of `bytes` (redis-py's
+    /// `decode_responses`).
+    decode: bool,
 }
 
 impl Drop for Client {
@@ -192,10 +195,15 @@ fn reply_value<'py>(
     py: Python<'py>,
     kind: Kind,
     r: Result<Reply, kvclient::Error>,
+    decode: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let r = r.map_err(|e| errors::op_error(py, e))?;
     let fail = |s: Status| Err(errors::op_error(py, kvclient::Error::Status(s)));
     match (kind, r.status) {
+        // A value that is not UTF-8 raises UnicodeDecodeError, as in redis-py.
+        (Kind::Get, Status::Ok) if decode => {
+            PyBytes::new(py, &r.value).call_method1("decode", ("utf-8",))
+        }
         (Kind::Get, Status::Ok) => Ok(PyBytes::new(py, &r.value).into_any()),
         (Kind::Get, Status::NotFound) => Ok(py.None().into_bound(py)),
         (Kind::Put, Status::Ok) => Ok(py.None().into_bound(py)),
@@ -235,7 +243,7 @@ impl Client {
         let id = self.id;
         let r = py.detach(move || with_client(id, |c| c.exec(op)));
         match r {
-            Ok(r) => reply_value(py, kind, r),
+            Ok(r) => reply_value(py, kind, r, self.decode),
             Err(_) => Err(KvError::new_err("the client is closed")),
         }
     }
@@ -246,7 +254,7 @@ impl Client {
     #[new]
     #[pyo3(signature = (iface, config=None, *, server_ip=None, server_mac=None,
         client_ip=None, client_mac=None, qps=None, partitions=None, udp_src_port=None,
-        timeout=None, connect_timeout=None))]
+        timeout=None, connect_timeout=None, decode_responses=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -261,6 +269,7 @@ impl Client {
         udp_src_port: Option<&Bound<'_, PyAny>>,
         timeout: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
+        decode_responses: bool,
     ) -> PyResult<Self> {
         let iface: String = iface.extract().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -337,6 +346,7 @@ impl Client {
             owner: thread::current().id(),
             endpoint,
             op_timeout_ns: cfg.op_timeout_ns,
+            decode: decode_responses,
         })
     }
 
@@ -589,7 +599,7 @@ impl Client {
         let mut first_err: Option<PyErr> = None;
         for (i, (kind, r)) in kinds.into_iter().zip(results).enumerate() {
             let r = r.unwrap_or(Err(kvclient::Error::Deadline));
-            match reply_value(py, kind, r) {
+            match reply_value(py, kind, r, self.decode) {
                 Ok(v) => list.append(v)?,
                 Err(e) => {
                     let _ = e.value(py).setattr("index", i);

@@ -522,3 +522,16 @@ def test_server_gone(iface, config_path, key, dataplane_pid):
     c.put(k, b"after")
     assert c.get(k) == b"after"
     c.close()
+
+
+def test_decode_responses(client, key, iface, config_path):
+    k, raw = key("text"), key("raw")
+    client.put(k, "héllo")
+    client.put(raw, b"\xff\xfe")
+    client.close()  # one client per QP at a time
+    with kvdirect.Client(iface, config=str(config_path), decode_responses=True) as c:
+        assert c.get(k) == "héllo"
+        assert c.batch([("get", k), ("get", key("absent"))]) == ["héllo", None]
+        with pytest.raises(UnicodeDecodeError):
+            c.get(raw)
+
