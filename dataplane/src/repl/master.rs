@@ -625,16 +625,18 @@ impl MasterNode {
             self.status.redirects_sent.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
+        let d = decide(&h, &self.cfg.ids, self.cfg.epoch, &self.live);
         if d == Decision::Full && self.relay.is_some() && self.ahead(&h) {
             // A relay is no authority: its data is a prefix of the master's stream.
             // A node holding more of that stream, or a newer one, may be the only
             // holder of acknowledged writes; a full sync from here would roll it
-            // back to this relay's data. It asks again (and finds its master).
+            // back to this relay's data. Left unanswered (a refusal would have it
+            // ask again at once), it asks again at its HELLO interval and finds its
+            // master.
             self.status
                 .rollbacks_refused
                 .fetch_add(1, Ordering::Relaxed);
-            d = Decision::Refuse;
+            return;
         }
         if d == Decision::Full && self.cfg.keep_foreign && self.foreign(&h) {
             if self.status.foreign_refused.fetch_add(1, Ordering::Relaxed) == 0 {
