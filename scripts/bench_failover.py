@@ -75,7 +75,10 @@ class Node:
         cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
         if not self.huge:
             cmd.append("--no-huge")
-        self.proc = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
+        # Own session: a frozen node must not get the kernel's SIGHUP for stopped
+        # members of an orphaned process group (scripts/nemesis.py).
+        self.proc = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         end = time.monotonic() + 40
         while time.monotonic() < end:
             if "dataplane ready" in open(logf).read():

@@ -148,7 +148,11 @@ class Node(bf.Node):
         cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
         if not self.huge:
             cmd.append("--no-huge")
-        self.proc = subprocess.Popen(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT)
+        # Its own session: a node frozen (SIGSTOP) in an orphaned process group gets
+        # SIGHUP from the kernel when another member exits, and the dataplane stops
+        # on SIGHUP (nemesis seed 100 lost two nodes that way under nohup).
+        self.proc = subprocess.Popen(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
         self.frozen = False
         end = time.monotonic() + 40
         while time.monotonic() < end:
