@@ -663,6 +663,10 @@ impl ReplLogic for ReplicaNode {
             };
             let upstream_link = self.master_link.as_ref().map(|(l, _)| *l);
             match frame {
+                // Segments only from the node that welcomed us.
+                ReplFrame::WriteImm(_) if upstream_link.is_some_and(|l| l != link) => {
+                    self.bad_segments += 1;
+                }
                 ReplFrame::WriteImm(w) => {
                     // Ours, into our ring: the R_Key and the slot of its PSN.
                     let slot = u64::from(w.link.psn % u32::from(RING_CREDITS));
@@ -689,7 +693,12 @@ impl ReplLogic for ReplicaNode {
                         .link
                         .reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
                     match msg {
-                        Control::Welcome(w) if w.nonce == self.nonce => {
+                        // A HELLO goes out on every link: once one node welcomed it,
+                        // a WELCOME from another link is ignored (two nodes streaming
+                        // to one replica, or a chain closing into a cycle).
+                        Control::Welcome(w)
+                            if w.nonce == self.nonce && upstream_link.is_none_or(|l| l == link) =>
+                        {
                             self.on_welcome(link, &w, params, now_ns, tx);
                         }
                         Control::Hello(_) | Control::Progress(_) | Control::ProbeReply(_) => {
@@ -700,6 +709,10 @@ impl ReplLogic for ReplicaNode {
                                 r.on_frames(link, &[*f], now_ns, tx);
                             }
                         }
+                        // Only the upstream's probes are answered: another node
+                        // probing this one (it sent a WELCOME that lost) must not
+                        // count it as its live successor.
+                        Control::Probe(_) if upstream_link.is_some_and(|l| l != link) => {}
                         Control::Probe(p) => {
                             // From the upstream it asked, or (having asked by
                             // broadcast) from the node that welcomed it.
