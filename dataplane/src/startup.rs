@@ -337,6 +337,7 @@ pub fn idle_policy(plan: &Plan, args: &Args) -> dpdk::IdlePolicy {
         kvconf::IdleMode::Yield => dpdk::IdleBackoff::new(after).policy(),
         kvconf::IdleMode::Adaptive => dpdk::IdlePolicy::Sleep {
             after,
+            quiet_us: s.idle_quiet_us,
             min_us: 1,
             max_us: s.idle_sleep_max_us.max(1),
         },

@@ -6,7 +6,9 @@
 //!   empty poll, so a thread sharing the core runs instead of waiting out a
 //!   scheduler slice; on a dedicated core it returns at once (a syscall per idle
 //!   poll, a whole core still);
-//! * `Sleep`: after `after` empty polls in a row, sleep (`nanosleep`) for a time
+//! * `Sleep`: once the loop found nothing for `after` polls in a row *and* for
+//!   `quiet_us` microseconds (so a loaded loop's short gaps between bursts never
+//!   sleep), sleep (`nanosleep`, the thread's timer slack set to 1 µs) for a time
 //!   that starts at `min_us` and doubles on each further empty poll up to `max_us`;
 //!   any work resets it. An idle loop then costs a wake-up per `max_us`, and the
 //!   first packet after a quiet spell waits at most `max_us` (plus the kernel's
@@ -15,7 +17,7 @@
 //!   one sleep. DPDK's PMD power management `pause` mode and VPP's adaptive mode
 //!   are the same idea; Rx interrupts (where a port has them) are the next step.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A poll loop's idle policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -27,10 +29,13 @@ pub enum IdlePolicy {
         /// Empty polls in a row before the first yield.
         after: u32,
     },
-    /// Sleep on empty polls after `after` in a row, `min_us` doubling to `max_us`.
+    /// Sleep on empty polls after `after` in a row spanning `quiet_us`, `min_us`
+    /// doubling to `max_us`.
     Sleep {
         /// Empty polls in a row before the first sleep.
         after: u32,
+        /// Microseconds without work before the first sleep.
+        quiet_us: u32,
         /// First sleep, microseconds (at least 1).
         min_us: u32,
         /// Longest sleep, microseconds.
@@ -43,6 +48,8 @@ pub struct IdleBackoff {
     policy: IdlePolicy,
     empty: u32,
     next_us: u32,
+    /// When the current run of empty polls reached `after` (policy `Sleep`).
+    quiet_since: Option<Instant>,
     /// Sleeps taken (policy `Sleep`).
     pub sleeps: u64,
     /// Microseconds asked to sleep in total (the kernel may add its timer slack).
@@ -62,13 +69,17 @@ impl IdleBackoff {
     /// A loop following `policy`.
     pub fn with_policy(policy: IdlePolicy) -> Self {
         let next_us = match policy {
-            IdlePolicy::Sleep { min_us, .. } => min_us.max(1),
+            IdlePolicy::Sleep { min_us, .. } => {
+                fine_timer_slack();
+                min_us.max(1)
+            }
             _ => 0,
         };
         IdleBackoff {
             policy,
             empty: 0,
             next_us,
+            quiet_since: None,
             sleeps: 0,
             slept_us: 0,
         }
@@ -92,6 +103,7 @@ impl IdleBackoff {
             self.empty = 0;
             if let IdlePolicy::Sleep { min_us, .. } = self.policy {
                 self.next_us = min_us.max(1);
+                self.quiet_since = None;
             }
             return 0;
         }
@@ -100,7 +112,15 @@ impl IdleBackoff {
             return 0;
         }
         match self.policy {
-            IdlePolicy::Sleep { max_us, .. } => self.sleep(max_us),
+            IdlePolicy::Sleep {
+                quiet_us, max_us, ..
+            } => {
+                let since = *self.quiet_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < Duration::from_micros(u64::from(quiet_us)) {
+                    return 0;
+                }
+                self.sleep(max_us)
+            }
             _ => {
                 std::thread::yield_now();
                 0
@@ -124,7 +144,7 @@ impl IdleBackoff {
         }
     }
 
-    #[cold]
+    #[inline(never)]
     fn sleep(&mut self, max_us: u32) -> u32 {
         let us = self.next_us;
         std::thread::sleep(Duration::from_micros(u64::from(us)));
@@ -132,6 +152,17 @@ impl IdleBackoff {
         self.slept_us += u64::from(us);
         self.next_us = us.saturating_mul(2).min(max_us.max(1));
         us
+    }
+}
+
+/// Sets the calling thread's timer slack to 1 µs: a short sleep then lasts about
+/// what it asks (the default slack, 50 µs, would make every sleep at least that).
+fn fine_timer_slack() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: PR_SET_TIMERSLACK takes an integer and changes only this thread's
+    // timer slack; no memory is passed.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1000 as libc::c_ulong);
     }
 }
 
@@ -165,6 +196,7 @@ mod tests {
     fn sleeps_double_to_the_cap_and_work_resets_them() {
         let mut b = IdleBackoff::with_policy(IdlePolicy::Sleep {
             after: 2,
+            quiet_us: 0,
             min_us: 1,
             max_us: 5,
         });
@@ -176,5 +208,21 @@ mod tests {
         assert_eq!(got, [0, 0, 1, 2], "and starts the back-off again");
         b.poll_waiting();
         assert_eq!(b.sleeps, 7, "waiting on another lcore yields, never sleeps");
+    }
+
+    #[test]
+    fn no_sleep_before_the_quiet_time() {
+        let mut b = IdleBackoff::with_policy(IdlePolicy::Sleep {
+            after: 1,
+            quiet_us: 20_000,
+            min_us: 1,
+            max_us: 5,
+        });
+        let t = std::time::Instant::now();
+        while t.elapsed() < std::time::Duration::from_millis(5) {
+            assert_eq!(b.poll(true), 0, "empty for less than 20 ms");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(b.poll(true), 1, "then it sleeps");
     }
 }

@@ -134,6 +134,10 @@ pub struct ServerConfig {
     /// request after a quiet spell, and one wake-up per this long while idle.
     #[serde(default = "default_idle_sleep_max_us")]
     pub idle_sleep_max_us: u32,
+    /// `idle: adaptive`: microseconds without work before the first sleep (a
+    /// loaded lcore's short gaps between bursts never sleep).
+    #[serde(default = "default_idle_quiet_us")]
+    pub idle_quiet_us: u32,
     /// Reservation station mode: `true` (default) executes dependent operations out of
     /// order with data forwarding (KV-Direct); `false` stalls the pipeline on every key
     /// conflict instead (the paper's baseline). See docs/OPERATIONS.md.
@@ -271,6 +275,10 @@ fn default_idle_yield_polls() -> u32 {
 
 fn default_idle_sleep_max_us() -> u32 {
     1000
+}
+
+fn default_idle_quiet_us() -> u32 {
+    200
 }
 
 /// What an lcore does on empty polls (docs/OPERATIONS.md, "Idle lcores").
