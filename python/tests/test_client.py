@@ -231,14 +231,16 @@ def _model_apply(model, op):
     if len(v) != 8:
         return ("error", "bad_length")
     old = int.from_bytes(v, "little")
+    # Counters come back signed (two's complement), as kvcli prints them.
+    signed = lambda x: x - U64 if x >= U64 // 2 else x  # noqa: E731
     if name == "incr":
         new = (old + op[2]) % U64
         model[k] = le(new)
-        return new
+        return signed(new)
     if name == "cas":
-        if old == op[2]:
+        if old == op[2] % U64:
             model[k] = le(op[3])
-        return old
+        return signed(old)
     raise AssertionError(name)
 
 

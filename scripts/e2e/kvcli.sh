@@ -191,7 +191,7 @@ check_err bad_width 2 "use 1, 2, 4 or 8" vget vec --width 3
 check_err int_too_big 2 "does not fit in 1 byte" vadd vec 300 --width 1
 check_err bad_func 2 "unknown function" reduce vec mul
 check_err usage 2 "unrecognized subcommand" frobnicate
-check_err missing_arg 2 "required" put k
+check_err missing_arg 2 "required" cas k 1
 check_err bad_timeout 2 "--timeout-ms" get k --timeout-ms 0
 
 # Interactive mode over a pipe (rustyline reads plain lines when stdin is no tty).

@@ -174,7 +174,7 @@ macro_rules! worker_counters {
                 Family("kvd_idle_sleeps_total"), false;
             /// Microseconds those sleeps asked for (the kernel adds its timer slack).
             idle_sleep_us: "Microseconds an idle worker asked to sleep.",
-                Family("kvd_idle_sleep_microseconds_total"), false;
+                Skip("Prometheus counts time in seconds; kvd_idle_sleeps_total counts the sleeps"), false;
             /// Sync mode: held responses freed unsent because the node stopped being a
             /// master (their writes may not be on the new one; the clients retry).
             sync_dropped: "Held responses freed unsent when the node stopped being master.",

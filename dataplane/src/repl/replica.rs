@@ -694,10 +694,15 @@ impl ReplLogic for ReplicaNode {
                         .reply_params(self.cfg.mac, self.cfg.ip, REPL_UDP_PORT);
                     match msg {
                         // A HELLO goes out on every link: once one node welcomed it,
-                        // a WELCOME from another link is ignored (two nodes streaming
-                        // to one replica, or a chain closing into a cycle).
+                        // a stream offered from another link is ignored (two nodes
+                        // streaming to one replica, or a chain closing into a cycle).
+                        // A REDIRECT is followed from any link: the head sends this
+                        // node behind its successor, which is how a node returning to
+                        // a chain learns it was appended (its election rank moves).
                         Control::Welcome(w)
-                            if w.nonce == self.nonce && upstream_link.is_none_or(|l| l == link) =>
+                            if w.nonce == self.nonce
+                                && (w.mode == WelcomeMode::Redirect
+                                    || upstream_link.is_none_or(|l| l == link)) =>
                         {
                             self.on_welcome(link, &w, params, now_ns, tx);
                         }
