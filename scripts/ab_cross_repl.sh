@@ -15,7 +15,7 @@ exec 9>/tmp/kvd-dpdk.lock
 flock 9
 for round in 1 2 3; do
   for which in base head; do
-    if [ "$which" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
+    ab_use "$which"
     D="$E2E_TMP/$which-$round"
     python3 scripts/cluster_config.py "$D" 1 --prefix "kvd-ab-xrepl" --mode sync --min-replicas 1 \
       --probe-ms 50 --waiting-ms 500 --lcores 0@0,1@1,2@1 >/dev/null

@@ -16,7 +16,7 @@ exec 9>/tmp/kvd-dpdk.lock
 flock 9
 for round in 1 2 3 4 5; do
   for which in base head; do
-    if [ "$which" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
+    ab_use "$which"
     start_dataplane "ab-$which-$round"
     run_pktgen "ab-$which-$round-load" --keys 100000 --key-size 8 --value-size 2 --load --get 1 \
       --put 0 --duration 0.3 --ops-per-packet 32 >/dev/null 2>&1 || fail "load against $which"

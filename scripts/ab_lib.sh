@@ -11,3 +11,8 @@ ab_start() {
   . scripts/e2e/lib.sh
   trap 'git worktree remove --force "$AB_OLD/src"; rm -rf "$AB_OLD"; e2e_cleanup' EXIT
 }
+
+# ab_use base|head: the dataplane binary the next start_dataplane runs (DP).
+ab_use() {
+  if [ "$1" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
+}

@@ -15,7 +15,7 @@ exec 9>/tmp/kvd-dpdk.lock
 flock 9
 for round in 1 2 3; do
   for which in base head; do
-    if [ "$which" = base ]; then DP="$AB_OLD/target/release/dataplane"; else DP=target/release/dataplane; fi
+    ab_use "$which"
     start_dataplane "ab-$which-$round" --lcores 0,1
     run_pktgen "ab-$which-$round" --json "$E2E_TMP/$which-$round.json" "${flags[@]}" >/dev/null 2>&1 \
       || fail "pktgen against $which"

@@ -155,9 +155,9 @@ impl PartitionSpec<'_> {
         let mut m =
             dpdk::malloc::zmalloc_socket(&format!("kvd_store{w}"), bytes, 2 << 20, self.socket)
                 .ok_or("cannot allocate the store from DPDK hugepage memory")?;
-        // SAFETY: `m` is a live DPDK allocation of `bytes` bytes that nothing else
-        // references; it is moved into `Store` beside the engine (declared after it),
-        // so it is freed only after the engine that points into it.
+        // `m` is moved into `Store` beside the engine (declared after it), so it is
+        // freed only after the engine that points into it.
+        // SAFETY: `m` is a live DPDK allocation of `bytes` bytes nothing else references.
         let r = unsafe { Region::from_raw(m.as_mut_ptr(), m.len()) };
         Ok((r, Some(m)))
     }

@@ -501,8 +501,8 @@ pub fn run(
             stats.busy_cycles.add(tsc::now().wrapping_sub(iter_start));
         }
         // Held responses (sync mode) wait for the replicas: yield, never sleep.
-        let holding = tx.hold.as_ref().is_some_and(|h| !h.q.is_empty());
-        let slept = if idle_now && holding {
+        let holding = || tx.hold.as_ref().is_some_and(|h| !h.q.is_empty());
+        let slept = if idle_now && holding() {
             idle.poll_waiting();
             0
         } else {
