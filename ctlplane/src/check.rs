@@ -3,8 +3,8 @@
 //!
 //! Per worker and for the total:
 //!
-//! * rx: `rx_packets = echoed + requests + connects + connect_repeats + resumes +
-//!   replays + Σ drop.<r>` over the rx-side reasons `r` except `handoff_full`;
+//! * rx: `rx_packets = echoed + requests + connects + connect_repeats + opens +
+//!   closes + resumes + replays + Σ drop.<r>` over the rx-side reasons `r` except `handoff_full`;
 //! * tx (unless skipped: fault injection breaks it): `responses + replayed_frames +
 //!   naks_sent + rnr_naks_sent + accepts_sent + echoed = tx_packets + drop.tx_full`;
 //!
@@ -31,6 +31,8 @@ const RX_TERMS: &[&str] = &[
     "requests",
     "connects",
     "connect_repeats",
+    "opens",
+    "closes",
     "resumes",
     "replays",
 ];
@@ -235,7 +237,8 @@ mod tests {
     fn col(rx: u64, req: u64, bad_icrc: u64, no_mbuf: u64) -> Value {
         json!({"rx_packets": rx, "tx_packets": req, "requests": req, "responses": req,
             "replays": 0, "replayed_frames": 0, "naks_sent": 0, "rnr_naks_sent": 0,
-            "connects": 1, "connect_repeats": 0, "resumes": 0, "accepts_sent": 1, "echoed": 0,
+            "connects": 1, "connect_repeats": 0, "opens": 0, "closes": 0, "resumes": 0,
+            "accepts_sent": 1, "echoed": 0,
             "handed_off": 0, "handed_in": 0,
             "drop": {"bad_icrc": bad_icrc, "no_mbuf": no_mbuf, "tx_full": 1, "handoff_full": 4}})
     }

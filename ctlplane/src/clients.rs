@@ -8,8 +8,8 @@ use rand::RngCore;
 use serde_json::Value;
 use std::path::PathBuf;
 
-/// The largest QPN (24 bits).
-const MAX_QPN: u32 = (1 << 24) - 1;
+/// The largest static client QPN (the ones above are opened by the server).
+const MAX_QPN: u32 = kvconf::FIRST_OPENED_QPN - 1;
 
 /// Client admission commands.
 #[derive(Subcommand, Debug)]
@@ -71,11 +71,16 @@ pub fn generate(
     if count == 0 {
         return Err("clients gen: --count must be at least 1".into());
     }
+    if first_qpn < 2 {
+        return Err(format!(
+            "clients gen: --first-qpn {first_qpn}: QPs 0 and 1 are not client QPs"
+        ));
+    }
     let last = u64::from(first_qpn) + u64::from(count) - 1;
     if last > u64::from(MAX_QPN) {
         return Err(format!(
             "clients gen: {count} QPNs from {first_qpn} end at {last}, past the largest \
-             QPN {MAX_QPN} (2^24 - 1)"
+             static client QPN {MAX_QPN} (2^23 - 1)"
         ));
     }
     Ok((first_qpn..=last as u32)
@@ -243,11 +248,11 @@ mod tests {
     fn refuses_zero_and_overflow() {
         let rng = &mut StdRng::seed_from_u64(1);
         assert!(generate(0, 100, rng).unwrap_err().contains("--count"));
-        // The last QPN may be 2^24 - 1, not more.
+        // The last QPN may be 2^23 - 1, not more.
         let c = generate(2, MAX_QPN - 1, rng).unwrap();
         assert_eq!(c[1].qpn, MAX_QPN);
         let e = generate(3, MAX_QPN - 1, rng).unwrap_err();
-        assert!(e.contains("2^24 - 1"), "{e}");
+        assert!(e.contains("2^23 - 1"), "{e}");
         assert!(generate(u32::MAX, u32::MAX, rng).is_err());
     }
 

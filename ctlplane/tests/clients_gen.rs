@@ -109,7 +109,8 @@ fn gen_refuses_bad_requests() {
     let cfg = memif_json();
     for (args, msg) in [
         (vec!["--count", "0"], "--count must be at least 1"),
-        (vec!["--count", "2", "--first-qpn", "16777215"], "2^24 - 1"),
+        (vec!["--count", "2", "--first-qpn", "8388607"], "2^23 - 1"),
+        (vec!["--count", "2", "--first-qpn", "1"], "not client QPs"),
         (
             vec!["--count", "2", "--first-qpn", "19", "--append"],
             "qpn 19 is already a client",

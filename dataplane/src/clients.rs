@@ -1,19 +1,24 @@
-//! The admitted client QPs of one worker and their connection state.
+//! The client QPs of one worker and their connection state.
 //!
-//! A client is a (QPN, R_Key) pair the operator admitted. It is served once connected
-//! (CONNECT → ACCEPT, `conn.rs`). Per client the worker keeps its incarnation (nonce),
+//! A client QP is either **static**, a (QPN, R_Key) pair the operator admitted (served
+//! once connected: CONNECT → ACCEPT, `server/conn.rs`), or **opened**: allocated by
+//! this worker for an OPEN, with a fresh QPN, R_Key and connection secret
+//! (docs/PROTOCOL.md §6.1). Per client the worker keeps its incarnation (nonce),
 //! the next request PSN it expects (`e`), the PSN of its next response frame, the
 //! starting PSNs it accepted (to re-send a lost ACCEPT), whether a NAK was sent for the
 //! current gap, and the `W` replay entries of its last requests (`replay.rs`).
 //!
-//! Per-QP state: [`CLIENT_BYTES`] in the table (56 B) plus `W ×`
-//! [`ENTRY_BYTES`](crate::replay::ENTRY_BYTES) (24 B) of replay entries: 824 B for
-//! the default `W = 32`. Clients are kept in a vector sorted by QPN and searched per
-//! request. Only the owning worker touches them; admission changes arrive between
-//! bursts (`set`).
+//! Per-QP state: [`CLIENT_BYTES`] in the table (72 B) plus `W ×`
+//! [`ENTRY_BYTES`](crate::replay::ENTRY_BYTES) (24 B) of replay entries: 840 B for
+//! the default `W = 32`. Clients live in a slab whose indices never move while the
+//! client lives (a burst's packets refer to their client by index); static QPNs are
+//! found by binary search in a dense sorted array, opened QPNs name their slot
+//! directly (`OPENED_QPN_BASE + slot × n + partition`). Only the owning worker
+//! touches them; admission changes arrive between bursts (`set`).
 
 use crate::completion::{RestoredQp, NOT_RESUMING};
 use crate::replay::Entry;
+use kvwire::transport::{is_opened_qpn, OPENED_QPN_BASE};
 
 /// One admitted client QP.
 #[derive(Clone, Debug)]
@@ -41,6 +46,11 @@ pub(crate) struct Client {
     /// expected PSN reaches this one, each request is looked up there first.
     /// [`NOT_RESUMING`] otherwise.
     pub resume_until: u32,
+    /// An opened QP's connection secret (0 for a static QP).
+    pub secret: u64,
+    /// When the client last sent a request or a connection payload, in the worker's
+    /// coarse seconds (`ClientTable::reclaim_idle`).
+    pub last_active: u32,
     /// Replay entries, the one of PSN `p` at `p mod W`.
     pub replay: Box<[Entry]>,
 }
@@ -61,8 +71,16 @@ impl Client {
             connected: false,
             nak_sent: false,
             resume_until: NOT_RESUMING,
+            secret: 0,
+            last_active: 0,
             replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
+    }
+
+    /// Whether this is a QP the server opened (not one the operator admitted).
+    #[inline]
+    pub fn is_opened(&self) -> bool {
+        is_opened_qpn(self.qpn)
     }
 
     /// The replay entry of request PSN `psn`, read-only (for prefetching).
@@ -80,15 +98,40 @@ impl Client {
     }
 }
 
-/// The admitted clients, sorted by QPN.
+/// A slab slot without a client.
+const FREE_QPN: u32 = 0;
+/// An opened slot without a client.
+const NO_CLIENT: u16 = u16::MAX;
+/// Most clients (static and opened) of one worker: indices are `u16`, one value is
+/// [`NO_CLIENT`].
+pub const MAX_CLIENTS: usize = NO_CLIENT as usize;
+
+/// The clients of one worker.
 #[derive(Debug, Default)]
 pub(crate) struct ClientTable {
+    /// The slab: a free entry has QPN [`FREE_QPN`] and is on `free`.
     clients: Vec<Client>,
-    /// The clients' QPNs, in the same order: the lookup searches this dense array
-    /// (16 KiB for 4096 clients, cache-resident) instead of striding through the
-    /// client entries, so thousands of QPs cost one miss per request, not one per
-    /// search step.
-    qpns: Vec<u32>,
+    /// Free slab indices.
+    free: Vec<u16>,
+    /// The static clients' QPNs, sorted: the lookup searches this dense array (16 KiB
+    /// for 4096 clients, cache-resident) instead of striding through the client
+    /// entries, so thousands of QPs cost one miss per request, not one per step.
+    static_qpns: Vec<u32>,
+    /// Slab index of each static QPN (same order).
+    static_idx: Vec<u16>,
+    /// Slab index of each opened slot ([`NO_CLIENT`]: free).
+    opened: Vec<u16>,
+    /// Opened QPs live.
+    opened_live: usize,
+    /// Where the search for a free opened slot starts (after the last one given), so
+    /// a closed QPN is not given out again at once.
+    opened_cursor: usize,
+    /// Where the idle sweep goes on.
+    sweep_cursor: usize,
+    /// This worker's partition and the number of partitions: opened QPNs are
+    /// `OPENED_QPN_BASE + slot × n + me`.
+    me: u32,
+    n: u32,
     /// Replay entries per client (the window `W`).
     credits: u16,
     /// Per client (same index), what its master's completion records say: empty
@@ -100,26 +143,51 @@ pub(crate) struct ClientTable {
 
 impl ClientTable {
     /// A table admitting `clients` as (QPN, R_Key) pairs (a repeated QPN keeps its
-    /// first R_Key), with `credits` replay entries per client.
-    pub fn new(clients: &[(u32, u32)], credits: u16) -> ClientTable {
+    /// first R_Key), with `credits` replay entries per client, and room for
+    /// `max_opened` opened QPs (partition 0 of 1 until [`ClientTable::set_partition`]).
+    pub fn new(clients: &[(u32, u32)], credits: u16, max_opened: usize) -> ClientTable {
         let mut t = ClientTable {
-            clients: Vec::new(),
-            qpns: Vec::new(),
             credits,
-            restored: Vec::new(),
-            keep_restored: false,
+            n: 1,
+            opened: vec![NO_CLIENT; max_opened.min(MAX_CLIENTS)],
+            ..ClientTable::default()
         };
         t.set(clients);
         t
     }
 
+    /// Opened QPNs name partition `me` of `n` (before any QP is opened).
+    pub fn set_partition(&mut self, me: u32, n: u32) {
+        debug_assert_eq!(self.opened_live, 0);
+        self.me = me;
+        self.n = n.max(1);
+    }
+
+    /// The opened slot QPN `qpn` names in this worker's partition.
+    #[inline]
+    fn opened_slot(&self, qpn: u32) -> Option<usize> {
+        let off = qpn.checked_sub(OPENED_QPN_BASE)?;
+        (off % self.n == self.me).then_some((off / self.n) as usize)
+    }
+
+    /// The QPN of opened slot `slot`.
+    fn opened_qpn(&self, slot: usize) -> Option<u32> {
+        let q = OPENED_QPN_BASE as u64 + slot as u64 * u64::from(self.n) + u64::from(self.me);
+        u32::try_from(q).ok().filter(|&q| is_opened_qpn(q))
+    }
+
     /// Index of the client with `qpn`.
     #[inline]
     pub fn find(&self, qpn: u32) -> Option<usize> {
-        self.qpns.binary_search(&qpn).ok()
+        if is_opened_qpn(qpn) {
+            let i = usize::from(*self.opened.get(self.opened_slot(qpn)?)?);
+            return (self.clients.get(i)?.qpn == qpn).then_some(i);
+        }
+        let k = self.static_qpns.binary_search(&qpn).ok()?;
+        Some(usize::from(self.static_idx[k]))
     }
 
-    /// The clients, by index.
+    /// The clients, by index (free slots have QPN 0).
     #[inline]
     pub fn as_slice(&self) -> &[Client] {
         &self.clients
@@ -129,6 +197,11 @@ impl ClientTable {
     #[inline]
     pub fn as_mut_slice(&mut self) -> &mut [Client] {
         &mut self.clients
+    }
+
+    /// Opened QPs live.
+    pub fn opened_count(&self) -> usize {
+        self.opened_live
     }
 
     /// Keeps, per client, what completion records say about its requests on the
@@ -152,43 +225,154 @@ impl ClientTable {
         (&mut self.clients[i], self.restored.get(i))
     }
 
-    /// Replaces the admitted clients with `clients` (QPN, R_Key). A client whose QPN
-    /// stays keeps its connection (and takes the new R_Key); a removed one is
-    /// forgotten; a new one starts unconnected. Allocates: call it off the hot path.
-    pub fn set(&mut self, clients: &[(u32, u32)]) {
-        let old_qpns = std::mem::take(&mut self.qpns);
-        let mut old_restored = std::mem::take(&mut self.restored);
-        let mut old = std::mem::take(&mut self.clients);
-        let mut v: Vec<Client> = clients
-            .iter()
-            .map(
-                |&(qpn, rkey)| match old.binary_search_by_key(&qpn, |c| c.qpn) {
-                    // A repeated QPN finds its replay entries taken (empty): it is
-                    // removed by the dedup below, which keeps the first.
-                    Ok(i) => Client {
-                        rkey,
-                        replay: std::mem::take(&mut old[i].replay),
-                        ..old[i].clone()
-                    },
-                    Err(_) => Client::new(qpn, rkey, self.credits),
-                },
-            )
-            .collect();
-        v.sort_by_key(|c| c.qpn); // stable: the first of a repeated QPN stays first
-        v.dedup_by_key(|c| c.qpn);
-        self.qpns = v.iter().map(|c| c.qpn).collect();
-        if self.keep_restored {
-            self.restored = v
-                .iter()
-                .map(|c| match old_qpns.binary_search(&c.qpn) {
-                    Ok(i) if i < old_restored.len() => {
-                        std::mem::replace(&mut old_restored[i], RestoredQp::new(1))
-                    }
-                    _ => RestoredQp::new(self.credits),
-                })
-                .collect();
+    /// A slab index for a new client `qpn` (unconnected, nothing restored); `None`
+    /// when the slab is full. Allocates when the slab grows.
+    fn alloc(&mut self, qpn: u32, rkey: u32) -> Option<usize> {
+        let fresh = Client::new(qpn, rkey, self.credits);
+        let i = match self.free.pop() {
+            Some(i) => {
+                let i = usize::from(i);
+                let replay = std::mem::take(&mut self.clients[i].replay);
+                self.clients[i] = Client { replay, ..fresh };
+                self.clients[i].replay.fill(Entry::EMPTY);
+                i
+            }
+            None if self.clients.len() < MAX_CLIENTS => {
+                self.clients.push(fresh);
+                if self.keep_restored {
+                    self.restored.push(RestoredQp::new(self.credits));
+                }
+                self.clients.len() - 1
+            }
+            None => return None,
+        };
+        if let Some(r) = self.restored.get_mut(i) {
+            *r = RestoredQp::new(self.credits);
         }
-        self.clients = v;
+        Some(i)
+    }
+
+    /// Frees slab index `i` (its replay entries stay allocated for the next client).
+    fn release(&mut self, i: usize) {
+        let c = &mut self.clients[i];
+        c.qpn = FREE_QPN;
+        c.connected = false;
+        c.secret = 0;
+        self.free.push(i as u16);
+    }
+
+    /// Opens a QP with R_Key `rkey` and connection secret `secret`, active at `now`:
+    /// its index and QPN, or `None` when every opened slot (or the slab) is taken.
+    pub fn open(&mut self, rkey: u32, secret: u64, now: u32) -> Option<(usize, u32)> {
+        let len = self.opened.len();
+        let slot = (0..len)
+            .map(|k| (self.opened_cursor + k) % len)
+            .find(|&k| self.opened[k] == NO_CLIENT)?;
+        let qpn = self.opened_qpn(slot)?;
+        let i = self.install(slot, qpn, rkey, secret, now)?;
+        self.opened_cursor = (slot + 1) % len;
+        Some((i, qpn))
+    }
+
+    /// Puts opened QP `qpn` (its R_Key and secret, from the master's completion
+    /// records) into this table, unconnected; a client of this node in its slot
+    /// (opened while it was not the master) is dropped for it. `None` if `qpn` is not
+    /// an opened QPN of this partition, or the slab is full.
+    pub fn install_opened(&mut self, qpn: u32, rkey: u32, secret: u64, now: u32) -> Option<usize> {
+        let slot = self.opened_slot(qpn).filter(|&k| k < self.opened.len())?;
+        if let Some(i) = self.find(qpn) {
+            if self.clients[i].secret == secret && self.clients[i].rkey == rkey {
+                return Some(i);
+            }
+        }
+        self.close_slot(slot);
+        self.install(slot, qpn, rkey, secret, now)
+    }
+
+    fn install(
+        &mut self,
+        slot: usize,
+        qpn: u32,
+        rkey: u32,
+        secret: u64,
+        now: u32,
+    ) -> Option<usize> {
+        let i = self.alloc(qpn, rkey)?;
+        let c = &mut self.clients[i];
+        c.secret = secret;
+        c.last_active = now;
+        self.opened[slot] = i as u16;
+        self.opened_live += 1;
+        Some(i)
+    }
+
+    /// Closes opened client `i`: its QPN is unknown from now on.
+    pub fn close(&mut self, i: usize) {
+        let qpn = self.clients[i].qpn;
+        if let Some(slot) = self.opened_slot(qpn) {
+            if self.opened.get(slot) == Some(&(i as u16)) {
+                self.close_slot(slot);
+            }
+        }
+    }
+
+    fn close_slot(&mut self, slot: usize) {
+        let i = std::mem::replace(&mut self.opened[slot], NO_CLIENT);
+        if i != NO_CLIENT {
+            self.release(usize::from(i));
+            self.opened_live -= 1;
+        }
+    }
+
+    /// Looks at up to `budget` opened slots (going round) and returns the index of
+    /// the first client idle since before `now − idle`, to be closed by the caller.
+    pub fn idle_opened(&mut self, now: u32, idle: u32, budget: usize) -> Option<usize> {
+        let len = self.opened.len();
+        if len == 0 || self.opened_live == 0 {
+            return None;
+        }
+        for _ in 0..budget.min(len) {
+            let k = self.sweep_cursor;
+            self.sweep_cursor = (k + 1) % len;
+            let i = self.opened[k];
+            if i != NO_CLIENT && now.wrapping_sub(self.clients[usize::from(i)].last_active) > idle {
+                return Some(usize::from(i));
+            }
+        }
+        None
+    }
+
+    /// Replaces the admitted static clients with `clients` (QPN, R_Key; QPNs in the
+    /// opened range are ignored). A client whose QPN stays keeps its connection (and
+    /// takes the new R_Key); a removed one is forgotten; a new one starts unconnected.
+    /// Opened QPs are untouched. Allocates: call it off the hot path.
+    pub fn set(&mut self, clients: &[(u32, u32)]) {
+        let mut want: Vec<(u32, u32)> = clients
+            .iter()
+            .copied()
+            .filter(|&(q, _)| !is_opened_qpn(q))
+            .collect();
+        want.sort_by_key(|c| c.0); // stable: the first of a repeated QPN stays first
+        want.dedup_by_key(|c| c.0);
+        let old_qpns = std::mem::take(&mut self.static_qpns);
+        let old_idx = std::mem::take(&mut self.static_idx);
+        for (k, q) in old_qpns.iter().enumerate() {
+            if want.binary_search_by_key(q, |c| c.0).is_err() {
+                self.release(usize::from(old_idx[k]));
+            }
+        }
+        for &(qpn, rkey) in &want {
+            let i = match old_qpns.binary_search(&qpn) {
+                Ok(k) => usize::from(old_idx[k]),
+                Err(_) => match self.alloc(qpn, rkey) {
+                    Some(i) => i,
+                    None => continue,
+                },
+            };
+            self.clients[i].rkey = rkey;
+            self.static_qpns.push(qpn);
+            self.static_idx.push(i as u16);
+        }
     }
 }
 
@@ -198,10 +382,10 @@ mod tests {
 
     #[test]
     fn set_keeps_staying_clients() {
-        let mut t = ClientTable::new(&[(5, 50), (3, 30), (5, 51)], 8);
-        assert_eq!(t.find(3), Some(0));
+        let mut t = ClientTable::new(&[(5, 50), (3, 30), (5, 51)], 8, 4);
+        assert!(t.find(3).is_some());
         assert_eq!(
-            t.as_slice()[1].rkey,
+            t.as_slice()[t.find(5).unwrap()].rkey,
             50,
             "a repeated QPN keeps its first R_Key"
         );
@@ -219,6 +403,57 @@ mod tests {
         let i = t.find(7).unwrap();
         assert!(!t.as_slice()[i].connected);
         assert_eq!(t.as_slice()[i].replay.len(), 8);
-        assert_eq!(CLIENT_BYTES, 56);
+        assert_eq!(CLIENT_BYTES, 72);
+    }
+
+    #[test]
+    fn opened_qps_get_their_own_qpns_and_never_move() {
+        let mut t = ClientTable::new(&[(17, 1)], 8, 3);
+        t.set_partition(1, 2);
+        let (a, qa) = t.open(10, 100, 0).unwrap();
+        let (b, qb) = t.open(11, 101, 0).unwrap();
+        assert_eq!((qa, qb), (OPENED_QPN_BASE + 1, OPENED_QPN_BASE + 3));
+        assert_eq!((t.find(qa), t.find(qb)), (Some(a), Some(b)));
+        assert_eq!(t.find(OPENED_QPN_BASE), None, "another partition's QPN");
+        assert_eq!(t.as_slice()[b].secret, 101);
+        // Re-admitting static QPs moves no opened client.
+        t.set(&[(19, 2), (17, 3), (OPENED_QPN_BASE + 5, 9)]);
+        assert_eq!((t.find(qa), t.find(qb)), (Some(a), Some(b)));
+        assert_eq!(
+            t.find(OPENED_QPN_BASE + 5),
+            None,
+            "no static QP in the opened range"
+        );
+        let c = t.open(12, 102, 0).unwrap();
+        assert_eq!(t.open(13, 103, 0), None, "3 opened slots");
+        assert_eq!(t.opened_count(), 3);
+        t.close(a);
+        assert_eq!((t.find(qa), t.opened_count()), (None, 2));
+        // The freed slot is given again (the cursor went round), with a new key.
+        let (d, qd) = t.open(14, 104, 0).unwrap();
+        assert_eq!(qd, qa);
+        assert_eq!(
+            (t.as_slice()[d].rkey, t.as_slice()[d].connected),
+            (14, false)
+        );
+        assert!(t.find(c.1).is_some());
+    }
+
+    #[test]
+    fn installing_a_masters_qp_evicts_a_local_one_and_idle_ones_are_found() {
+        let mut t = ClientTable::new(&[], 4, 4);
+        let (local, q) = t.open(1, 2, 5).unwrap();
+        let i = t.install_opened(q, 7, 8, 5).unwrap();
+        assert_eq!(t.find(q), Some(i));
+        assert_eq!((t.as_slice()[i].rkey, t.as_slice()[i].secret), (7, 8));
+        assert_eq!(t.opened_count(), 1);
+        assert_eq!(t.install_opened(q, 7, 8, 6), Some(i), "the same QP again");
+        assert_eq!(t.install_opened(17, 7, 8, 6), None, "a static QPN");
+        let _ = local;
+        let (j, _) = t.open(3, 4, 100).unwrap();
+        assert_eq!(t.idle_opened(105, 10, 4), Some(i), "idle since 5");
+        t.close(i);
+        assert_eq!(t.idle_opened(105, 10, 4), None, "the other is fresh");
+        assert_eq!(t.idle_opened(111, 10, 4), Some(j));
     }
 }

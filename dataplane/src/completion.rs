@@ -39,10 +39,18 @@ pub const KIND_INCARNATION: u8 = 1;
 pub const KIND_INTENT: u8 = 2;
 /// Blob kind: one response frame of a logged request.
 pub const KIND_FRAME: u8 = 3;
+/// Blob kind: an OPEN opened the QP (an incarnation with the QP's R_Key and secret).
+pub const KIND_OPENED: u8 = 4;
+/// Blob kind: the opened QP was closed (a CLOSE, or reclaimed when idle).
+pub const KIND_CLOSED: u8 = 5;
 /// FRAME flag: the request's last response frame.
 pub const FRAME_LAST: u8 = 0x01;
 /// Bytes of an INCARNATION blob.
 pub const INCARNATION_LEN: usize = 9;
+/// Bytes of an OPENED blob.
+pub const OPENED_LEN: usize = 21;
+/// Bytes of a CLOSED blob.
+pub const CLOSED_LEN: usize = 9;
 /// Bytes of an INTENT blob.
 pub const INTENT_LEN: usize = 13;
 /// Bytes of a FRAME blob before its payload.
@@ -57,6 +65,20 @@ pub const NOT_RESUMING: u32 = u32::MAX;
 pub enum Blob<'a> {
     /// A new incarnation (`nonce`) of the QP.
     Incarnation {
+        /// Its nonce.
+        nonce: u64,
+    },
+    /// An OPEN opened the QP: its first incarnation `nonce`, R_Key and secret.
+    Opened {
+        /// Its nonce.
+        nonce: u64,
+        /// The QP's R_Key.
+        rkey: u32,
+        /// The QP's connection secret.
+        secret: u64,
+    },
+    /// The opened QP's incarnation `nonce` ended: the QP is closed.
+    Closed {
         /// Its nonce.
         nonce: u64,
     },
@@ -88,6 +110,24 @@ pub enum Blob<'a> {
 pub fn incarnation(nonce: u64) -> [u8; INCARNATION_LEN] {
     let mut b = [0u8; INCARNATION_LEN];
     b[0] = KIND_INCARNATION;
+    b[1..9].copy_from_slice(&nonce.to_le_bytes());
+    b
+}
+
+/// Writes an OPENED blob.
+pub fn opened(nonce: u64, rkey: u32, secret: u64) -> [u8; OPENED_LEN] {
+    let mut b = [0u8; OPENED_LEN];
+    b[0] = KIND_OPENED;
+    b[1..9].copy_from_slice(&nonce.to_le_bytes());
+    b[9..13].copy_from_slice(&rkey.to_le_bytes());
+    b[13..21].copy_from_slice(&secret.to_le_bytes());
+    b
+}
+
+/// Writes a CLOSED blob.
+pub fn closed(nonce: u64) -> [u8; CLOSED_LEN] {
+    let mut b = [0u8; CLOSED_LEN];
+    b[0] = KIND_CLOSED;
     b[1..9].copy_from_slice(&nonce.to_le_bytes());
     b
 }
@@ -133,6 +173,12 @@ pub fn decode(b: &[u8]) -> Option<Blob<'_>> {
         KIND_INCARNATION if b.len() == INCARNATION_LEN => {
             Some(Blob::Incarnation { nonce: le64(1)? })
         }
+        KIND_OPENED if b.len() == OPENED_LEN => Some(Blob::Opened {
+            nonce: le64(1)?,
+            rkey: le32(9)?,
+            secret: le64(13)?,
+        }),
+        KIND_CLOSED if b.len() == CLOSED_LEN => Some(Blob::Closed { nonce: le64(1)? }),
         KIND_INTENT if b.len() == INTENT_LEN => Some(Blob::Intent {
             nonce: le64(1)?,
             psn: le32(9)?,
@@ -206,7 +252,7 @@ impl RestoredQp {
     /// the blob was understood.
     pub fn apply(&mut self, blob: &[u8], ring: &mut Arena) -> bool {
         match decode(blob) {
-            Some(Blob::Incarnation { nonce }) => {
+            Some(Blob::Incarnation { nonce } | Blob::Opened { nonce, .. }) => {
                 // A new incarnation forgets the old one's requests, even with an equal
                 // nonce (never sent twice by a master).
                 self.nonce = 0;
@@ -253,6 +299,12 @@ impl RestoredQp {
                 }
                 self.note(p);
                 self.next_resp = psn::add(resp_psn, 1);
+                true
+            }
+            Some(Blob::Closed { .. }) => {
+                self.nonce = 0;
+                self.end = None;
+                self.entries.fill(Entry::EMPTY);
                 true
             }
             None => false,

@@ -33,9 +33,6 @@ use std::time::{Duration, Instant};
 /// One admitted client QP: (QPN, R_Key).
 pub type ClientEntry = (u32, u32);
 
-/// Largest valid QPN (24 bits in the BTH).
-pub const MAX_QPN: u32 = 0x00ff_ffff;
-
 /// Levels of one slab class.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClassLevel {
@@ -171,7 +168,12 @@ impl std::fmt::Display for AdmissionError {
                 )
             }
             AdmissionError::NotAdmitted(q) => write!(f, "QPN {q} is not admitted"),
-            AdmissionError::BadQpn(q) => write!(f, "QPN {q} does not fit in 24 bits"),
+            AdmissionError::BadQpn(q) => write!(
+                f,
+                "QPN {q} is not a static client QPN (2..{}: QP 1 is the connection \
+                 manager's, the QPNs above are opened by the server)",
+                kvconf::FIRST_OPENED_QPN
+            ),
         }
     }
 }
@@ -311,7 +313,7 @@ impl ControlState {
     /// Admits `qpn` with `rkey`; returns the new generation (not yet applied: see
     /// [`ControlState::wait_applied`]).
     pub fn add_client(&self, qpn: u32, rkey: u32) -> Result<u64, AdmissionError> {
-        if qpn > MAX_QPN {
+        if !(2..kvconf::FIRST_OPENED_QPN).contains(&qpn) {
             return Err(AdmissionError::BadQpn(qpn));
         }
         let mut a = lock(&self.admission);

@@ -30,10 +30,11 @@
 
 mod conn;
 mod cross;
+mod open;
 mod resume;
 mod txn;
 
-pub use conn::{first_psns, Transport, RNR_TIMER};
+pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, RNR_TIMER};
 pub use cross::{PartitionTable, MAX_PARTITIONS};
 use resume::ServeMark;
 
@@ -51,7 +52,7 @@ use arrayvec::ArrayVec;
 use kvengine::{BatchOp, Engine};
 use kvops::{FunctionRegistry, Station, StationConfig};
 use kvwire::partition::{partition_of_hash, peek_dest_qp, peek_psn};
-use kvwire::transport::{parse_client_frame, ClientFrame};
+use kvwire::transport::{is_opened_qpn, parse_client_frame, ClientFrame};
 use kvwire::{
     response_frame_len, response_payload_capacity, BatchReader, DropReason, KvOp, Status,
     MASTER_HINT_LEN,
@@ -124,6 +125,14 @@ pub struct Server {
     completion_scratch: Box<[u8]>,
     /// What `sequence` decided for the request it just let through.
     serve: ServeMark,
+    /// Draws opened QPs' R_Keys and connection secrets (a CSPRNG seeded from the OS).
+    keys: rand::rngs::StdRng,
+    /// The worker's coarse clock, in seconds ([`Server::maintain`]).
+    now_s: u32,
+    /// Opened QPs idle this long are closed (0: never).
+    idle_close_s: u32,
+    /// The last OPENs, to answer a repeated one with the same QP.
+    recent_opens: open::RecentOpens,
 }
 
 impl Server {
@@ -175,7 +184,7 @@ impl Server {
         let payload_cap = response_payload_capacity(mtu).min(MAX_PAYLOAD);
         Ok(Server {
             id,
-            clients: ClientTable::new(clients, t.credits),
+            clients: ClientTable::new(clients, t.credits, t.max_opened),
             credits: t.credits,
             slot_size,
             arena: Arena::new(t.replay_cache_bytes, response_frame_len(payload_cap)),
@@ -203,6 +212,10 @@ impl Server {
             restored_ring: Arena::default(),
             completion_scratch: Box::default(),
             serve: ServeMark::Plain,
+            keys: rand::SeedableRng::from_entropy(),
+            now_s: 0,
+            idle_close_s: t.idle_close_s,
+            recent_opens: open::RecentOpens::default(),
         })
     }
 
@@ -220,6 +233,7 @@ impl Server {
     pub fn set_partition(&mut self, me: u32, n: u32) {
         self.partitions = n.max(1);
         self.partition = me.min(self.partitions - 1);
+        self.clients.set_partition(self.partition, self.partitions);
     }
 
     /// This server's partition and the node's number of partitions
@@ -323,6 +337,28 @@ impl Server {
         Ok(ci)
     }
 
+    /// [`Server::admit`], answering a request to an opened QPN that is not open with
+    /// NAK invalid request and counting every refusal.
+    fn admit_or_refuse<T: TxSink>(
+        &mut self,
+        req: &kvwire::Request<'_>,
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) -> Option<usize> {
+        match self.admit(req) {
+            Ok(ci) => Some(ci),
+            Err(DropReason::UnknownQp) if is_opened_qpn(req.dest_qp) => {
+                let params = req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
+                self.nak_unknown_opened(&params, req.dest_qp, req.psn, stats, out);
+                None
+            }
+            Err(why) => {
+                stats.drop(why);
+                None
+            }
+        }
+    }
+
     /// Whether a frame to `mac`/`ip` is for this server (its MAC or broadcast, its IP).
     #[inline]
     fn for_us(&self, mac: kvwire::MacAddr, ip: std::net::Ipv4Addr) -> bool {
@@ -379,12 +415,8 @@ impl Server {
                     continue;
                 }
             };
-            let ci = match self.admit(&req) {
-                Ok(ci) => ci,
-                Err(why) => {
-                    stats.drop(why);
-                    continue;
-                }
+            let Some(ci) = self.admit_or_refuse(&req, stats, &mut out) else {
+                continue;
             };
             if !self.sequence(&req, ci, stats, &mut out) {
                 continue;

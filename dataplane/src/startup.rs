@@ -184,6 +184,8 @@ impl PartitionSpec<'_> {
             credits: cfg.server.credits,
             replay_cache_bytes: (cfg.server.replay_cache_kb as usize) << 10,
             seed,
+            max_opened: cfg.server.max_connections as usize,
+            idle_close_s: cfg.server.connection_idle_s,
         };
         let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
         let mut server = Server::with_transport(

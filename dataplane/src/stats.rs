@@ -113,7 +113,8 @@ pub const fn is_tx_side(r: DropReason) -> bool {
 impl WorkerStats {
     /// The right-hand side of the rx identity: every frame the worker's server judged
     /// (`rx_packets`: its own frames and the handed-in ones) ends as exactly one of an
-    /// echo, an accepted request, a CONNECT (new incarnation or repeat), a RESUME that
+    /// echo, an accepted request, a CONNECT (new incarnation or repeat), an OPEN, a
+    /// CLOSE, a RESUME that
     /// continued an incarnation, a replayed
     /// duplicate, or a drop of an rx-side reason other than `handoff_full` (those frames
     /// never reach the server). `rx_packets == rx_accounted()` on a quiescent worker.
@@ -127,6 +128,8 @@ impl WorkerStats {
             + self.requests.get()
             + self.connects.get()
             + self.connect_repeats.get()
+            + self.opens.get()
+            + self.closes.get()
             + self.resumes.get()
             + self.replays.get()
             + drops

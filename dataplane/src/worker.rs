@@ -22,7 +22,7 @@ use dpdk::{
 };
 use kvload::inject::Injector;
 use kvload::FaultConfig;
-use kvwire::partition::{partition_of_qp, peek_dest_qp};
+use kvwire::partition::{peek_dest_qp, peek_owner};
 use kvwire::{response_frame_len, response_payload_capacity, DropReason};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -125,7 +125,7 @@ impl Handoff {
     fn steer(&mut self, rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats) {
         let mut keep = MbufBurst::<MAX_BURST>::new();
         for m in rx.drain() {
-            let owner = peek_dest_qp(m.data()).map_or(self.me, |qp| partition_of_qp(qp, self.n));
+            let owner = peek_owner(m.data(), self.n).unwrap_or(self.me);
             match self
                 .outboxes
                 .get_mut(owner as usize)
@@ -518,6 +518,7 @@ pub fn run(
                 break;
             }
             control_tick(ctl, &mut store.server);
+            store.server.maintain((now / hz.max(1)) as u32, stats);
             snap.poll(ctl.snapshot(), &mut store.server);
             let every = ctl.latency_sample_every();
             if every != sampler.every() {

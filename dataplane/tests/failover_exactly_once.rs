@@ -127,7 +127,7 @@ impl PacketIo for Switch {
 
 /// A replica (node 0) and a master (node 1, with the capturing tap), both keeping
 /// completion records, and a client connected to the master.
-fn world(stream: &Arc<Mutex<Vec<Rec>>>) -> Client<Switch> {
+fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
     let mut nodes = Vec::new();
     for (mac, ip) in [(SERVER_MAC, common::SERVER_IP), (MASTER_MAC, MASTER_IP)] {
         let mut id = identity();
@@ -177,7 +177,12 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>) -> Client<Switch> {
     let mut params = request_params();
     params.dst_mac = MASTER_MAC;
     params.dst_ip = MASTER_IP;
-    let mut c = Client::new(sw, cfg, &QPS, params, Box::new(move || clock.get()));
+    let clock = Box::new(move || clock.get());
+    let mut c = if opened {
+        Client::opened(sw, cfg, params, clock)
+    } else {
+        Client::new(sw, cfg, &QPS, params, clock)
+    };
     c.set_nodes(&[(MASTER_MAC, MASTER_IP), (SERVER_MAC, common::SERVER_IP)]);
     c.connect().unwrap();
     c
@@ -197,8 +202,17 @@ fn fetch_add() -> Op {
 /// Returns each fetch-add's outcome (its original value, or the status), the
 /// counter on the replica, and the client.
 fn failover(ship: impl Fn(&Rec) -> bool) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
+    failover_on(ship, false)
+}
+
+/// [`failover`] with the client on static QPs, or (`opened`) on QPs the master
+/// opened for it.
+fn failover_on(
+    ship: impl Fn(&Rec) -> bool,
+    opened: bool,
+) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
     let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream);
+    let mut c = world(&stream, opened);
     c.io_mut().nodes[1].mute = true;
     let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
     // Let the master execute everything (its answers go nowhere).
@@ -271,6 +285,25 @@ fn resent_requests_get_their_original_answers_and_do_not_run_again() {
     assert_eq!(s.outcome_unknown.get(), 0);
 }
 
+/// An opened QP is carried across the failover like a static one: its OPEN (R_Key,
+/// secret) reached the replica with the stream, the client RESUMEs with its secret,
+/// and every resent request gets its original answer.
+#[test]
+fn an_opened_qp_resumes_on_the_new_master() {
+    let (outcomes, ctr, mut c) = failover_on(|_| true, true);
+    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
+    originals.sort_unstable();
+    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_eq!(ctr, ADDS, "not one applied twice on the new master");
+    assert!(c.transport().stats().resumed >= 1);
+    assert_eq!(
+        c.io_mut().nodes[0].server.opened_qps(),
+        1,
+        "installed from the stream"
+    );
+    assert!(c.io_mut().stats.restored_replays.get() >= ADDS / 10);
+}
+
 #[test]
 fn requests_whose_answers_were_not_replicated_are_reported_unknown_not_rerun() {
     // The post-images and intents reached the replica, the response frames did not.
@@ -300,7 +333,7 @@ fn requests_the_replica_never_heard_of_run_there_once() {
 #[test]
 fn a_resume_at_a_node_that_is_not_master_is_not_answered() {
     let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream);
+    let mut c = world(&stream, false);
     c.io_mut().nodes[1].mute = true;
     let t = c.submit(fetch_add());
     c.flush();

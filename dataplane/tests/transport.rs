@@ -458,13 +458,14 @@ fn transport_settings_checked_and_sizes() {
     // 1 MiB / 1024 = 1 KiB slots: too small for a 1440 B request.
     assert!(bad(MAX_CREDITS).unwrap().contains("slot"));
     assert!(bad(512).is_none());
-    assert_eq!(qp_state_bytes(32), 56 + 32 * 24);
+    assert_eq!(qp_state_bytes(32), 72 + 32 * 24);
     // kvconf's copies of kvwire's limits agree with it.
     assert_eq!(
         kvconf::REQUEST_PAYLOAD_CAPACITY,
         kvwire::request_payload_capacity(DEFAULT_MTU) as u64
     );
     assert_eq!(kvconf::MAX_CREDITS, MAX_CREDITS);
+    assert_eq!(kvconf::FIRST_OPENED_QPN, kvwire::transport::OPENED_QPN_BASE);
     for (len, w) in [(1u64 << 20, 32u16), (100_000, 8), (5000, 1024), (1, 1)] {
         assert_eq!(kvconf::slot_size(len, w), slot_size(len, w));
     }

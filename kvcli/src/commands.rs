@@ -93,6 +93,7 @@ pub fn error_code(e: &Error) -> (i32, String) {
             EXIT_UNREACHABLE,
             format!("request timed out ({e}): server unreachable? (outcome unknown)"),
         ),
+        Error::NotExecuted => (EXIT_UNREACHABLE, format!("{e} (not executed)")),
         Error::ConnectTimeout => (
             EXIT_UNREACHABLE,
             "server unreachable: no ACCEPT within the connect timeout".into(),

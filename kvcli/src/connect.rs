@@ -57,8 +57,12 @@ pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
             v.clone()
                 .ok_or_else(|| format!("--server needs {flag} too (or use --config)"))
         };
-        if qpns.is_empty() || rkeys.is_empty() {
-            return Err("--server needs at least one --qpn N --rkey K pair".into());
+        if qpns.len() != rkeys.len() {
+            return Err(
+                "--server needs a --rkey K for each --qpn N (or neither: the \
+                        server opens a QP for this client)"
+                    .into(),
+            );
         }
         Endpoint {
             iface: a.iface.clone(),
@@ -102,6 +106,9 @@ pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
                 qps.push((q, rkey));
             }
             ep.qps = qps;
+        } else {
+            // The server opens this client's QPs: nothing shared with other clients.
+            ep.qps.clear();
         }
         ep
     };
@@ -201,8 +208,11 @@ pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
             EndpointError::Config(_) | EndpointError::Kernel(_) => EXIT_ERROR,
         };
         let msg = match e {
+            EndpointError::Unreachable(_) if ep.qps.is_empty() => {
+                format!("{e} [server {} on {}, opened QPs]", ep.server_ip, ep.iface)
+            }
             EndpointError::Unreachable(_) => format!(
-                "{e} [server {} on {}, {} QP(s)]",
+                "{e} [server {} on {}, {} static QP(s)]",
                 ep.server_ip,
                 ep.iface,
                 ep.qps.len()
@@ -250,7 +260,7 @@ mod tests {
     fn from_config_with_overrides() {
         let p = cfg_path();
         let ep = endpoint(&conn(&["--config", &p])).unwrap();
-        assert_eq!(ep.qps.len(), 4);
+        assert!(ep.qps.is_empty(), "no --qpn: the server opens the QPs");
         let ep = endpoint(&conn(&["--config", &p, "--qpn", "18", "--partitions", "1"])).unwrap();
         assert_eq!(ep.qps, [(18, 305419897)]);
         let e = endpoint(&conn(&["--config", &p, "--qpn", "99"])).unwrap_err();
@@ -280,10 +290,12 @@ mod tests {
         let ep = endpoint(&conn(&base)).unwrap();
         assert_eq!(ep.qps, [(17, 16)]);
         assert_eq!(ep.server_ip, Ipv4Addr::new(10, 0, 0, 1));
-        let e = endpoint(&conn(&base[..8])).unwrap_err();
-        assert!(e.contains("--qpn N --rkey K"), "{e}");
+        // No --qpn: the server opens the QPs; a --qpn without --rkey is refused.
+        assert!(endpoint(&conn(&base[..8])).unwrap().qps.is_empty());
+        let e = endpoint(&conn(&base[..10])).unwrap_err();
+        assert!(e.contains("--rkey K for each --qpn N"), "{e}");
         let e = endpoint(&conn(&base[..2])).unwrap_err();
-        assert!(e.contains("--qpn") || e.contains("--server-mac"), "{e}");
+        assert!(e.contains("--server needs"), "{e}");
         let mut bad = base.to_vec();
         bad[3] = "02:00";
         assert!(endpoint(&conn(&bad)).unwrap_err().contains("--server-mac"));

@@ -65,10 +65,11 @@ fn with_client<R>(
 /// connect_timeout=None)`
 ///
 /// The endpoint comes from a configuration file (`config`: the dataplane's MAC/IP
-/// are the server's, the pktgen's are this client's, `clients` are the QPs, the
-/// dataplane's worker count the partitions), or from the keyword arguments alone
-/// (then `server_ip`, `server_mac`, `client_ip`, `client_mac` and `qps` are
-/// required); keyword arguments given with `config` override its values.
+/// are the server's, the pktgen's are this client's, the dataplane's worker count
+/// the partitions), or from the keyword arguments alone (then `server_ip`,
+/// `server_mac`, `client_ip` and `client_mac` are required); keyword arguments given
+/// with `config` override its values. The server opens one QP per partition for the
+/// client (docs/PROTOCOL.md §6.1) unless `qps` names static ones.
 /// `timeout` (seconds) bounds each blocking operation and a batch's wait for
 /// progress, `connect_timeout` (seconds) the connection set-up. Connects every QP
 /// before returning (`kvdirect.UnreachableError` if the server does not answer).
@@ -120,7 +121,6 @@ impl Overrides<'_, '_> {
             ("server_mac", self.server_mac.is_none()),
             ("client_ip", self.client_ip.is_none()),
             ("client_mac", self.client_mac.is_none()),
-            ("qps", self.qps.is_none()),
         ]
         .into_iter()
         .filter_map(|(n, m)| m.then_some(n))
@@ -128,7 +128,7 @@ impl Overrides<'_, '_> {
         if !missing.is_empty() {
             return Err(PyTypeError::new_err(format!(
                 "Client(): without config=, the endpoint needs server_ip, server_mac, \
-                 client_ip, client_mac and qps (missing: {})",
+                 client_ip and client_mac (missing: {})",
                 missing.join(", ")
             )));
         }
@@ -160,9 +160,11 @@ impl Overrides<'_, '_> {
         if let Some(v) = self.client_mac {
             ep.client_mac = convert::mac(v, "client_mac")?;
         }
-        if let Some(v) = self.qps {
-            ep.qps = convert::qps(v)?;
-        }
+        // Static QPs only when given: otherwise the server opens this client's QPs.
+        ep.qps = match self.qps {
+            Some(v) => convert::qps(v)?,
+            None => Vec::new(),
+        };
         if let Some(p) = self.partitions {
             // At most the QPN space: a partition count beyond it serves nothing.
             ep.partitions = convert::int_in(p, "partitions", 1, 1 << 24)? as u32;
@@ -307,11 +309,6 @@ impl Client {
             }
             None => over.endpoint(&iface)?,
         };
-        if endpoint.qps.is_empty() {
-            return Err(errors::ConfigError::new_err(
-                "the endpoint has no QP (empty `clients` list / qps)",
-            ));
-        }
         let mut cfg = kernel_client_config();
         cfg.partitions = endpoint.partitions.max(1);
         if let Some(t) = timeout {

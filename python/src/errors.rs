@@ -86,6 +86,10 @@ pub fn op_error(py: Python<'_>, e: kvclient::Error) -> PyErr {
             "deadline",
             "no result within the client's timeout (outcome unknown)",
         ),
+        E::NotExecuted => unreachable(
+            "not_executed",
+            "not executed: the server had closed the connection (send it again)",
+        ),
         E::Status(s) => with_attr(
             py,
             StatusError::new_err(format!("server status {}", s.name())),

@@ -347,6 +347,21 @@ def test_explicit_endpoint(iface, config, key):
         c.close()
 
 
+def test_clients_do_not_disturb_each_other(iface, config_path, key):
+    # Issue 32: on shared static QPs another process's connect took the QP over and
+    # this client's next operations failed. Every client now has QPs of its own.
+    a = kvdirect.Client(iface, config=str(config_path))
+    try:
+        for i in range(20):
+            b = kvdirect.Client(iface, config=str(config_path))
+            b.put(key("b%d" % i), b"x")
+            b.close()
+            a.put(key("a"), b"%d" % i)
+            assert a.get(key("a")) == b"%d" % i
+    finally:
+        a.close()
+
+
 def test_other_thread_refused(client, key):
     """A client belongs to its thread (kvclient's Client is not Send): another
     thread's call is refused with RuntimeError, and the client still works."""

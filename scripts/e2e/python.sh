@@ -26,8 +26,8 @@ python3 -m maturin --version >/dev/null 2>&1 || fail "maturin not installed (run
 python3 -c 'import pytest' 2>/dev/null || fail "pytest not installed (run scripts/setup.sh)"
 
 START=$(date +%s)
-CARGO_TARGET_DIR="$TARGET_DIR" timeout 1800 cargo build --release -q -p dataplane \
-  || fail "dataplane build failed"
+CARGO_TARGET_DIR="$TARGET_DIR" timeout 1800 cargo build --release -q -p dataplane -p kvcli \
+  || fail "dataplane/kvcli build failed"
 DP_BIN="$TARGET_DIR/release/dataplane"
 
 # The wheel: its own Cargo workspace (python/Cargo.lock), built into the same target dir.
@@ -73,6 +73,34 @@ if [ "$rc" -eq 0 ] && [ -n "${KVD_PY_BENCH:-}" ]; then
     || fail "bench_client.py failed"
   cp "$TMP/bench.json" "$KVD_PY_BENCH"
   cat "$TMP/bench.json"
+fi
+
+# Shared appliance (issue 32): a Python application and two kvcli loops at once, each
+# process on QPs the server opened for it; none may ever fail.
+if [ "$rc" -eq 0 ]; then
+  kill -CONT "$DP_PID" 2>/dev/null || true
+  ip netns exec "$NS" timeout 60 python3 scripts/e2e/py/shared_app.py --iface kvtap0 \
+    --config configs/tap.json --seconds 6 >"$TMP/app.json" 2>&1 &
+  APP=$!
+  kv_loop() {
+    local n=0 bad=0
+    while [ "$n" -lt 40 ]; do
+      ip netns exec "$NS" timeout 10 "$TARGET_DIR/release/kvcli" --config configs/tap.json \
+        --iface kvtap0 put "cli$1:$n" "x$n" >/dev/null 2>>"$TMP/cli$1.err" || bad=$((bad + 1))
+      n=$((n + 1))
+    done
+    echo "$bad" >"$TMP/cli$1.bad"
+  }
+  kv_loop 1 & L1=$!
+  kv_loop 2 & L2=$!
+  wait "$L1" "$L2"
+  wait "$APP" || { cat "$TMP/app.json"; fail "shared: the application exited with an error"; }
+  APP_OUT=$(tail -n 1 "$TMP/app.json")
+  FAILS=$(python3 -c 'import json,sys; d=json.loads(sys.argv[1]); print(d["failures"] if d["ops"] > 0 else -1)' "$APP_OUT")
+  BAD="$(cat "$TMP/cli1.bad") $(cat "$TMP/cli2.bad")"
+  [ "$FAILS" = 0 ] && [ "$BAD" = "0 0" ] \
+    || { cat "$TMP/app.json" "$TMP"/cli*.err; fail "shared: app failures $FAILS, kvcli failures $BAD"; }
+  echo "PASS: python/shared: app $APP_OUT beside 2 x 40 kvcli puts, none failed"
 fi
 
 tapns_stop  # also resumes it, in case a test left it paused

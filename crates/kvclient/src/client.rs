@@ -1,6 +1,7 @@
 //! [`Client`]: a plain blocking and pipelined KV API over a [`Transport`].
 
 use crate::follow::{Follower, NodeAddr, Verdict};
+use crate::qp::QpSpec;
 use crate::transport::{Config, Event, SendError, Transport};
 use crate::{Error, PacketIo};
 use hashbrown::{HashMap, HashSet};
@@ -244,9 +245,16 @@ pub struct Client<I: PacketIo> {
     requeued: Vec<usize>,
 }
 
+impl<I: PacketIo> Drop for Client<I> {
+    /// Closes the QPs the server opened for this client ([`Client::close`]).
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
 impl<I: PacketIo> Client<I> {
-    /// A client for QPs `qps` (`(qpn, rkey)`), sending with `params`, reading the
-    /// time (ns) from `clock`. Does not connect yet ([`Client::connect`], or
+    /// A client for static QPs `qps` (`(qpn, rkey)`), sending with `params`, reading
+    /// the time (ns) from `clock`. Does not connect yet ([`Client::connect`], or
     /// lazily on first use).
     pub fn new(
         io: I,
@@ -255,17 +263,55 @@ impl<I: PacketIo> Client<I> {
         params: FrameParams,
         clock: Box<dyn FnMut() -> u64>,
     ) -> Client<I> {
+        let specs: Vec<QpSpec> = qps
+            .iter()
+            .map(|&(qpn, rkey)| QpSpec::Static { qpn, rkey })
+            .collect();
+        Self::with_qps(io, cfg, &specs, params, clock)
+    }
+
+    /// A client that has the server open one QP per partition for it
+    /// (docs/PROTOCOL.md §6.1): no QPN to configure, and no other client can take
+    /// its connections over. See [`Client::new`].
+    pub fn opened(
+        io: I,
+        cfg: ClientConfig,
+        params: FrameParams,
+        clock: Box<dyn FnMut() -> u64>,
+    ) -> Client<I> {
+        let specs: Vec<QpSpec> = (0..cfg.partitions.max(1))
+            .map(|p| QpSpec::Opened {
+                partition: p as u16,
+            })
+            .collect();
+        Self::with_qps(io, cfg, &specs, params, clock)
+    }
+
+    /// A client for QPs `qps`, static or opened. See [`Client::new`].
+    pub fn with_qps(
+        io: I,
+        cfg: ClientConfig,
+        qps: &[QpSpec],
+        params: FrameParams,
+        clock: Box<dyn FnMut() -> u64>,
+    ) -> Client<I> {
         let n = cfg.partitions.max(1);
         let mut part_qps = vec![Vec::new(); n as usize];
-        for (i, &(qpn, _)) in qps.iter().enumerate() {
-            part_qps[partition_of_qp(qpn, n) as usize].push(i);
+        for (i, spec) in qps.iter().enumerate() {
+            let p = match *spec {
+                QpSpec::Static { qpn, .. } => partition_of_qp(qpn, n),
+                QpSpec::Opened { partition } => u32::from(partition),
+            };
+            if let Some(v) = part_qps.get_mut(p as usize) {
+                v.push(i);
+            }
         }
         Client {
             io,
             follow: Follower::new(cfg.follow_master, Some((params.dst_mac, params.dst_ip))),
             requeued: vec![0; qps.len()],
             txs: HashMap::new(),
-            t: Transport::new(cfg.transport, qps, params),
+            t: Transport::with_qps(cfg.transport, qps, params),
             clock,
             cfg,
             part_qps,
@@ -276,6 +322,13 @@ impl<I: PacketIo> Client<I> {
             next_tag: 0,
             next_ticket: 0,
         }
+    }
+
+    /// Closes the QPs the server opened for this client (best effort, not waited
+    /// for: a QP whose CLOSE is lost is reclaimed when it idles). Call it before the
+    /// client goes away; operations still pending are abandoned.
+    pub fn close(&mut self) {
+        self.t.close_opened(&mut self.io);
     }
 
     /// The transport (counters, states).
@@ -537,6 +590,17 @@ impl<I: PacketIo> Client<I> {
                 if error == Error::Timeout {
                     // The node stopped answering: try the next candidate.
                     follow.on_node_lost();
+                }
+                if let (Error::NotExecuted, Some(b)) = (error, batches.get(&tag)) {
+                    // Nothing of it ran: its ops go again, first in their queue, on
+                    // the QP opened anew.
+                    let at = requeued[b.qp].min(queues[b.qp].len());
+                    for (k, &tk) in b.tickets.iter().enumerate().skip(b.answered).rev() {
+                        queues[b.qp].insert(at, (tk, b.ops[k].clone()));
+                    }
+                    requeued[b.qp] = at + b.tickets.len() - b.answered;
+                    batches.remove(&tag);
+                    return;
                 }
                 if let Some(b) = batches.remove(&tag) {
                     for &tk in &b.tickets[b.answered..] {

@@ -30,7 +30,9 @@ pub struct Endpoint {
     pub udp_src_port: u16,
     /// The dataplane's worker count (key partitions): one per EAL lcore.
     pub partitions: u32,
-    /// Client QPs `(qpn, rkey)` the operator admitted for this client.
+    /// Static client QPs `(qpn, rkey)` the operator admitted for this client; empty
+    /// (the default of the tools): the server opens one QP per partition for this
+    /// client on connect (docs/PROTOCOL.md §6.1).
     pub qps: Vec<(u32, u32)>,
 }
 
@@ -118,18 +120,18 @@ impl Endpoint {
         )
     }
 
-    /// Checks what the client needs: at least one QP, QPNs of 24 bits, one
-    /// partition at least, and a QP for every partition.
+    /// Checks what the client needs: one partition at least; for static QPs, QPNs of
+    /// 24 bits and a QP for every partition.
     pub fn validate(&self) -> Result<(), EndpointError> {
         let bad = |s: String| Err(EndpointError::Config(s));
-        if self.qps.is_empty() {
-            return bad("no client QPs (the config's `clients` list is empty)".into());
-        }
         if self.partitions == 0 || self.partitions > 1024 {
             return bad(format!(
                 "partitions must be in 1..=1024, not {}",
                 self.partitions
             ));
+        }
+        if self.qps.is_empty() {
+            return Ok(());
         }
         if let Some(&(q, _)) = self.qps.iter().find(|(q, _)| *q >= 1 << 24) {
             return bad(format!("client qpn {q} does not fit in 24 bits"));
@@ -146,7 +148,8 @@ impl Endpoint {
         Ok(())
     }
 
-    /// Opens the socket and connects every QP (blocking, up to
+    /// Opens the socket and connects every QP — has the server open one per
+    /// partition when [`Endpoint::qps`] is empty — (blocking, up to
     /// `cfg.connect_timeout_ns`). `cfg.partitions` is replaced by
     /// [`Endpoint::partitions`].
     pub fn connect(&self, cfg: ClientConfig) -> Result<Client<KernelIo>, EndpointError> {
@@ -156,7 +159,11 @@ impl Endpoint {
             partitions: self.partitions,
             ..cfg
         };
-        let mut c = Client::new(io, cfg, &self.qps, self.frame_params(), clock());
+        let mut c = if self.qps.is_empty() {
+            Client::opened(io, cfg, self.frame_params(), clock())
+        } else {
+            Client::new(io, cfg, &self.qps, self.frame_params(), clock())
+        };
         c.connect().map_err(EndpointError::Unreachable)?;
         Ok(c)
     }
@@ -349,12 +356,9 @@ mod tests {
             msg.contains("nosuch0") || msg.contains("CAP_NET_RAW"),
             "{msg}"
         );
+        // No static QP: the server opens them (docs/PROTOCOL.md §6.1).
         let empty = Endpoint { qps: vec![], ..e };
-        assert!(empty
-            .validate()
-            .unwrap_err()
-            .to_string()
-            .contains("no client QPs"));
+        assert!(empty.validate().is_ok());
     }
 
     #[test]

@@ -97,7 +97,7 @@ mod transport;
 pub use client::{Client, ClientConfig, Op, Reply, Ticket, TxCondition, TxOutcome, TxTicket};
 pub use endpoint::{kernel_client_config, Endpoint, EndpointError};
 pub use kernel::{KernelError, KernelIo};
-pub use qp::QpState;
+pub use qp::{QpSpec, QpState};
 pub use transport::{Config, Event, SendError, Stats, Transport};
 
 /// Moves whole frames to and from the network.
@@ -154,6 +154,10 @@ pub enum Error {
     /// [`Client`]: no result within the client's operation timeout (outcome
     /// unknown; a result arriving later is discarded).
     Deadline,
+    /// Not executed: the server no longer had the opened QP (closed, or reclaimed
+    /// when idle) when the request arrived, and it was sent only once. A [`Client`]
+    /// opens a new QP and sends the operation again; [`Transport`] users may too.
+    NotExecuted,
 }
 
 impl core::fmt::Display for Error {
@@ -170,6 +174,9 @@ impl core::fmt::Display for Error {
             Error::BadResponse => f.write_str("malformed response from the server"),
             Error::NoQp => f.write_str("no client QP serves this key's partition"),
             Error::Deadline => f.write_str("no result within the operation timeout"),
+            Error::NotExecuted => {
+                f.write_str("not executed: the server had closed the connection; send it again")
+            }
         }
     }
 }

@@ -52,15 +52,40 @@ pub(crate) struct Slot {
     pub retries: u8,
     /// In flight (sent, not complete); false = free or done.
     pub busy: bool,
+    /// Sent more than once (a go-back-N or timeout resend).
+    pub resent: bool,
+}
+
+/// Which client QP a [`crate::Transport`] QP is: one the operator admitted, or one the
+/// server opens for this client (docs/PROTOCOL.md §6.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpSpec {
+    /// A static QP from the dataplane's `clients[]`: its QPN and R_Key.
+    Static {
+        /// QPN.
+        qpn: u32,
+        /// R_Key.
+        rkey: u32,
+    },
+    /// A QP the server opens (an OPEN on each connect) in key partition `partition`.
+    Opened {
+        /// The key partition it serves.
+        partition: u16,
+    },
 }
 
 /// Per-QP state.
 #[derive(Debug)]
 pub(crate) struct Qp {
-    /// Client QPN (BTH destination QP).
+    /// Client QPN (BTH destination QP); for an opened QP the one its ACCEPT named
+    /// (0 before the first).
     pub qpn: u32,
     /// R_Key (RETH).
     pub rkey: u32,
+    /// An opened QP: the partition its OPENs ask for.
+    pub open_partition: Option<u16>,
+    /// An opened QP's connection secret (for RESUME and CLOSE).
+    pub secret: u64,
     /// Addressing of this QP's frames.
     pub params: FrameParams,
     /// Connection state.
@@ -105,10 +130,16 @@ pub(crate) struct Qp {
 }
 
 impl Qp {
-    pub(crate) fn new(qpn: u32, rkey: u32, params: FrameParams, rto_ns: u64) -> Qp {
+    pub(crate) fn new(spec: QpSpec, params: FrameParams, rto_ns: u64) -> Qp {
+        let (qpn, rkey, open_partition) = match spec {
+            QpSpec::Static { qpn, rkey } => (qpn, rkey, None),
+            QpSpec::Opened { partition } => (0, 0, Some(partition)),
+        };
         Qp {
             qpn,
             rkey,
+            open_partition,
+            secret: 0,
             params,
             state: QpState::Idle,
             nonce: 0,

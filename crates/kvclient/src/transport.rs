@@ -4,9 +4,9 @@
 mod frames;
 
 use crate::pool::FramePool;
-use crate::qp::{Qp, QpState, Slot};
+use crate::qp::{Qp, QpSpec, QpState, Slot};
 use crate::{Error, PacketIo};
-use frames::{rehead, resend, send_join};
+use frames::{rehead, resend, send_close, send_join};
 use hashbrown::HashMap;
 use kvwire::payload::{req_field, ResponseReader};
 use kvwire::psn;
@@ -212,17 +212,34 @@ impl Transport {
     /// A transport for client QPs `qps` (`(qpn, rkey)` as admitted by the
     /// operator), all sending with `params` (see [`Transport::set_frame_params`]).
     pub fn new(cfg: Config, qps: &[(u32, u32)], params: FrameParams) -> Transport {
+        let specs: Vec<QpSpec> = qps
+            .iter()
+            .map(|&(qpn, rkey)| QpSpec::Static { qpn, rkey })
+            .collect();
+        Self::with_qps(cfg, &specs, params)
+    }
+
+    /// A transport for client QPs `qps`: static ones, and ones the server opens on
+    /// each connect (docs/PROTOCOL.md §6.1), all sending with `params`.
+    pub fn with_qps(cfg: Config, qps: &[QpSpec], params: FrameParams) -> Transport {
         let frame_cap = request_frame_len(request_payload_capacity(cfg.mtu));
+        let qps: Vec<Qp> = qps
+            .iter()
+            .map(|&spec| Qp::new(spec, params, cfg.rto_initial_ns))
+            .collect();
+        let n = qps.len();
         Transport {
             cfg,
-            qps: qps
+            by_qpn: qps
                 .iter()
-                .map(|&(qpn, rkey)| Qp::new(qpn, rkey, params, cfg.rto_initial_ns))
+                .enumerate()
+                .filter(|(_, q)| q.open_partition.is_none())
+                .map(|(i, q)| (q.qpn, i))
                 .collect(),
-            by_qpn: qps.iter().enumerate().map(|(i, &(q, _))| (q, i)).collect(),
+            qps,
             pool: FramePool::new(cfg.max_outstanding, frame_cap),
             stats: Stats::default(),
-            urgent: Vec::with_capacity(qps.len()),
+            urgent: Vec::with_capacity(n),
             next_scan: 0,
             srtt_ns: 0,
             rttvar_ns: 0,
@@ -404,9 +421,30 @@ impl Transport {
             self.mark_urgent(qp);
         }
         let q = &mut self.qps[qp];
-        q.nonce = now_ns.max(q.nonce + 1);
+        if q.open_partition.is_some() {
+            // A new QP replaces the old one, which is closed.
+            self.by_qpn.remove(&q.qpn);
+            send_close(q, io);
+            q.qpn = 0;
+            q.nonce = random_nonce(now_ns, qp);
+        } else {
+            q.nonce = now_ns.max(q.nonce + 1);
+        }
         q.state = QpState::Connecting;
         send_join(q, io, now_ns, &mut self.stats, false);
+    }
+
+    /// Closes every opened QP (a CLOSE each, not answered: best effort) and forgets
+    /// it; requests still in flight on them are abandoned. For a client that exits.
+    pub fn close_opened<I: PacketIo + ?Sized>(&mut self, io: &mut I) {
+        for q in &mut self.qps {
+            if q.open_partition.is_some() && q.qpn != 0 {
+                send_close(q, io);
+                self.by_qpn.remove(&q.qpn);
+                q.qpn = 0;
+                q.state = QpState::Idle;
+            }
+        }
     }
 
     /// True if a request may be sent on QP `qp` now: connected, a credit and a
@@ -499,6 +537,7 @@ impl Transport {
             received: 0,
             retries: 0,
             busy: true,
+            resent: false,
         };
         q.in_flight += 1;
         q.next_psn = psn::add(psn, 1);
@@ -625,7 +664,9 @@ impl Transport {
                     tag: s.tag,
                     error,
                 });
-                error = Error::ConnectionLost;
+                if error != Error::NotExecuted {
+                    error = Error::ConnectionLost;
+                }
             }
             p = psn::add(p, 1);
         }
@@ -651,8 +692,29 @@ impl Transport {
         i
     }
 
+    /// The QP waiting for the ACCEPT of an OPEN: its nonce, and the QP the ACCEPT
+    /// names taken as its own.
+    fn opening(&mut self, a: &AcceptFrame) -> Option<usize> {
+        let o = a.accept.opened?;
+        let i = self.qps.iter().position(|q| {
+            q.open_partition.is_some()
+                && q.state == QpState::Connecting
+                && q.nonce == a.accept.nonce
+        })?;
+        let q = &mut self.qps[i];
+        (q.qpn, q.rkey, q.secret) = (o.qpn, o.rkey, o.secret);
+        self.by_qpn.insert(o.qpn, i);
+        Some(i)
+    }
+
     fn on_accept(&mut self, a: &AcceptFrame, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
-        let Some(i) = self.qp_of(a.dest_qp) else {
+        let Some(i) = self
+            .by_qpn
+            .get(&a.dest_qp)
+            .copied()
+            .or_else(|| self.opening(a))
+        else {
+            self.stats.stale_frames += 1;
             return;
         };
         let rto_base = self.rto_base();
@@ -723,6 +785,16 @@ impl Transport {
             self.stats.acks += 1;
             return;
         }
+        if q.state == QpState::Resuming
+            && q.open_partition.is_some()
+            && a.syndrome == Syndrome::Nak(NakCode::InvalidRequest)
+        {
+            // The node does not know the opened QP (no completion records of it): a
+            // new one is opened; the requests in flight have an unknown outcome.
+            self.stats.resume_refused += 1;
+            self.fail_all(i, Error::ConnectionLost, on_event);
+            return;
+        }
         if q.state != QpState::Connected || q.abort || !q.in_window(a.psn) {
             self.stats.stale_frames += 1;
             return;
@@ -748,7 +820,12 @@ impl Transport {
             }
             Syndrome::Nak(_) => {
                 self.stats.naks_invalid += 1;
-                self.fail_all(i, Error::ConnectionLost, on_event);
+                let error = if not_executed(q, a.psn) {
+                    Error::NotExecuted
+                } else {
+                    Error::ConnectionLost
+                };
+                self.fail_all(i, error, on_event);
             }
         }
     }
@@ -856,4 +933,29 @@ fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
         Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
         _ => p,
     }
+}
+
+/// A nonce for an OPEN: unpredictable and distinct across processes (std's
+/// `RandomState` keys come from the OS's random source), so two clients behind one
+/// address never take each other's ACCEPT.
+fn random_nonce(now_ns: u64, qp: usize) -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(now_ns);
+    h.write_usize(qp);
+    h.finish()
+}
+
+/// Whether a NAK "invalid request" for PSN `nak_psn` on QP `q` proves that none of its
+/// requests in flight was executed: an opened QP (the server answers a frame to one
+/// it no longer has so, executing nothing), the NAK names the oldest request in
+/// flight, and every request in flight was sent once. The QP was gone when that
+/// request arrived; a later one that arrived earlier (reordered) would have made the
+/// QP active, and an opened QP only goes away by its own CLOSE or after idling
+/// (docs/PROTOCOL.md §6.1).
+fn not_executed(q: &Qp, nak_psn: u32) -> bool {
+    q.open_partition.is_some()
+        && q.in_flight > 0
+        && nak_psn == q.una
+        && q.ring.iter().all(|s| !s.busy || !s.resent)
 }

@@ -315,6 +315,7 @@ fn connect_survives_lost_accepts_and_ignores_other_nonces() {
         slot_size: 512,
         region_va: 0,
         resumed: false,
+        opened: None,
     };
     let n = kvwire::emit_accept(&mut buf, &client_params(), 16, QKEY, SERVER_QPN, &forged).unwrap();
     d.sim.server_end.send(&buf[..n]);

@@ -173,7 +173,22 @@ pub struct ServerConfig {
     /// both processes are sized for it ([`mbuf_data_room`]).
     #[serde(default = "default_mtu")]
     pub mtu: u16,
+    /// Opened QPs (one per client connection, docs/PROTOCOL.md §6.1) each worker
+    /// keeps at most: 1..=60000, default 16384. Each costs about 840 B (`W` = 32)
+    /// while open.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// An opened QP whose client sent nothing for this many seconds is closed
+    /// (its client opens another on its next request); 0 never closes one. Default
+    /// 300.
+    #[serde(default = "default_connection_idle_s")]
+    pub connection_idle_s: u32,
 }
+
+/// Static client QPNs (`clients[]`) are in `2..FIRST_OPENED_QPN`: QP 1 is the
+/// connection manager's and the QPNs from here on are the ones the server opens
+/// (`kvwire::transport::OPENED_QPN_BASE`; the dataplane's tests check the two agree).
+pub const FIRST_OPENED_QPN: u32 = 1 << 23;
 
 /// Largest request payload of the default MTU (1500):
 /// `kvwire::request_payload_capacity(kvwire::DEFAULT_MTU)` (kvconf does not depend on
@@ -255,6 +270,14 @@ pub const fn slot_size(region_len: u64, credits: u16) -> u64 {
 
 fn default_mtu() -> u16 {
     DEFAULT_MTU
+}
+
+fn default_max_connections() -> u32 {
+    16_384
+}
+
+fn default_connection_idle_s() -> u32 {
+    300
 }
 
 fn default_credits() -> u16 {
@@ -469,11 +492,18 @@ impl Config {
                 s.replay_cache_kb
             )));
         }
+        if s.max_connections == 0 || s.max_connections > 60_000 {
+            return Err(ConfigError(format!(
+                "server.max_connections must be in 1..=60000, not {}",
+                s.max_connections
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for c in &self.clients {
-            if c.qpn >= 1 << 24 {
+            if !(2..FIRST_OPENED_QPN).contains(&c.qpn) {
                 return Err(ConfigError(format!(
-                    "client qpn {} must fit in 24 bits",
+                    "client qpn {} must be in 2..{FIRST_OPENED_QPN} (QP 1 is the connection \
+                     manager's, QPNs from {FIRST_OPENED_QPN} on are opened by the server)",
                     c.qpn
                 )));
             }

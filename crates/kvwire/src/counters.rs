@@ -73,6 +73,16 @@ macro_rules! worker_counters {
             /// invariant").
             connect_repeats: "Client CONNECTs repeating the current incarnation (ACCEPT sent again).",
                 Family("kvd_transport_connect_repeats_total"), false;
+            /// OPENs that opened a QP (docs/PROTOCOL.md §6.1; a repeated OPEN whose
+            /// ACCEPT was lost is counted `connect_repeats`).
+            opens: "Client OPENs that opened a QP.", Family("kvd_transport_opens_total"), false;
+            /// CLOSEs that closed an opened QP.
+            closes: "Client CLOSEs that closed an opened QP.",
+                Family("kvd_transport_closes_total"), false;
+            /// Opened QPs the server closed after `server.connection_idle_s` without a
+            /// frame from their client.
+            reclaims: "Opened QPs closed by the server after idling.",
+                Family("kvd_transport_reclaims_total"), false;
             /// ACCEPT frames sent (new incarnations and re-sent ACCEPTs).
             accepts_sent: "Connection ACCEPTs sent to clients.",
                 Family("kvd_transport_accepts_total"), false;

@@ -148,11 +148,17 @@ pub enum DropReason {
     /// (caller) A RESUME on a node that does not take writes (not the master): not
     /// answered, so the client keeps asking until this node is promoted, or moves on.
     ResumeNotMaster,
+    /// (caller) A RESUME or CLOSE of an opened QP without its connection secret, or
+    /// with another one.
+    BadSecret,
+    /// (caller) An OPEN the server could not serve: no free QP in its partition
+    /// (`server.max_connections`), or a partition it does not have.
+    NoFreeQp,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 34;
+    pub const COUNT: usize = 36;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -189,6 +195,8 @@ impl DropReason {
         DropReason::ReplayMissing,
         DropReason::Overloaded,
         DropReason::ResumeNotMaster,
+        DropReason::BadSecret,
+        DropReason::NoFreeQp,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -232,6 +240,8 @@ impl DropReason {
             DropReason::ReplayMissing => "replay_missing",
             DropReason::Overloaded => "overloaded",
             DropReason::ResumeNotMaster => "resume_not_master",
+            DropReason::BadSecret => "bad_secret",
+            DropReason::NoFreeQp => "no_free_qp",
         }
     }
 }

@@ -281,9 +281,14 @@ fn payload_codecs(data: &[u8]) {
         );
     }
     if let Some(a) = Accept::decode(data) {
-        let mut out = [0u8; transport::ACCEPT_LEN];
-        a.encode(&mut out);
-        assert_eq!(Accept::decode(&out), Some(a));
+        let mut out = [0u8; transport::OPENED_ACCEPT_LEN];
+        let n = a.encode_into(&mut out);
+        assert_eq!(Accept::decode(&out[..n]), Some(a));
+    }
+    if let Some((c, join)) = Connect::decode_any(data.get(..data.len().min(64)).unwrap_or(data)) {
+        let mut out = [0u8; transport::MAX_JOIN_LEN];
+        let n = c.encode_join(&join, &mut out);
+        assert_eq!(&out[..n], data, "a connection payload has no ignored bits");
     }
     if let Some(&b) = data.first() {
         if let Some(s) = Syndrome::from_byte(b) {
@@ -332,7 +337,7 @@ fn emit_from_fields(data: &[u8]) {
         rkey: f.u32(),
         nonce: f.u64(),
     };
-    let mut buf = [0u8; transport::ACCEPT_FRAME_LEN];
+    let mut buf = [0u8; transport::OPENED_ACCEPT_FRAME_LEN];
     let n =
         transport::emit_connect(&mut buf, &params, dest_qp, psn, &connect).expect("CONNECT fits");
     let want = ConnectFrame {
@@ -344,7 +349,7 @@ fn emit_from_fields(data: &[u8]) {
         dest_qp: dest_qp & MASK_24,
         psn: psn & MASK_24,
         connect,
-        resume: None,
+        join: transport::Join::Connect,
     };
     assert_eq!(
         transport::parse_client_frame(&buf[..n]),
@@ -354,7 +359,10 @@ fn emit_from_fields(data: &[u8]) {
     let n = transport::emit_resume(&mut buf, &params, dest_qp, psn, &connect, next)
         .expect("RESUME fits");
     let want = ConnectFrame {
-        resume: Some(next),
+        join: transport::Join::Resume {
+            next_psn: next,
+            secret: None,
+        },
         ..want
     };
     assert_eq!(
@@ -370,6 +378,11 @@ fn emit_from_fields(data: &[u8]) {
         slot_size: f.u32(),
         region_va: f.u64(),
         resumed: f.u8() & 1 == 1,
+        opened: (f.u8() & 1 == 1).then(|| transport::Opened {
+            qpn: f.u32() & MASK_24,
+            rkey: f.u32(),
+            secret: f.u64(),
+        }),
     };
     let (qkey, src_qp) = (f.u32(), f.u32());
     let n = transport::emit_accept(&mut buf, &params, dest_qp, qkey, src_qp, &accept)
@@ -544,6 +557,7 @@ pub fn seed_transport() -> Vec<Vec<u8>> {
         slot_size: 64,
         region_va: u64::MAX,
         resumed: false,
+        opened: None,
     };
     let mut acc = [0u8; transport::ACCEPT_LEN + 3];
     a.encode((&mut acc[..transport::ACCEPT_LEN]).try_into().expect("len"));

@@ -47,6 +47,30 @@ pub fn peek_dest_qp(frame: &[u8]) -> Option<u32> {
     Some(u32::from(b[0]) << 16 | u32::from(b[1]) << 8 | u32::from(b[2]))
 }
 
+/// Byte offset of the BTH opcode in a frame without IPv4 options.
+const OPCODE_OFFSET: usize = 14 + 20 + 8;
+
+/// The partition whose worker serves `frame` among `n`, read without validating
+/// anything (for steering before the frame is parsed): a frame to a client QP goes
+/// to that QP's partition, an OPEN (an RC SEND to the connection manager,
+/// [`crate::transport::CM_QPN`]) to the partition it asks for (bytes 4–5 of its
+/// payload). `None` if the frame is too short or has IPv4 options, or names a
+/// partition of `n` it does not have (the receiving worker's parser judges it).
+#[inline]
+pub fn peek_owner(frame: &[u8], n: u32) -> Option<u32> {
+    let qp = peek_dest_qp(frame)?;
+    if qp != crate::transport::CM_QPN {
+        return Some(partition_of_qp(qp, n));
+    }
+    if frame.get(OPCODE_OFFSET).copied() != Some(crate::ib::opcode::RC_SEND_ONLY) {
+        return None;
+    }
+    let at = OPCODE_OFFSET + 12 + 4;
+    let b = frame.get(at..at + 2)?;
+    let p = u32::from(u16::from_be_bytes([b[0], b[1]]));
+    (p < n).then_some(p)
+}
+
 /// The BTH PSN of a RoCEv2 frame without parsing it (for prefetching the QP's state
 /// before the frame is judged): `None` if the frame is too short or has IPv4 options.
 #[inline]
@@ -110,5 +134,24 @@ mod tests {
         assert_eq!(peek_dest_qp(&buf[..n]), Some(0x00AB_CDEF));
         assert_eq!(peek_dest_qp(&buf[..40]), None);
         assert_eq!(peek_dest_qp(&[]), None);
+    }
+
+    #[test]
+    fn an_open_is_steered_to_the_partition_it_asks_for() {
+        use crate::transport::{emit_join, Connect, Join, CM_QPN};
+        let params = crate::frame::FrameParams::new(
+            [2, 0, 0, 0, 0, 2],
+            [2, 0, 0, 0, 0, 1],
+            std::net::Ipv4Addr::new(10, 0, 0, 2),
+            std::net::Ipv4Addr::new(10, 0, 0, 1),
+            0xC000,
+        );
+        let mut buf = [0u8; 128];
+        let c = Connect { rkey: 0, nonce: 5 };
+        let n = emit_join(&mut buf, &params, CM_QPN, &c, &Join::Open { partition: 2 }).unwrap();
+        assert_eq!(peek_owner(&buf[..n], 3), Some(2));
+        assert_eq!(peek_owner(&buf[..n], 2), None, "no partition 2 of 2");
+        let n = emit_join(&mut buf, &params, 7, &c, &Join::Connect).unwrap();
+        assert_eq!(peek_owner(&buf[..n], 3), Some(1), "a client QP: qpn % n");
     }
 }

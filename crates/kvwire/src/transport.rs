@@ -13,43 +13,14 @@
 use crate::ethernet::MacAddr;
 use crate::frame::{
     self, emit_lower, emit_response_headers, finalize, parse_common, DropReason, EmitError,
-    FrameParams, Parsed, Request, Response, EXT_OFF, RESPONSE_HEADER_LEN,
+    FrameParams, Parsed, Request, Response, EXT_OFF,
 };
 use crate::ib::{self, opcode, Deth};
-use crate::icrc::ICRC_LEN;
 use crate::{ethernet, ipv4, udp};
 use core::net::Ipv4Addr;
 
-/// First byte of CONNECT and ACCEPT payloads (`'C'`; a response batch starts with `'R'`).
-pub const CONNECT_MAGIC: u8 = 0x43;
-/// Protocol version carried by CONNECT and ACCEPT.
-pub const PROTOCOL_VERSION: u8 = 2;
-/// CONNECT payload length.
-pub const CONNECT_LEN: usize = 16;
-/// ACCEPT payload length.
-pub const ACCEPT_LEN: usize = 40;
-/// Kind byte of a CONNECT.
-pub const KIND_CONNECT: u8 = 1;
-/// Kind byte of an ACCEPT.
-pub const KIND_ACCEPT: u8 = 2;
-/// Kind byte of a RESUME (a CONNECT that continues an incarnation on another node).
-pub const KIND_RESUME: u8 = 3;
-/// RESUME payload length: a CONNECT's 16 bytes and the next request PSN.
-pub const RESUME_LEN: usize = CONNECT_LEN + 4;
-/// ACCEPT flag (byte 3): the incarnation was resumed (answer to a RESUME).
-pub const ACCEPT_RESUMED: u8 = 0x01;
-/// Default request window (credits) per client QP.
-pub const DEFAULT_CREDITS: u16 = 32;
-/// Largest request window a server accepts in its configuration.
-pub const MAX_CREDITS: u16 = 1024;
-/// Length of a CONNECT frame.
-pub const CONNECT_FRAME_LEN: usize = EXT_OFF + CONNECT_LEN + ICRC_LEN;
-/// Length of a RESUME frame.
-pub const RESUME_FRAME_LEN: usize = EXT_OFF + RESUME_LEN + ICRC_LEN;
-/// Length of an ACCEPT frame.
-pub const ACCEPT_FRAME_LEN: usize = RESPONSE_HEADER_LEN + ACCEPT_LEN + ICRC_LEN;
-/// Length of an RC Acknowledge frame.
-pub const ACK_FRAME_LEN: usize = EXT_OFF + ib::AETH_LEN + ICRC_LEN;
+mod connection;
+pub use connection::*;
 
 /// Bytes of each request slot of a client's ring: the region split into `credits`
 /// slots, rounded down to 64 bytes.
@@ -70,128 +41,6 @@ pub const fn slot_va(region_va: u64, slot_size: u64, credits: u16, psn: u32) -> 
         return region_va;
     }
     region_va + (psn % credits as u32) as u64 * slot_size
-}
-
-/// A client's connection request: the R_Key the operator admitted its QP with, and
-/// a nonce naming this incarnation, larger than any earlier incarnation's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Connect {
-    /// The QP's R_Key.
-    pub rkey: u32,
-    /// Incarnation nonce (clients use the wall clock in ns).
-    pub nonce: u64,
-}
-
-impl Connect {
-    /// Writes the 16-byte payload.
-    pub fn encode(&self, out: &mut [u8; CONNECT_LEN]) {
-        out[0] = CONNECT_MAGIC;
-        out[1] = PROTOCOL_VERSION;
-        out[2] = KIND_CONNECT;
-        out[3] = 0;
-        out[4..8].copy_from_slice(&self.rkey.to_be_bytes());
-        out[8..16].copy_from_slice(&self.nonce.to_be_bytes());
-    }
-
-    /// Reads a CONNECT payload (exactly [`CONNECT_LEN`] bytes).
-    pub fn decode(p: &[u8]) -> Option<Connect> {
-        let p: &[u8; CONNECT_LEN] = p.try_into().ok()?;
-        Self::decode_kind(p, KIND_CONNECT)
-    }
-
-    /// Writes the 20-byte RESUME payload: this incarnation (`rkey`, `nonce`) goes on
-    /// at request PSN `next_psn` (the client's oldest unanswered request, or its next
-    /// one when none is unanswered).
-    pub fn encode_resume(&self, next_psn: u32, out: &mut [u8; RESUME_LEN]) {
-        let mut c = [0u8; CONNECT_LEN];
-        self.encode(&mut c);
-        c[2] = KIND_RESUME;
-        out[..CONNECT_LEN].copy_from_slice(&c);
-        out[CONNECT_LEN..].copy_from_slice(&(next_psn & ib::MASK_24).to_be_bytes());
-    }
-
-    /// Reads a CONNECT (16 bytes, `resume` `None`) or a RESUME payload (20 bytes,
-    /// `resume` = its next request PSN).
-    pub fn decode_any(p: &[u8]) -> Option<(Connect, Option<u32>)> {
-        match p.len() {
-            CONNECT_LEN => Self::decode(p).map(|c| (c, None)),
-            RESUME_LEN => {
-                let head: &[u8; CONNECT_LEN] = p[..CONNECT_LEN].try_into().ok()?;
-                let c = Self::decode_kind(head, KIND_RESUME)?;
-                let n = u32::from_be_bytes([p[16], p[17], p[18], p[19]]);
-                (n <= ib::MASK_24).then_some((c, Some(n)))
-            }
-            _ => None,
-        }
-    }
-
-    fn decode_kind(p: &[u8; CONNECT_LEN], kind: u8) -> Option<Connect> {
-        if p[0] != CONNECT_MAGIC || p[1] != PROTOCOL_VERSION || p[2] != kind || p[3] != 0 {
-            return None;
-        }
-        Some(Connect {
-            rkey: u32::from_be_bytes([p[4], p[5], p[6], p[7]]),
-            nonce: u64::from_be_bytes([p[8], p[9], p[10], p[11], p[12], p[13], p[14], p[15]]),
-        })
-    }
-}
-
-/// The server's answer to a CONNECT: the agreed starting PSNs and the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Accept {
-    /// The CONNECT's nonce, echoed.
-    pub nonce: u64,
-    /// Request window `W` (a power of two).
-    pub credits: u16,
-    /// PSN of the client's first request.
-    pub request_psn: u32,
-    /// PSN of the server's first response.
-    pub response_psn: u32,
-    /// Bytes per request slot.
-    pub slot_size: u32,
-    /// Start of the request ring (slot 0).
-    pub region_va: u64,
-    /// The answer to a RESUME that continued the incarnation ([`ACCEPT_RESUMED`]):
-    /// `request_psn` is the RESUME's next PSN and unanswered requests are resent.
-    /// `false` for a CONNECT, and for a RESUME the node could not continue (a new
-    /// incarnation began: unanswered requests have an unknown outcome).
-    pub resumed: bool,
-}
-
-impl Accept {
-    /// Writes the 40-byte payload.
-    pub fn encode(&self, out: &mut [u8; ACCEPT_LEN]) {
-        out.fill(0);
-        out[0] = CONNECT_MAGIC;
-        out[1] = PROTOCOL_VERSION;
-        out[2] = KIND_ACCEPT;
-        out[3] = if self.resumed { ACCEPT_RESUMED } else { 0 };
-        out[4..6].copy_from_slice(&self.credits.to_be_bytes());
-        out[8..16].copy_from_slice(&self.nonce.to_be_bytes());
-        out[16..20].copy_from_slice(&(self.request_psn & ib::MASK_24).to_be_bytes());
-        out[20..24].copy_from_slice(&(self.response_psn & ib::MASK_24).to_be_bytes());
-        out[24..28].copy_from_slice(&self.slot_size.to_be_bytes());
-        out[32..40].copy_from_slice(&self.region_va.to_be_bytes());
-    }
-
-    /// Reads an ACCEPT payload (at least [`ACCEPT_LEN`] bytes; more are ignored).
-    pub fn decode(p: &[u8]) -> Option<Accept> {
-        let p = p.get(..ACCEPT_LEN)?;
-        if p[0] != CONNECT_MAGIC || p[1] != PROTOCOL_VERSION || p[2] != KIND_ACCEPT {
-            return None;
-        }
-        let be32 = |o: usize| u32::from_be_bytes([p[o], p[o + 1], p[o + 2], p[o + 3]]);
-        let be64 = |o: usize| (u64::from(be32(o)) << 32) | u64::from(be32(o + 4));
-        Some(Accept {
-            nonce: be64(8),
-            credits: u16::from_be_bytes([p[4], p[5]]),
-            request_psn: be32(16) & ib::MASK_24,
-            response_psn: be32(20) & ib::MASK_24,
-            slot_size: be32(24),
-            region_va: be64(32),
-            resumed: p[3] & ACCEPT_RESUMED != 0,
-        })
-    }
 }
 
 /// NAK codes of an AETH (IBA 9.7.5.2.8).
@@ -277,17 +126,25 @@ pub struct ConnectFrame {
     pub dst_ip: Ipv4Addr,
     /// BTH P_Key.
     pub pkey: u16,
-    /// BTH destination QP: the client QP being connected.
+    /// BTH destination QP: the client QP being connected ([`CM_QPN`] for an OPEN).
     pub dest_qp: u32,
     /// BTH PSN (not used).
     pub psn: u32,
-    /// The payload.
+    /// The payload's R_Key and nonce.
     pub connect: Connect,
-    /// A RESUME: the request PSN the incarnation goes on at. `None`: a CONNECT.
-    pub resume: Option<u32>,
+    /// What it asks for.
+    pub join: Join,
 }
 
 impl ConnectFrame {
+    /// A RESUME's next request PSN; `None` for the other kinds.
+    pub const fn resume(&self) -> Option<u32> {
+        match self.join {
+            Join::Resume { next_psn, .. } => Some(next_psn),
+            _ => None,
+        }
+    }
+
     /// Reply parameters (as [`Request::reply_params`]).
     pub const fn reply_params(&self, own_mac: MacAddr, own_ip: Ipv4Addr, port: u16) -> FrameParams {
         let mut p = FrameParams::new(own_mac, self.src_mac, own_ip, self.src_ip, port);
@@ -354,7 +211,7 @@ pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame<'_>, DropReason> {
         return frame::request_from_parsed(&p).map(ClientFrame::Request);
     }
     let body = body_without_pad(&p)?;
-    let (connect, resume) = Connect::decode_any(body).ok_or(DropReason::BadConnect)?;
+    let (connect, join) = Connect::decode_any(body).ok_or(DropReason::BadConnect)?;
     Ok(ClientFrame::Connect(ConnectFrame {
         src_mac: p.src_mac,
         dst_mac: p.dst_mac,
@@ -364,7 +221,7 @@ pub fn parse_client_frame(frame: &[u8]) -> Result<ClientFrame<'_>, DropReason> {
         dest_qp: p.dest_qp,
         psn: p.psn,
         connect,
-        resume,
+        join,
     }))
 }
 
@@ -425,6 +282,20 @@ pub fn emit_connect(
     crate::repl::emit_send(buf, params, dest_qp, psn, &payload)
 }
 
+/// Writes a whole connection-management frame (`join` with `connect`'s fields) into
+/// `buf`; returns its length.
+pub fn emit_join(
+    buf: &mut [u8],
+    params: &FrameParams,
+    dest_qp: u32,
+    connect: &Connect,
+    join: &Join,
+) -> Result<usize, EmitError> {
+    let mut payload = [0u8; MAX_JOIN_LEN];
+    let n = connect.encode_join(join, &mut payload);
+    crate::repl::emit_send(buf, params, dest_qp, 0, &payload[..n])
+}
+
 /// Writes a whole RESUME frame into `buf` (the incarnation `connect` goes on at
 /// request PSN `next_psn`); returns its length.
 pub fn emit_resume(
@@ -449,10 +320,11 @@ pub fn emit_accept(
     src_qp: u32,
     accept: &Accept,
 ) -> Result<usize, EmitError> {
-    let h = emit_response_headers(buf, params, dest_qp, 0, qkey, src_qp, ACCEPT_LEN)?;
-    let mut payload = [0u8; ACCEPT_LEN];
-    accept.encode(&mut payload);
-    buf[h..h + ACCEPT_LEN].copy_from_slice(&payload);
+    let len = accept.payload_len();
+    let h = emit_response_headers(buf, params, dest_qp, 0, qkey, src_qp, len)?;
+    let mut payload = [0u8; OPENED_ACCEPT_LEN];
+    accept.encode_into(&mut payload);
+    buf[h..h + len].copy_from_slice(&payload[..len]);
     finalize(buf)
 }
 
@@ -514,6 +386,7 @@ pub fn sample_accept(buf: &mut [u8]) -> usize {
         slot_size: 32768,
         region_va: 0x1_0000,
         resumed: false,
+        opened: None,
     };
     emit_accept(buf, &sample_params(false), 0x11, 0x1111_1111, 0x01, &a).expect("buffer fits")
 }

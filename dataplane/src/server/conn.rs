@@ -14,8 +14,8 @@ use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::frame::FrameParams;
 use kvwire::transport::{
-    emit_accept, emit_ack, slot_size, slot_va, Accept, ConnectFrame, NakCode, Syndrome,
-    DEFAULT_CREDITS, MAX_CREDITS,
+    emit_accept, emit_ack, is_opened_qpn, slot_size, slot_va, Accept, ConnectFrame, Join, NakCode,
+    Syndrome, DEFAULT_CREDITS, MAX_CREDITS,
 };
 use kvwire::{psn, request_payload_capacity, DropReason, EmitError, Request, Status};
 
@@ -29,6 +29,11 @@ pub const RNR_TIMER: u8 = 14;
 /// every stale packet of the old incarnation is an old duplicate.
 const INCARNATION_STEP: u32 = 1 << 23;
 
+/// Default opened QPs per worker (`server.max_connections`).
+pub const DEFAULT_MAX_OPENED: usize = 16_384;
+/// Default idle time before an opened QP is closed (`server.connection_idle_s`).
+pub const DEFAULT_IDLE_CLOSE_S: u32 = 300;
+
 /// Transport settings of a server (protocol v2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Transport {
@@ -39,15 +44,23 @@ pub struct Transport {
     pub replay_cache_bytes: usize,
     /// Seed of the PRNG that draws the starting PSNs of a QP's first connection.
     pub seed: u64,
+    /// Opened QPs one worker keeps at most (`server.max_connections`).
+    pub max_opened: usize,
+    /// An opened QP without a frame from its client for this many seconds is closed
+    /// (`server.connection_idle_s`; 0: never).
+    pub idle_close_s: u32,
 }
 
 impl Default for Transport {
-    /// `W` = 32, a 16 MiB response cache, seed 0.
+    /// `W` = 32, a 16 MiB response cache, seed 0, 16384 opened QPs per worker
+    /// closed after 300 s idle.
     fn default() -> Self {
         Transport {
             credits: DEFAULT_CREDITS,
             replay_cache_bytes: 16 << 20,
             seed: 0,
+            max_opened: DEFAULT_MAX_OPENED,
+            idle_close_s: DEFAULT_IDLE_CLOSE_S,
         }
     }
 }
@@ -121,7 +134,7 @@ fn send_ack<T: TxSink>(
 }
 
 /// Writes one frame with `emit` into a new tx frame and sends it.
-fn send_with<T: TxSink>(
+pub(super) fn send_with<T: TxSink>(
     tx: &mut T,
     stats: &WorkerStats,
     emit: impl FnOnce(&mut [u8]) -> Result<usize, EmitError>,
@@ -144,8 +157,7 @@ fn send_with<T: TxSink>(
 }
 
 impl Server {
-    /// Handles a CONNECT: a new incarnation (larger nonce, or the QP's first), a lost
-    /// ACCEPT (same nonce: the same ACCEPT again) or a stale one (dropped).
+    /// Handles a connection payload: OPEN and CLOSE (`open.rs`), CONNECT and RESUME.
     pub(super) fn connect<T: TxSink>(
         &mut self,
         cf: &ConnectFrame,
@@ -157,18 +169,57 @@ impl Server {
         if !self.for_us(cf.dst_mac, cf.dst_ip) {
             return stats.drop(DropReason::WrongDestination);
         }
+        if let Join::Open { partition } = cf.join {
+            return self.open(cf, partition, stats, out);
+        }
         let Some(ci) = self.clients.find(cf.dest_qp) else {
+            if is_opened_qpn(cf.dest_qp)
+                && !(cf.resume().is_some() && self.write_status != Status::Ok)
+                && !matches!(cf.join, Join::Close { .. })
+            {
+                let params = cf.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
+                return self.nak_unknown_opened(&params, cf.dest_qp, 0, stats, out);
+            }
             return stats.drop(DropReason::UnknownQp);
         };
         let c = &self.clients.as_slice()[ci];
         if c.rkey != cf.connect.rkey {
             return stats.drop(DropReason::BadRKey);
         }
+        // An opened QP is only resumed or closed, and only with its secret.
+        let secret = match cf.join {
+            Join::Resume { secret, .. } => secret,
+            Join::Close { secret } => Some(secret),
+            _ => None,
+        };
+        if c.is_opened() && secret != Some(c.secret) {
+            return stats.drop(DropReason::BadSecret);
+        }
+        self.clients.as_mut_slice()[ci].last_active = self.now_s;
+        match cf.join {
+            Join::Close { secret } => self.close(ci, secret, chunk, pkts, stats, out),
+            _ => self.join(ci, cf, chunk, pkts, stats, out),
+        }
+    }
+
+    /// A CONNECT or RESUME of client `ci` (checked): a new incarnation (larger nonce,
+    /// the QP's first, or a RESUME with nothing to continue), the incarnation going on
+    /// (RESUME), a lost ACCEPT (same nonce: the same ACCEPT again) or a stale one
+    /// (dropped).
+    fn join<T: TxSink>(
+        &mut self,
+        ci: usize,
+        cf: &ConnectFrame,
+        chunk: &mut Chunk<'_>,
+        pkts: &[PktCtx],
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) {
         let nonce = cf.connect.nonce;
         // A RESUME (docs/PROTOCOL.md §6.6): the connection goes on, or (no state for
         // it here) a new incarnation starts as for a CONNECT.
         let mut resumed = false;
-        if let Some(next) = cf.resume {
+        if let Some(next) = cf.resume() {
             if pkts.iter().any(|p| usize::from(p.client) == ci) {
                 self.finish_pending(chunk, pkts, stats, out);
             }
@@ -190,35 +241,14 @@ impl Server {
         }
         if resumed {
             // Answered below with the PSNs it goes on at.
-        } else if !c.connected || nonce > c.nonce || cf.resume.is_some() {
+        } else if !c.connected || nonce > c.nonce || cf.resume().is_some() {
             // Requests of the old incarnation earlier in this burst are answered
             // first, under the old incarnation's response PSNs.
             if pkts.iter().any(|p| usize::from(p.client) == ci) {
                 self.finish_pending(chunk, pkts, stats, out);
             }
-            let c = &self.clients.as_slice()[ci];
-            let (req, resp) = if c.connected {
-                (
-                    psn::add(c.expected_psn, INCARNATION_STEP),
-                    psn::add(c.resp_psn, INCARNATION_STEP),
-                )
-            } else {
-                let psns = first_psns(self.rng, c.qpn);
-                self.rng = splitmix64(self.rng);
-                psns
-            };
-            let c = &mut self.clients.as_mut_slice()[ci];
-            c.nonce = nonce;
-            c.connected = true;
-            c.nak_sent = false;
-            c.expected_psn = req;
-            c.start_psn = req;
-            c.resp_psn = resp;
-            c.start_resp_psn = resp;
-            c.resume_until = NOT_RESUMING;
-            c.replay.fill(Entry::EMPTY);
+            self.start_incarnation(ci, nonce);
             stats.connects.inc();
-            self.log_incarnation(ci);
         } else {
             // The same nonce again: its ACCEPT was lost; the same ACCEPT goes again.
             stats.connect_repeats.inc();
@@ -229,7 +259,7 @@ impl Server {
             credits: self.credits,
             // A resumed connection goes on at the client's next PSN, with this
             // node's next response PSN.
-            request_psn: match (resumed, cf.resume) {
+            request_psn: match (resumed, cf.resume()) {
                 (true, Some(next)) => next,
                 _ => c.start_psn,
             },
@@ -241,6 +271,7 @@ impl Server {
             slot_size: self.slot_size as u32,
             region_va: self.id.region_va,
             resumed,
+            opened: None,
         };
         let params = cf.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
         let (qpn, qkey, own) = (c.qpn, self.id.qkey, self.id.qpn);
@@ -249,6 +280,36 @@ impl Server {
         }) {
             stats.accepts_sent.inc();
         }
+    }
+
+    /// Starts incarnation `nonce` of client `ci`: the old one's state and saved
+    /// responses are discarded; the starting PSNs move half the PSN space from where
+    /// the old incarnation stood, or are drawn for the QP's first; logged for
+    /// replicas (completion records).
+    pub(super) fn start_incarnation(&mut self, ci: usize, nonce: u64) {
+        let c = &self.clients.as_slice()[ci];
+        let (req, resp) = if c.connected {
+            (
+                psn::add(c.expected_psn, INCARNATION_STEP),
+                psn::add(c.resp_psn, INCARNATION_STEP),
+            )
+        } else {
+            let psns = first_psns(self.rng, c.qpn);
+            self.rng = splitmix64(self.rng);
+            psns
+        };
+        let c = &mut self.clients.as_mut_slice()[ci];
+        c.nonce = nonce;
+        c.connected = true;
+        c.nak_sent = false;
+        c.expected_psn = req;
+        c.start_psn = req;
+        c.resp_psn = resp;
+        c.start_resp_psn = resp;
+        c.resume_until = NOT_RESUMING;
+        c.last_active = self.now_s;
+        c.replay.fill(Entry::EMPTY);
+        self.log_incarnation(ci);
     }
 
     /// The connection, slot and PSN rules for a request of client `ci`: `true` to
@@ -347,6 +408,7 @@ impl Server {
             }
             c.expected_psn = psn::add(e, 1);
             c.nak_sent = false;
+            c.last_active = self.now_s;
             if mark == ServeMark::Logged {
                 self.log_intent(ci, req.psn);
             }

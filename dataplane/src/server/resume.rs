@@ -4,6 +4,7 @@
 //! continues a client's connection from them once this node is the master.
 
 use super::Server;
+use crate::clients::ClientTable;
 use crate::completion::{self, RestoredQp, INTENT_LEN, NOT_RESUMING};
 use crate::mutation::record_cost;
 use crate::packet::{Identity, PktCtx};
@@ -124,16 +125,14 @@ impl Server {
     /// QPN and blob). Records of QPs not admitted here, and blobs it does not know,
     /// are ignored (`false`).
     pub fn restore_completion(&mut self, qpn: u32, blob: &[u8]) -> bool {
-        if !self.completions {
-            return false;
-        }
-        let Some(ci) = self.clients.find(qpn) else {
-            return false;
-        };
-        match self.clients.restored_mut(ci) {
-            Some(r) => r.apply(blob, &mut self.restored_ring),
-            None => false,
-        }
+        self.completions
+            && restore(
+                &mut self.clients,
+                &mut self.restored_ring,
+                qpn,
+                blob,
+                self.now_s,
+            )
     }
 
     /// The engine, the mutation tap and a sink for completion records together: what
@@ -153,14 +152,13 @@ impl Server {
             clients,
             restored_ring,
             completions,
+            now_s,
             ..
         } = self;
-        let on = *completions;
+        let (on, now) = (*completions, *now_s);
         let restore = move |qpn: u32, blob: &[u8]| {
-            if let (true, Some(ci)) = (on, clients.find(qpn)) {
-                if let Some(r) = clients.restored_mut(ci) {
-                    r.apply(blob, restored_ring);
-                }
+            if on {
+                restore(clients, restored_ring, qpn, blob, now);
             }
         };
         (engine, tap.as_deref_mut(), restore)
@@ -183,7 +181,30 @@ impl Server {
             return;
         }
         let c = &self.clients.as_slice()[ci];
-        let blob = completion::incarnation(c.nonce);
+        let mut buf = [0u8; completion::OPENED_LEN];
+        let blob: &[u8] = if c.is_opened() {
+            buf = completion::opened(c.nonce, c.rkey, c.secret);
+            &buf
+        } else {
+            let b = completion::incarnation(c.nonce);
+            buf[..b.len()].copy_from_slice(&b);
+            &buf[..b.len()]
+        };
+        if let Some(t) = self.tap.as_deref_mut() {
+            if t.room() >= record_cost(QPN_KEY, blob.len()) {
+                t.qp_state(c.qpn, blob);
+            }
+        }
+    }
+
+    /// Logs the end of opened client `ci`'s QP (a CLOSE or a reclaim), if the tap has
+    /// room (best effort: a replica that misses it reclaims the QP when it idles).
+    pub(super) fn log_closed(&mut self, ci: usize) {
+        if !self.completions {
+            return;
+        }
+        let c = &self.clients.as_slice()[ci];
+        let blob = completion::closed(c.nonce);
         if let Some(t) = self.tap.as_deref_mut() {
             if t.room() >= record_cost(QPN_KEY, blob.len()) {
                 t.qp_state(c.qpn, &blob);
@@ -287,5 +308,34 @@ impl Server {
             _ => NOT_RESUMING,
         };
         Some(true)
+    }
+}
+
+/// Applies one completion record to client `qpn`'s restored state; an OPENED record
+/// first puts the opened QP into the table, a CLOSED one takes it out. `false` for a
+/// QP not here or a blob not understood.
+fn restore(clients: &mut ClientTable, ring: &mut Arena, qpn: u32, blob: &[u8], now: u32) -> bool {
+    let i = match completion::decode(blob) {
+        Some(completion::Blob::Opened { rkey, secret, .. }) => {
+            clients.install_opened(qpn, rkey, secret, now)
+        }
+        Some(completion::Blob::Closed { nonce }) => {
+            if let Some(i) = clients.find(qpn) {
+                let same = clients.restored_mut(i).is_some_and(|r| r.nonce == nonce);
+                if same && clients.as_slice()[i].is_opened() {
+                    clients.close(i);
+                }
+            }
+            return true;
+        }
+        _ => clients.find(qpn),
+    };
+    let Some(i) = i else {
+        return false;
+    };
+    clients.as_mut_slice()[i].last_active = now;
+    match clients.restored_mut(i) {
+        Some(r) => r.apply(blob, ring),
+        None => false,
     }
 }

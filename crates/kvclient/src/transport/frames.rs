@@ -6,13 +6,12 @@ use crate::pool::FramePool;
 use crate::qp::Qp;
 use crate::PacketIo;
 use kvwire::psn;
-use kvwire::transport::{
-    emit_connect, emit_resume, slot_va, Connect, CONNECT_FRAME_LEN, RESUME_FRAME_LEN,
-};
+use kvwire::transport::{emit_join, slot_va, Connect, Join, CM_QPN, MAX_JOIN_FRAME_LEN};
 use kvwire::{emit_request_headers, finalize, REQUEST_HEADER_LEN};
 
-/// Sends QP `q`'s CONNECT (a new incarnation), or with `resume` its RESUME (the
-/// incarnation goes on at its oldest request in flight, or its next PSN), with the
+/// Sends QP `q`'s CONNECT (a new incarnation; an OPEN to the connection manager for
+/// an opened QP), or with `resume` its RESUME (the incarnation goes on at its oldest
+/// request in flight, or its next PSN; with the secret on an opened QP), with the
 /// QP's nonce; notes the time for the retransmission timer.
 pub(super) fn send_join<I: PacketIo + ?Sized>(
     q: &mut Qp,
@@ -21,21 +20,24 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
     stats: &mut Stats,
     resume: bool,
 ) {
-    let mut buf = [0u8; RESUME_FRAME_LEN];
-    const _: () = assert!(CONNECT_FRAME_LEN <= RESUME_FRAME_LEN);
+    let mut buf = [0u8; MAX_JOIN_FRAME_LEN];
     let c = Connect {
         rkey: q.rkey,
         nonce: q.nonce,
     };
     q.connect_sent = now;
-    let emitted = if resume {
+    let (dest, join) = if resume {
         q.resume_tries = q.resume_tries.saturating_add(1);
-        let next = if q.in_flight > 0 { q.una } else { q.next_psn };
-        emit_resume(&mut buf, &q.params, q.qpn, 0, &c, next)
+        let next_psn = if q.in_flight > 0 { q.una } else { q.next_psn };
+        let secret = q.open_partition.map(|_| q.secret);
+        (q.qpn, Join::Resume { next_psn, secret })
     } else {
-        emit_connect(&mut buf, &q.params, q.qpn, 0, &c)
+        match q.open_partition {
+            Some(partition) => (CM_QPN, Join::Open { partition }),
+            None => (q.qpn, Join::Connect),
+        }
     };
-    if let Ok(n) = emitted {
+    if let Ok(n) = emit_join(&mut buf, &q.params, dest, &c, &join) {
         if io.send(&buf[..n]) {
             if resume {
                 stats.resumes_sent += 1;
@@ -43,6 +45,23 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
                 stats.connects_sent += 1;
             }
         }
+    }
+}
+
+/// Sends a CLOSE for opened QP `q`'s current connection (best effort: not
+/// answered; the server reclaims a QP whose CLOSE was lost when it idles).
+pub(super) fn send_close<I: PacketIo + ?Sized>(q: &Qp, io: &mut I) {
+    if q.open_partition.is_none() || q.qpn == 0 {
+        return;
+    }
+    let mut buf = [0u8; MAX_JOIN_FRAME_LEN];
+    let c = Connect {
+        rkey: q.rkey,
+        nonce: q.nonce,
+    };
+    let join = Join::Close { secret: q.secret };
+    if let Ok(n) = emit_join(&mut buf, &q.params, q.qpn, &c, &join) {
+        io.send(&buf[..n]);
     }
 }
 
@@ -88,6 +107,7 @@ pub(super) fn resend<I: PacketIo + ?Sized>(
             }
             stats.retransmitted += 1;
             s.last_sent = now;
+            s.resent = true;
             if rto {
                 s.retries = s.retries.saturating_add(1);
             }

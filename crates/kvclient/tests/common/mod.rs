@@ -175,6 +175,7 @@ impl RefServer {
                         slot_size: self.cfg.slot_size,
                         region_va: self.cfg.region_va,
                         resumed: false,
+                        opened: None,
                     };
                     self.qps.insert(
                         c.dest_qp,

@@ -1,5 +1,6 @@
 use super::*;
 use crate::frame::{emit_request_headers, parse_request};
+use crate::icrc::ICRC_LEN;
 
 fn params() -> FrameParams {
     FrameParams::new(
@@ -55,7 +56,7 @@ fn resume_round_trips_and_is_told_from_connect() {
     assert_eq!(n, RESUME_FRAME_LEN);
     assert_eq!(buf[EXT_OFF + 2], KIND_RESUME);
     match parse_client_frame(&buf[..n]).unwrap() {
-        ClientFrame::Connect(f) => assert_eq!((f.connect, f.resume), (c, Some(0xab_cdef))),
+        ClientFrame::Connect(f) => assert_eq!((f.connect, f.resume()), (c, Some(0xab_cdef))),
         other => panic!("{other:?}"),
     }
     // A CONNECT's 16 bytes with the RESUME kind, or a RESUME's 20 with the CONNECT
@@ -70,7 +71,7 @@ fn resume_round_trips_and_is_told_from_connect() {
     assert!(Connect::decode_any(&p).is_none());
     let n = emit_connect(&mut buf, &params(), 17, 0, &c).unwrap();
     match parse_client_frame(&buf[..n]).unwrap() {
-        ClientFrame::Connect(f) => assert_eq!(f.resume, None),
+        ClientFrame::Connect(f) => assert_eq!((f.resume(), f.join), (None, Join::Connect)),
         other => panic!("{other:?}"),
     }
 }
@@ -85,6 +86,7 @@ fn accept_carries_the_resumed_flag() {
         slot_size: 64,
         region_va: 0,
         resumed: true,
+        opened: None,
     };
     let mut p = [0u8; ACCEPT_LEN];
     a.encode(&mut p);
@@ -141,6 +143,7 @@ fn accept_round_trips() {
         slot_size: 32768,
         region_va: 1 << 32,
         resumed: false,
+        opened: None,
     };
     let n = emit_accept(&mut buf, &params(), 17, 0x8001_0000, 1, &a).unwrap();
     assert_eq!(n, ACCEPT_FRAME_LEN);
@@ -216,6 +219,7 @@ fn tshark_decodes_v2_packets() {
         slot_size: 32768,
         region_va: 1 << 32,
         resumed: false,
+        opened: None,
     };
     emit_accept(&mut accept, &p, 17, 0x8001_0000, 1, &a).unwrap();
     let mut nak = [0u8; ACK_FRAME_LEN];
@@ -270,4 +274,104 @@ fn tshark_decodes_v2_packets() {
         0
     );
     let _ = std::fs::remove_file(&path);
+}
+
+#[test]
+fn open_close_and_secret_resume_round_trip() {
+    let mut buf = [0u8; 128];
+    let c = Connect {
+        rkey: 0,
+        nonce: 0xfeed,
+    };
+    let cases = [
+        (CM_QPN, Join::Open { partition: 3 }, CONNECT_LEN),
+        (
+            OPENED_QPN_BASE + 5,
+            Join::Close {
+                secret: 0x1122_3344_5566_7788,
+            },
+            CLOSE_LEN,
+        ),
+        (
+            OPENED_QPN_BASE + 5,
+            Join::Resume {
+                next_psn: 0xab_cdef,
+                secret: Some(u64::MAX),
+            },
+            SECRET_RESUME_LEN,
+        ),
+        (
+            17,
+            Join::Resume {
+                next_psn: 9,
+                secret: None,
+            },
+            RESUME_LEN,
+        ),
+        (17, Join::Connect, CONNECT_LEN),
+    ];
+    for (qp, join, len) in cases {
+        let c = Connect {
+            rkey: if matches!(join, Join::Open { .. }) {
+                0
+            } else {
+                77
+            },
+            ..c
+        };
+        let n = emit_join(&mut buf, &params(), qp, &c, &join).unwrap();
+        assert_eq!(n, EXT_OFF + len + ICRC_LEN, "{join:?}");
+        match parse_client_frame(&buf[..n]).unwrap() {
+            ClientFrame::Connect(f) => assert_eq!((f.dest_qp, f.connect, f.join), (qp, c, join)),
+            other => panic!("{other:?}"),
+        }
+    }
+    // An OPEN with its reserved bytes 6-7 set, a CLOSE without its secret, a
+    // RESUME of 24 bytes: not connection payloads.
+    let mut p = [0u8; MAX_JOIN_LEN];
+    let n = c.encode_join(&Join::Open { partition: 1 }, &mut p);
+    p[7] = 1;
+    assert!(Connect::decode_any(&p[..n]).is_none());
+    let n = c.encode_join(&Join::Close { secret: 1 }, &mut p);
+    assert!(Connect::decode_any(&p[..n - 8]).is_none());
+    let n = c.encode_join(
+        &Join::Resume {
+            next_psn: 1,
+            secret: Some(2),
+        },
+        &mut p,
+    );
+    assert!(Connect::decode_any(&p[..n - 4]).is_none());
+    assert!(is_opened_qpn(OPENED_QPN_BASE) && is_opened_qpn(0xff_ffff));
+    assert!(!is_opened_qpn(OPENED_QPN_BASE - 1) && !is_opened_qpn(1 << 24));
+}
+
+#[test]
+fn an_opened_accept_names_its_qp() {
+    let mut buf = [0u8; 160];
+    let a = Accept {
+        nonce: 42,
+        credits: 32,
+        request_psn: 1,
+        response_psn: 2,
+        slot_size: 32768,
+        region_va: 1 << 32,
+        resumed: false,
+        opened: Some(Opened {
+            qpn: OPENED_QPN_BASE + 9,
+            rkey: 0xdead_beef,
+            secret: 0x0102_0304_0506_0708,
+        }),
+    };
+    let n = emit_accept(&mut buf, &params(), OPENED_QPN_BASE + 9, 5, 1, &a).unwrap();
+    assert_eq!(n, OPENED_ACCEPT_FRAME_LEN);
+    match parse_server_frame(&buf[..n]).unwrap() {
+        ServerFrame::Accept(f) => assert_eq!((f.dest_qp, f.accept), (OPENED_QPN_BASE + 9, a)),
+        other => panic!("{other:?}"),
+    }
+    // The flag without the 16 bytes it announces: not an ACCEPT.
+    let mut p = [0u8; OPENED_ACCEPT_LEN];
+    a.encode_into(&mut p);
+    assert!(Accept::decode(&p[..ACCEPT_LEN]).is_none());
+    assert_eq!(Accept::decode(&p), Some(a));
 }
