@@ -384,6 +384,63 @@ def main_run(a):
                  req(r.batch(b, [r.op_get(K2), r.op_get(K3)])), b,
                  [(r.ST_OK, V2), (r.ST_NOT_FOUND, b"")])
 
+    # -- 9. opened QPs (PROTOCOL.md 6.1, "Opened QPs"; 5) -----------------------------
+    onon = time.time_ns() ^ 0x5A5A
+    got = exchange(r.open_frame(CLIENT_MAC, smac, CLIENT_IP, sip, 0, onon))
+    expect["accepts_sent"] += 1
+    o = got[0] if len(got) == 1 and got[0]["kind"] == "accept" else None
+    if o is None or "opened_qpn" not in o:
+        result("open", False, f"expected 1 opened ACCEPT, got {got}")
+    else:
+        oq, ok_, osec = o["opened_qpn"], o["opened_rkey"], o["secret"]
+        report("open", [("payload_len", o["payload_len"], 56), ("flags", o["flags"], 0x02),
+                        ("nonce", o["nonce"], onon), ("dest_qp = opened QPN", o["dqpn"], oq),
+                        ("QPN in 0x800000..0xFFFFFF", oq >= 0x800000, True),
+                        ("icrc_ok", o["icrc_ok"], True), ("credits", o["credits"], credits)],
+               f"ACCEPT 56 B: QPN 0x{oq:06x}, request PSN {o['request_psn']}")
+        again = exchange(r.open_frame(CLIENT_MAC, smac, CLIENT_IP, sip, 0, onon))
+        expect["accepts_sent"] += 1
+        result("open-repeated-same-nonce", len(again) == 1 and again[0]["raw"] == o["raw"],
+               "the same ACCEPT, byte for byte")
+        opsn, oslot = o["request_psn"], o["slot_size"]
+
+        def oreq(payload, psn, rkey=ok_):
+            va = r.slot_va(o["region_va"], oslot, credits, psn)
+            return r.request_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, psn, va, rkey, payload)
+        b = next_batch()
+        got = exchange(oreq(r.batch(b, [r.op_get(K)]), opsn))
+        expect["requests"] += 1
+        expect["responses"] += 1
+        result("opened-request", len(got) == 1 and got[0]["kind"] == "response"
+               and got[0]["results"] == [(r.ST_OK, V)] and got[0]["dqpn"] == oq,
+               "answered on the opened QP")
+        expect_drop("opened-connect-refused",
+                    r.connect_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, ok_, onon + 1),
+                    "bad_secret")
+        expect_drop("opened-resume-without-secret",
+                    r.resume_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, ok_, onon, opsn + 1),
+                    "bad_secret")
+        expect_drop("opened-resume-wrong-secret",
+                    r.resume_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, ok_, onon, opsn + 1,
+                                   osec ^ 1), "bad_secret")
+        expect_drop("opened-close-wrong-secret",
+                    r.close_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, ok_, onon, ~osec & (2**64 - 1)),
+                    "bad_secret")
+        got = exchange(r.close_frame(CLIENT_MAC, smac, CLIENT_IP, sip, oq, ok_, onon, osec))
+        result("opened-close", not got, "closed, not answered")
+        p2 = (opsn + 1) & 0xFFFFFF
+        got = exchange(oreq(r.batch(next_batch(), [r.op_get(K)]), p2))
+        expect["drops"]["unknown_qp"] = expect["drops"].get("unknown_qp", 0) + 1
+        expect["naks_sent"] += 1
+        result("request-after-close-nak",
+               len(got) == 1 and got[0]["kind"] == "ack" and got[0]["syndrome"] == r.NAK_INVALID
+               and got[0]["psn"] == p2 and got[0]["dqpn"] == oq,
+               f"NAK invalid request for PSN {p2}")
+        bad_open = bytearray(r.open_frame(CLIENT_MAC, smac, CLIENT_IP, sip, 0, onon + 2))
+        bad_open[r.EXT_OFF + 7] = 1  # a reserved byte of the OPEN
+        r.fix_icrc(bad_open)
+        expect_drop("open-reserved-byte-set", bytes(bad_open), "bad_connect")
+
     json.dump(expect, open(a.expect, "w"), indent=1, sort_keys=True)
     print(f"inject: {state['cases'] - state['fails']}/{state['cases']} cases passed")
     return 1 if state["fails"] else 0

@@ -232,6 +232,37 @@ def connect_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce):
     return bytes(f)
 
 
+def _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, payload):
+    f = _lower(src_mac, dst_mac, src_ip, dst_ip, OP_RC_SEND_ONLY, qpn, 0, len(payload))
+    f += payload + b"\0\0\0\0"
+    fix_ip_checksum(f)
+    fix_icrc(f)
+    return bytes(f)
+
+
+CM_QPN = 1  # the connection manager's QP: OPENs go there (6.1)
+
+
+def open_frame(src_mac, dst_mac, src_ip, dst_ip, partition, nonce):
+    """An OPEN (kind 0x04, 16 bytes, to QP 1; 6.1, "Opened QPs")."""
+    payload = bytes([0x43, 2, 4, 0]) + struct.pack("!HHQ", partition, 0, nonce)
+    return _join_frame(src_mac, dst_mac, src_ip, dst_ip, CM_QPN, payload)
+
+
+def close_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce, secret):
+    """A CLOSE (kind 0x05, 24 bytes) of opened QP `qpn`."""
+    payload = bytes([0x43, 2, 5, 0]) + struct.pack("!IQQ", rkey, nonce, secret)
+    return _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, payload)
+
+
+def resume_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce, next_psn, secret=None):
+    """A RESUME (kind 0x03): 20 bytes, or 28 with an opened QP's secret."""
+    payload = bytes([0x43, 2, 3, 0]) + struct.pack("!IQI", rkey, nonce, next_psn)
+    if secret is not None:
+        payload += struct.pack("!Q", secret)
+    return _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, payload)
+
+
 def parse_server_frame(frame):
     """Decodes what a server sends: a response (dict with kind 'response', as
     parse_response), an ACCEPT (kind 'accept') or an RC Acknowledge (kind 'ack');
@@ -262,10 +293,16 @@ def parse_server_frame(frame):
         p = frame[RESP_PAYLOAD_OFF:RESP_PAYLOAD_OFF + 40]
         magic, ver, kind, _, credits, _, nonce, rpsn, spsn, slot, _, va = struct.unpack(
             "!BBBBHHQIIIIQ", p)
-        return dict(common, kind="accept", version=ver, accept_kind=kind, credits=credits,
-                    nonce=nonce, request_psn=rpsn & 0xFFFFFF, response_psn=spsn & 0xFFFFFF,
-                    slot_size=slot, region_va=va,
-                    qkey=struct.unpack_from("!I", frame, EXT_OFF)[0])
+        flags = frame[RESP_PAYLOAD_OFF + 3]
+        acc = dict(common, kind="accept", version=ver, accept_kind=kind, credits=credits,
+                   nonce=nonce, request_psn=rpsn & 0xFFFFFF, response_psn=spsn & 0xFFFFFF,
+                   slot_size=slot, region_va=va, flags=flags,
+                   payload_len=ip_total - (IP_LEN + UDP_LEN + BTH_LEN + 8 + ICRC_LEN),
+                   qkey=struct.unpack_from("!I", frame, EXT_OFF)[0])
+        if flags & 0x02:  # opened: QPN, R_Key, secret follow (6.1)
+            qpn, rkey, secret = struct.unpack_from("!IIQ", frame, RESP_PAYLOAD_OFF + 40)
+            acc.update(opened_qpn=qpn & 0xFFFFFF, opened_rkey=rkey, secret=secret)
+        return acc
     resp = parse_response(frame)
     if resp is None:
         return None
