@@ -59,6 +59,14 @@ use kvwire::{
 };
 use std::sync::Arc;
 
+/// The batch id of a payload whose batch header is malformed: its bytes 4–7 if it
+/// has them, else 0 (docs/PROTOCOL.md §3.3).
+fn malformed_batch_id(payload: &[u8]) -> u32 {
+    payload
+        .get(4..8)
+        .map_or(0, |b| u32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+}
+
 /// Below this many admitted clients their state stays in cache and the per-burst
 /// prefetch pass (`handle_burst`) is skipped.
 const PREFETCH_CLIENTS_ABOVE: usize = 64;
@@ -427,18 +435,7 @@ impl Server {
                 continue;
             }
             let client = &mut self.clients.as_mut_slice()[ci];
-            let reader = match BatchReader::new(req.payload) {
-                Ok(r) => r,
-                Err(_) => {
-                    // Its PSN is consumed; a retransmission finds no response.
-                    *client.entry(req.psn) = Entry {
-                        psn: req.psn,
-                        ..Entry::EMPTY
-                    };
-                    stats.drop(DropReason::BadPayload);
-                    continue;
-                }
-            };
+            let reader = BatchReader::new(req.payload);
             *client.entry(req.psn) = Entry::pending(req.psn);
             stats.requests.inc();
             let pkt = pkts.len() as u8;
@@ -446,9 +443,25 @@ impl Server {
                 params: req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT),
                 client: ci as u16,
                 psn: req.psn,
-                batch_id: reader.batch_id(),
+                batch_id: reader
+                    .as_ref()
+                    .map_or_else(|_| malformed_batch_id(req.payload), |r| r.batch_id()),
                 logged: mark == ServeMark::Logged,
             });
+            let Ok(reader) = reader else {
+                // A malformed batch header: its PSN is taken and it is answered with
+                // one MALFORMED result (docs/PROTOCOL.md §3.3), so the client's credit
+                // comes back and a resend is replayed.
+                stats.bad_batches.inc();
+                if chunk.tags.is_full() {
+                    self.flush(&mut chunk, &pkts, stats, &mut out);
+                }
+                chunk.tags.push(Tag {
+                    pkt,
+                    src: Source::Immediate(Status::Malformed),
+                });
+                continue;
+            };
             if mark == ServeMark::Unknown && reader.op_count() > 0 {
                 // The old master began it; what it did is not known here: each op
                 // is answered so, none executed (docs/PROTOCOL.md §6.6).

@@ -184,11 +184,15 @@ fn a_failed_op_refused_writes_and_too_many_ops_abort_with_their_reason() {
     assert_eq!((id, r.len()), (4, 1));
     let a = TxAbort::decode(&r[0].1).unwrap();
     assert_eq!(a.reason, AbortReason::TooLarge);
-    // Garbage after the magic: dropped like any undecodable payload, nothing changes.
-    let before = st.requests.get();
+    // Garbage after the magic: answered ABORTED (malformed) under batch id 0, so the
+    // client's credit comes back; nothing changes.
     let out = run(&mut s, &st, &[c.raw_request(&[0x54, 1, 9], 4)]);
-    assert!(out.iter().all(|f| parse_response(f).is_err()));
-    assert_eq!(st.requests.get(), before);
+    let (id, r) = results(&out[0]);
+    assert_eq!((id, r.len(), r[0].0), (0, 1, Status::Aborted));
+    assert_eq!(
+        TxAbort::decode(&r[0].1).unwrap().reason,
+        AbortReason::Malformed
+    );
     assert_eq!(balance(&mut s, b"alice"), Some(100));
 }
 

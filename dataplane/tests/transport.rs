@@ -518,3 +518,36 @@ fn a_window_of_duplicates_is_replayed_and_never_executed() {
     );
     assert_eq!(counter(&mut s, &c, w + 1), u64::from(w));
 }
+
+/// A request whose batch header is malformed takes its PSN and is answered with one
+/// MALFORMED result (its batch id from bytes 4–7), so the client's credit returns;
+/// its resend is replayed byte for byte, not executed and not `replay_missing`.
+#[test]
+fn a_malformed_batch_is_answered_and_its_resend_replayed() {
+    let mut s = server();
+    let st = WorkerStats::default();
+    let c = connect(&mut s, QPN, RKEY);
+    let mut bad = vec![0x4C, 1, 0, 1, 0, 0, 0x12, 0x34];
+    bad.extend_from_slice(&[1, 1, b'k']);
+    let req = c.raw_request(&bad, 0);
+    let out = run(&mut s, &st, std::slice::from_ref(&req));
+    assert_eq!(out.len(), 1);
+    let (id, r) = results_with_id(&out[0]);
+    assert_eq!((id, r), (0x1234, vec![(Status::Malformed, vec![])]));
+    assert_eq!((st.bad_batches.get(), st.requests.get()), (1, 1));
+    let again = run(&mut s, &st, std::slice::from_ref(&req));
+    assert_eq!(again, out, "replayed, byte for byte");
+    assert_eq!(st.drops[DropReason::ReplayMissing.index()].get(), 0);
+    // Too short for a batch id: batch id 0. The connection goes on.
+    let out = run(&mut s, &st, &[c.raw_request(&[0x4B, 1], 1)]);
+    assert_eq!(results_with_id(&out[0]).0, 0);
+    let out = run(&mut s, &st, &[c.request(&[KvOp::Get { key: b"k" }], 7, 2)]);
+    assert_eq!(results(&out[0]), vec![(Status::NotFound, vec![])]);
+}
+
+/// The batch id and results of a response frame.
+fn results_with_id(frame: &[u8]) -> (u32, Vec<(Status, Vec<u8>)>) {
+    let r = parse_response(frame).expect("a response");
+    let id = ResponseReader::new(r.payload).unwrap().batch_id();
+    (id, results(frame))
+}

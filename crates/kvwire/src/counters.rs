@@ -73,6 +73,11 @@ macro_rules! worker_counters {
             /// invariant").
             connect_repeats: "Client CONNECTs repeating the current incarnation (ACCEPT sent again).",
                 Family("kvd_transport_connect_repeats_total"), false;
+            /// Requests whose batch header was malformed (wrong magic or version, more
+            /// than 1024 ops, shorter than 8 bytes): answered with one MALFORMED result
+            /// (also counted as `requests` and `op_errors`).
+            bad_batches: "Requests with a malformed batch header (answered MALFORMED).",
+                Family("kvd_bad_batches_total"), false;
             /// OPENs that opened a QP (docs/PROTOCOL.md §6.1; a repeated OPEN whose
             /// ACCEPT was lost is counted `connect_repeats`).
             opens: "Client OPENs that opened a QP.", Family("kvd_transport_opens_total"), false;

@@ -32,3 +32,24 @@ fn protocol_doc_examples_match_code() {
         );
     }
 }
+
+/// Every drop reason is named in the document's drop table (§6.7), so a reason added
+/// to `DropReason` cannot go undocumented.
+#[test]
+fn protocol_doc_names_every_drop_reason() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/PROTOCOL.md");
+    let Ok(doc) = std::fs::read_to_string(path) else {
+        // As above: skipped outside the repository unless KVD_REQUIRE_TOOLS=1.
+        assert!(std::env::var("KVD_REQUIRE_TOOLS").as_deref() != Ok("1"));
+        return;
+    };
+    let at = doc.find("### 6.7").expect("PROTOCOL.md has §6.7");
+    let section = &doc[at..];
+    for r in kvwire::DropReason::ALL {
+        assert!(
+            section.contains(&format!("`{}`", r.name())),
+            "drop reason {} missing from PROTOCOL.md §6.7",
+            r.name()
+        );
+    }
+}

@@ -18,7 +18,7 @@ use arrayvec::ArrayVec;
 use kvtx::Outcome;
 use kvwire::partition::partition_of_hash;
 use kvwire::payload::{tx_batch_id, AbortReason, TxAbort, TxReader, TX_ABORT_LEN};
-use kvwire::{DropReason, PayloadError, Request, Status, MASTER_HINT_LEN};
+use kvwire::{PayloadError, Request, Status, MASTER_HINT_LEN};
 
 impl Server {
     /// Serves the transaction in `req` (admitted and in sequence on client `ci`).
@@ -32,20 +32,13 @@ impl Server {
         out: &mut Responder<'_, '_, T>,
     ) {
         let parsed = TxReader::new(req.payload);
+        // A transaction whose batch id cannot be read is answered under batch id 0
+        // (ABORTED, malformed), as a malformed batch is (docs/PROTOCOL.md §3.3).
         let batch_id = match &parsed {
-            Ok(r) => Some(r.batch().batch_id()),
-            Err(_) => tx_batch_id(req.payload),
+            Ok(r) => r.batch().batch_id(),
+            Err(_) => tx_batch_id(req.payload).unwrap_or(0),
         };
         let client = &mut self.clients.as_mut_slice()[ci];
-        let Some(batch_id) = batch_id else {
-            // Not even its batch id can be read: dropped like any undecodable payload.
-            *client.entry(req.psn) = Entry {
-                psn: req.psn,
-                ..Entry::EMPTY
-            };
-            stats.drop(DropReason::BadPayload);
-            return;
-        };
         *client.entry(req.psn) = Entry::pending(req.psn);
         stats.requests.inc();
         // What came before it in this burst runs first: the transaction sees it.

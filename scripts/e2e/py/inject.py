@@ -339,10 +339,13 @@ def main_run(a):
     # count says 3 ops, the payload holds one GET
     expect_reply("op-count-beyond-payload", req(r.batch(b, [r.op_get(K)], count=3)), b,
                  [(r.ST_OK, V), (r.ST_MALFORMED, b"")])
-    # a batch header with a wrong magic is dropped (after the PSN was accepted)
-    bad_magic = bytearray(r.batch(next_batch(), [r.op_get(K)]))
+    # a batch header with a wrong magic takes its PSN and is answered with one
+    # MALFORMED result under its batch id (PROTOCOL.md 3.3)
+    b = next_batch()
+    bad_magic = bytearray(r.batch(b, [r.op_get(K)]))
     bad_magic[0] = 0x4C
-    expect_drop("bad-batch-magic", req(bytes(bad_magic)), "bad_payload", consumes_psn=True)
+    expect["op_errors"] += 1
+    expect_reply("bad-batch-magic", req(bytes(bad_magic)), b, [(r.ST_MALFORMED, b"")])
 
     # -- 7. transport (PROTOCOL.md 6.3) ----------------------------------------------
     # A duplicate of the PUT served first: not executed again, its response re-sent
