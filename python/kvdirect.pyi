@@ -66,6 +66,7 @@ class Client:
         timeout: Optional[float] = None,
         connect_timeout: Optional[float] = None,
         decode_responses: bool = False,
+        tenant_file: Optional[str] = None,
     ) -> None: ...
     @property
     def iface(self) -> str: ...

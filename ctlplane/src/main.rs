@@ -19,6 +19,7 @@ mod snapshot;
 mod stats;
 mod target;
 mod telemetry;
+mod tenants;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -90,6 +91,11 @@ enum Cmd {
     Clients {
         #[command(subcommand)]
         cmd: clients::ClientsCmd,
+    },
+    /// Tenants: credentials, ACLs, quotas (docs/PROTOCOL.md §6.8).
+    Tenants {
+        #[command(subcommand)]
+        cmd: tenants::TenantsCmd,
     },
     /// Slab allocator service.
     Slab {
@@ -197,6 +203,7 @@ fn main() {
         Cmd::Engine { target, json } => exit_on_err(stats::engine(&target, json)),
         Cmd::Metrics(a) => exit_on_err(metrics::run(a)),
         Cmd::Clients { cmd } => exit_on_err(clients::run(cmd)),
+        Cmd::Tenants { cmd } => exit_on_err(tenants::run(cmd)),
         Cmd::Slab { cmd } => exit_on_err(slab::run(cmd)),
         Cmd::Replication { cmd } => exit_on_err(replication::run(cmd)),
         Cmd::Snapshot { cmd } => exit_on_err(snapshot::run(cmd)),

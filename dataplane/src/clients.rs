@@ -48,6 +48,8 @@ pub(crate) struct Client {
     pub resume_until: u32,
     /// An opened QP's connection secret (0 for a static QP).
     pub secret: u64,
+    /// An opened QP's tenant id (0: none).
+    pub tenant: u32,
     /// When the client last sent a request or a connection payload, in the worker's
     /// coarse seconds (`ClientTable::reclaim_idle`).
     pub last_active: u32,
@@ -72,6 +74,7 @@ impl Client {
             nak_sent: false,
             resume_until: NOT_RESUMING,
             secret: 0,
+            tenant: 0,
             last_active: 0,
             replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
@@ -258,18 +261,19 @@ impl ClientTable {
         c.qpn = FREE_QPN;
         c.connected = false;
         c.secret = 0;
+        c.tenant = 0;
         self.free.push(i as u16);
     }
 
     /// Opens a QP with R_Key `rkey` and connection secret `secret`, active at `now`:
     /// its index and QPN, or `None` when every opened slot (or the slab) is taken.
-    pub fn open(&mut self, rkey: u32, secret: u64, now: u32) -> Option<(usize, u32)> {
+    pub fn open(&mut self, rkey: u32, secret: u64, tenant: u32, now: u32) -> Option<(usize, u32)> {
         let len = self.opened.len();
         let slot = (0..len)
             .map(|k| (self.opened_cursor + k) % len)
             .find(|&k| self.opened[k] == NO_CLIENT)?;
         let qpn = self.opened_qpn(slot)?;
-        let i = self.install(slot, qpn, rkey, secret, now)?;
+        let i = self.install(slot, qpn, rkey, secret, tenant, now)?;
         self.opened_cursor = (slot + 1) % len;
         Some((i, qpn))
     }
@@ -278,15 +282,23 @@ impl ClientTable {
     /// records) into this table, unconnected; a client of this node in its slot
     /// (opened while it was not the master) is dropped for it. `None` if `qpn` is not
     /// an opened QPN of this partition, or the slab is full.
-    pub fn install_opened(&mut self, qpn: u32, rkey: u32, secret: u64, now: u32) -> Option<usize> {
+    pub fn install_opened(
+        &mut self,
+        qpn: u32,
+        rkey: u32,
+        secret: u64,
+        tenant: u32,
+        now: u32,
+    ) -> Option<usize> {
         let slot = self.opened_slot(qpn).filter(|&k| k < self.opened.len())?;
         if let Some(i) = self.find(qpn) {
-            if self.clients[i].secret == secret && self.clients[i].rkey == rkey {
+            let c = &self.clients[i];
+            if c.secret == secret && c.rkey == rkey && c.tenant == tenant {
                 return Some(i);
             }
         }
         self.close_slot(slot);
-        self.install(slot, qpn, rkey, secret, now)
+        self.install(slot, qpn, rkey, secret, tenant, now)
     }
 
     fn install(
@@ -295,11 +307,13 @@ impl ClientTable {
         qpn: u32,
         rkey: u32,
         secret: u64,
+        tenant: u32,
         now: u32,
     ) -> Option<usize> {
         let i = self.alloc(qpn, rkey)?;
         let c = &mut self.clients[i];
         c.secret = secret;
+        c.tenant = tenant;
         c.last_active = now;
         self.opened[slot] = i as u16;
         self.opened_live += 1;
@@ -403,15 +417,15 @@ mod tests {
         let i = t.find(7).unwrap();
         assert!(!t.as_slice()[i].connected);
         assert_eq!(t.as_slice()[i].replay.len(), 8);
-        assert_eq!(CLIENT_BYTES, 72);
+        assert_eq!(CLIENT_BYTES, 72, "the tenant id fits in the padding");
     }
 
     #[test]
     fn opened_qps_get_their_own_qpns_and_never_move() {
         let mut t = ClientTable::new(&[(17, 1)], 8, 3);
         t.set_partition(1, 2);
-        let (a, qa) = t.open(10, 100, 0).unwrap();
-        let (b, qb) = t.open(11, 101, 0).unwrap();
+        let (a, qa) = t.open(10, 100, 0, 0).unwrap();
+        let (b, qb) = t.open(11, 101, 0, 0).unwrap();
         assert_eq!((qa, qb), (OPENED_QPN_BASE + 1, OPENED_QPN_BASE + 3));
         assert_eq!((t.find(qa), t.find(qb)), (Some(a), Some(b)));
         assert_eq!(t.find(OPENED_QPN_BASE), None, "another partition's QPN");
@@ -424,13 +438,13 @@ mod tests {
             None,
             "no static QP in the opened range"
         );
-        let c = t.open(12, 102, 0).unwrap();
-        assert_eq!(t.open(13, 103, 0), None, "3 opened slots");
+        let c = t.open(12, 102, 0, 0).unwrap();
+        assert_eq!(t.open(13, 103, 0, 0), None, "3 opened slots");
         assert_eq!(t.opened_count(), 3);
         t.close(a);
         assert_eq!((t.find(qa), t.opened_count()), (None, 2));
         // The freed slot is given again (the cursor went round), with a new key.
-        let (d, qd) = t.open(14, 104, 0).unwrap();
+        let (d, qd) = t.open(14, 104, 0, 0).unwrap();
         assert_eq!(qd, qa);
         assert_eq!(
             (t.as_slice()[d].rkey, t.as_slice()[d].connected),
@@ -442,15 +456,19 @@ mod tests {
     #[test]
     fn installing_a_masters_qp_evicts_a_local_one_and_idle_ones_are_found() {
         let mut t = ClientTable::new(&[], 4, 4);
-        let (local, q) = t.open(1, 2, 5).unwrap();
-        let i = t.install_opened(q, 7, 8, 5).unwrap();
+        let (local, q) = t.open(1, 2, 0, 5).unwrap();
+        let i = t.install_opened(q, 7, 8, 0, 5).unwrap();
         assert_eq!(t.find(q), Some(i));
         assert_eq!((t.as_slice()[i].rkey, t.as_slice()[i].secret), (7, 8));
         assert_eq!(t.opened_count(), 1);
-        assert_eq!(t.install_opened(q, 7, 8, 6), Some(i), "the same QP again");
-        assert_eq!(t.install_opened(17, 7, 8, 6), None, "a static QPN");
+        assert_eq!(
+            t.install_opened(q, 7, 8, 0, 6),
+            Some(i),
+            "the same QP again"
+        );
+        assert_eq!(t.install_opened(17, 7, 8, 0, 6), None, "a static QPN");
         let _ = local;
-        let (j, _) = t.open(3, 4, 100).unwrap();
+        let (j, _) = t.open(3, 4, 0, 100).unwrap();
         assert_eq!(t.idle_opened(105, 10, 4), Some(i), "idle since 5");
         t.close(i);
         assert_eq!(t.idle_opened(105, 10, 4), None, "the other is fresh");

@@ -48,7 +48,7 @@ pub const FRAME_LAST: u8 = 0x01;
 /// Bytes of an INCARNATION blob.
 pub const INCARNATION_LEN: usize = 9;
 /// Bytes of an OPENED blob.
-pub const OPENED_LEN: usize = 21;
+pub const OPENED_LEN: usize = 25;
 /// Bytes of a CLOSED blob.
 pub const CLOSED_LEN: usize = 9;
 /// Bytes of an INTENT blob.
@@ -76,6 +76,8 @@ pub enum Blob<'a> {
         rkey: u32,
         /// The QP's connection secret.
         secret: u64,
+        /// The QP's tenant id (0: none).
+        tenant: u32,
     },
     /// The opened QP's incarnation `nonce` ended: the QP is closed.
     Closed {
@@ -115,12 +117,13 @@ pub fn incarnation(nonce: u64) -> [u8; INCARNATION_LEN] {
 }
 
 /// Writes an OPENED blob.
-pub fn opened(nonce: u64, rkey: u32, secret: u64) -> [u8; OPENED_LEN] {
+pub fn opened(nonce: u64, rkey: u32, secret: u64, tenant: u32) -> [u8; OPENED_LEN] {
     let mut b = [0u8; OPENED_LEN];
     b[0] = KIND_OPENED;
     b[1..9].copy_from_slice(&nonce.to_le_bytes());
     b[9..13].copy_from_slice(&rkey.to_le_bytes());
     b[13..21].copy_from_slice(&secret.to_le_bytes());
+    b[21..25].copy_from_slice(&tenant.to_le_bytes());
     b
 }
 
@@ -177,6 +180,7 @@ pub fn decode(b: &[u8]) -> Option<Blob<'_>> {
             nonce: le64(1)?,
             rkey: le32(9)?,
             secret: le64(13)?,
+            tenant: le32(21)?,
         }),
         KIND_CLOSED if b.len() == CLOSED_LEN => Some(Blob::Closed { nonce: le64(1)? }),
         KIND_INTENT if b.len() == INTENT_LEN => Some(Blob::Intent {

@@ -23,12 +23,16 @@
 //! * **Snapshots**: a job generation the worker loads in its control tick
 //!   ([`SnapshotCtl`], `crate::snapshot`).
 
+use crate::server::TenantRule;
 use crate::snapshot::SnapshotCtl;
 use crate::stats::WorkerStats;
 use kvengine::{Engine, EngineStats};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+mod tenants;
+pub use tenants::TenantError;
 
 /// One admitted client QP: (QPN, R_Key).
 pub type ClientEntry = (u32, u32);
@@ -192,11 +196,15 @@ struct WorkerShared {
     merge: Mutex<Option<MergeSummary>>,
 }
 
-/// The authoritative client list and its generation.
+/// The authoritative client list and tenant rules, and their generation.
 #[derive(Debug)]
 struct Admission {
     /// Sorted by QPN.
     clients: Vec<ClientEntry>,
+    /// Sorted by id (`tenants.rs`).
+    tenants: Vec<TenantRule>,
+    /// Whether clients may OPEN without a tenant.
+    anonymous: bool,
 }
 
 /// State shared by the workers and the telemetry callbacks (see the module docs).
@@ -250,7 +258,11 @@ impl ControlState {
                     merge: Mutex::new(None),
                 })
                 .collect(),
-            admission: Mutex::new(Admission { clients: list }),
+            admission: Mutex::new(Admission {
+                clients: list,
+                tenants: Vec::new(),
+                anonymous: true,
+            }),
             generation: AtomicU64::new(0),
             merge_requests: AtomicU64::new(0),
             latency_sample_every: AtomicU32::new(0),
@@ -409,7 +421,10 @@ impl WorkerControl {
     /// last call, hands the new list to `apply` and returns true. Costs one atomic
     /// load when nothing changed; never blocks (a busy list is retried next call).
     #[inline]
-    pub fn poll_clients<F: FnOnce(&[ClientEntry])>(&mut self, apply: F) -> bool {
+    pub fn poll_clients<F: FnOnce(&[ClientEntry], &[TenantRule], bool)>(
+        &mut self,
+        apply: F,
+    ) -> bool {
         if self.ctl.generation.load(Ordering::Acquire) == self.seen_generation {
             return false;
         }
@@ -418,13 +433,13 @@ impl WorkerControl {
 
     #[cold]
     #[inline(never)]
-    fn apply_clients<F: FnOnce(&[ClientEntry])>(&mut self, apply: F) -> bool {
+    fn apply_clients<F: FnOnce(&[ClientEntry], &[TenantRule], bool)>(&mut self, apply: F) -> bool {
         let Ok(a) = self.ctl.admission.try_lock() else {
             return false;
         };
         // Changes bump the generation under the lock: this one matches the list.
         let generation = self.ctl.generation.load(Ordering::Relaxed);
-        apply(&a.clients);
+        apply(&a.clients, &a.tenants, a.anonymous);
         drop(a);
         self.seen_generation = generation;
         self.ctl.workers[self.id]
@@ -486,7 +501,7 @@ mod tests {
         let c = state(1);
         assert_eq!(c.clients(), (0, vec![(17, 1), (18, 2)]));
         let mut w = c.worker(0);
-        assert!(!w.poll_clients(|_| panic!("nothing changed")));
+        assert!(!w.poll_clients(|_, _, _| panic!("nothing changed")));
         assert_eq!(c.applied_generation(0), 0);
     }
 
@@ -507,18 +522,18 @@ mod tests {
         // Not applied by anyone yet.
         assert_eq!(c.wait_applied(g, Duration::from_millis(5)), Err(vec![0, 1]));
         let mut seen = Vec::new();
-        assert!(w0.poll_clients(|l| seen = l.to_vec()));
+        assert!(w0.poll_clients(|l, _, _| seen = l.to_vec()));
         assert_eq!(seen, vec![(17, 1), (18, 2), (20, 4)]);
-        assert!(!w0.poll_clients(|_| panic!("applied already")));
+        assert!(!w0.poll_clients(|_, _, _| panic!("applied already")));
         assert_eq!(c.wait_applied(g, Duration::from_millis(5)), Err(vec![1]));
         // Two changes before worker 1 looks: it applies the latest list at once.
         let (g2, rkey) = c.remove_client(17).unwrap();
         assert_eq!((g2, rkey), (2, 1));
         assert_eq!(c.remove_client(17), Err(AdmissionError::NotAdmitted(17)));
-        assert!(w1.poll_clients(|l| seen = l.to_vec()));
+        assert!(w1.poll_clients(|l, _, _| seen = l.to_vec()));
         assert_eq!(seen, vec![(18, 2), (20, 4)]);
         assert_eq!(c.applied_generation(1), 2);
-        assert!(w0.poll_clients(|_| {}));
+        assert!(w0.poll_clients(|_, _, _| {}));
         assert_eq!(c.wait_applied(g2, Duration::from_millis(5)), Ok(()));
     }
 
@@ -528,9 +543,9 @@ mod tests {
         let mut w = c.worker(0);
         let g = c.add_client(30, 3).unwrap();
         let held = c.admission.lock().unwrap();
-        assert!(!w.poll_clients(|_| panic!("list is locked")));
+        assert!(!w.poll_clients(|_, _, _| panic!("list is locked")));
         drop(held);
-        assert!(w.poll_clients(|l| assert!(l.contains(&(30, 3)))));
+        assert!(w.poll_clients(|l, _, _| assert!(l.contains(&(30, 3)))));
         assert_eq!(c.applied_generation(0), g);
     }
 
@@ -543,7 +558,7 @@ mod tests {
         let worker = std::thread::spawn(move || {
             let mut list = Vec::new();
             while !s2.load(Ordering::Relaxed) {
-                w.poll_clients(|l| list = l.to_vec());
+                w.poll_clients(|l, _, _| list = l.to_vec());
                 std::hint::spin_loop();
             }
             list

@@ -345,6 +345,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     );
     let clients: Vec<(u32, u32)> = cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect();
     let ctl = ControlState::new(stats.clone(), &clients);
+    ctl.set_initial_tenants(startup::tenant_rules(&cfg.tenants)?, cfg.server.anonymous);
     ctl.set_latency_sample_every(cfg.server.latency_sample_every);
     let cfg_json = serde_json::to_value(cfg)?;
     telemetry::register(&ctl, cfg_json, slab.clone(), Arc::clone(&pool))?;

@@ -32,11 +32,13 @@ mod conn;
 mod cross;
 mod open;
 mod resume;
+mod tenants;
 mod txn;
 
 pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, RNR_TIMER};
 pub use cross::{PartitionTable, MAX_PARTITIONS};
 use resume::ServeMark;
+pub use tenants::{TenantRule, FAILED_OPENS_PER_S};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
@@ -141,6 +143,11 @@ pub struct Server {
     idle_close_s: u32,
     /// The last OPENs, to answer a repeated one with the same QP.
     recent_opens: open::RecentOpens,
+    /// Tenants: credentials, ACLs, quotas (`tenants`).
+    tenants: tenants::Tenants,
+    /// Wall-clock ms at the start of the burst (read only while tenants exist: the
+    /// request-rate quotas).
+    burst_ms: u64,
 }
 
 impl Server {
@@ -224,6 +231,8 @@ impl Server {
             now_s: 0,
             idle_close_s: t.idle_close_s,
             recent_opens: open::RecentOpens::default(),
+            tenants: tenants::Tenants::default(),
+            burst_ms: 0,
         })
     }
 
@@ -395,6 +404,11 @@ impl Server {
         if let Some(t) = &self.tap {
             self.tap_budget = t.room();
         }
+        if self.tenants.any() {
+            self.burst_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+        }
         // With thousands of client QPs each frame's connection state (its client
         // entry and the replay entry of its PSN) is a cache miss: start them all
         // before the first frame is judged, so a burst's misses overlap.
@@ -487,34 +501,9 @@ impl Server {
                 });
                 continue;
             }
-            let mut reader = reader;
-            loop {
-                // The GET/PUT/DELETE run first (the decoder's state in registers), then
-                // the op that ended it through the iterator.
-                reader.plain_ops(|op| {
-                    if chunk.tags.is_full() {
-                        self.flush(&mut chunk, &pkts, stats, &mut out);
-                    }
-                    let src = self.stage(&mut chunk, op);
-                    chunk.tags.push(Tag { pkt, src });
-                });
-                let Some(item) = reader.next() else { break };
-                if chunk.tags.is_full() {
-                    self.flush(&mut chunk, &pkts, stats, &mut out);
-                }
-                let src = match item {
-                    Ok(op) => self.stage(&mut chunk, op),
-                    // The failing op is answered; later ops are not executed.
-                    Err(e) => Source::Immediate(e.status()),
-                };
-                chunk.tags.push(Tag { pkt, src });
-                if matches!(
-                    src,
-                    Source::Immediate(Status::Malformed | Status::UnknownOpcode)
-                ) {
-                    break;
-                }
-            }
+            // The client's tenant rules (`None`: nothing to check, one branch per op).
+            let guard = self.guard(ci);
+            self.stage_ops(reader, pkt, guard, &mut chunk, &pkts, stats, &mut out);
         }
         self.finish_pending(&mut chunk, &pkts, stats, &mut out);
         // `out` borrowed `arena` until here.
@@ -522,6 +511,57 @@ impl Server {
             self.log_completions(&arena, &pkts, stats);
         }
         self.arena = arena;
+    }
+
+    /// Stages the ops of one request (packet `pkt`) into the chunk, flushing it when
+    /// full: plain GET/PUT/DELETE runs straight from the decoder, other ops one by
+    /// one; an op the client's `guard` refuses is answered DENIED, one that does not
+    /// decode ends the request.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn stage_ops<'f, T: TxSink>(
+        &mut self,
+        mut reader: BatchReader<'f>,
+        pkt: u8,
+        guard: Option<tenants::Guard>,
+        chunk: &mut Chunk<'f>,
+        pkts: &[PktCtx],
+        stats: &WorkerStats,
+        out: &mut Responder<'_, '_, T>,
+    ) {
+        loop {
+            // The GET/PUT/DELETE run first (the decoder's state in registers), then
+            // the op that ended it through the iterator.
+            reader.plain_ops(|op| {
+                if chunk.tags.is_full() {
+                    self.flush(chunk, pkts, stats, out);
+                }
+                let src = match Self::denied(guard, &op, stats) {
+                    Some(st) => Source::Immediate(st),
+                    None => self.stage(chunk, op),
+                };
+                chunk.tags.push(Tag { pkt, src });
+            });
+            let Some(item) = reader.next() else { break };
+            if chunk.tags.is_full() {
+                self.flush(chunk, pkts, stats, out);
+            }
+            let src = match item {
+                Ok(op) => match Self::denied(guard, &op, stats) {
+                    Some(st) => Source::Immediate(st),
+                    None => self.stage(chunk, op),
+                },
+                // The failing op is answered; later ops are not executed.
+                Err(e) => Source::Immediate(e.status()),
+            };
+            chunk.tags.push(Tag { pkt, src });
+            if matches!(
+                src,
+                Source::Immediate(Status::Malformed | Status::UnknownOpcode)
+            ) {
+                break;
+            }
+        }
     }
 
     /// Executes the chunk and closes the open response: every request admitted so far

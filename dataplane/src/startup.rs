@@ -6,7 +6,8 @@
 use crate::worker::{self, Store};
 use crate::Args;
 use dataplane::packet::Identity;
-use dataplane::server::Server;
+use dataplane::server::{Server, TenantRule};
+use dataplane::stats::WorkerStats;
 use dpdk::{LcoreId, Mbuf, Mempool, Port, PortConfig, PortQueues, RingConsumer, RingProducer};
 use kvconf::{Config, ReplRole};
 use kvengine::{Engine, EngineConfig, Region};
@@ -199,6 +200,8 @@ impl PartitionSpec<'_> {
         .map_err(|e| format!("server transport config: {e}"))?;
         server.set_partition(w as u32, nw as u32);
         server.set_station_kv(self.args.station_kv.unwrap_or(cfg.server.station_kv));
+        let rules = tenant_rules(&cfg.tenants)?;
+        server.set_tenants(rules, cfg.server.anonymous, &WorkerStats::default());
         Ok(Store {
             server,
             _mem: mem,
@@ -367,4 +370,23 @@ pub fn worker_config(
         latency_sample_every: cfg.server.latency_sample_every,
         mtu: usize::from(cfg.server.mtu),
     })
+}
+
+/// The config's tenants as the workers apply them.
+pub fn tenant_rules(tenants: &[kvconf::TenantConfig]) -> Result<Vec<TenantRule>, String> {
+    tenants
+        .iter()
+        .map(|t| {
+            t.validate()?;
+            Ok(TenantRule {
+                id: t.id,
+                name: t.name.clone(),
+                secret: kvconf::parse_hex(&t.secret)?,
+                acl: kvwire::tenant::parse_acl(&t.acl)
+                    .map_err(|e| format!("tenant {:?}: acl: {e}", t.name))?,
+                max_connections: t.max_connections,
+                requests_per_s: t.requests_per_s,
+            })
+        })
+        .collect()
 }

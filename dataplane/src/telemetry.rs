@@ -17,6 +17,8 @@ use kvwire::DropReason;
 use std::sync::Arc;
 use std::time::Duration;
 
+mod tenants;
+
 /// How long an admission change may take to reach every worker.
 pub const APPLY_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long the workers may take to serve a slab merge request.
@@ -61,6 +63,7 @@ pub fn register(
         "Revoke a client QP. Param: QPN",
         move |p, d| clients_remove(&c, p, d),
     )?;
+    tenants::register(ctl)?;
     let c = Arc::clone(ctl);
     register_cmd(
         "/kvd/slab_merge",

@@ -442,7 +442,10 @@ pub fn run(
         // A cross-partition transaction of another worker may need this partition.
         store.server.park_point();
         // Admission changes take effect before the next rx burst (one atomic load).
-        ctl.poll_clients(|clients| store.server.set_clients(clients));
+        ctl.poll_clients(|clients, tenants, anonymous| {
+            store.server.set_clients(clients);
+            store.server.set_tenants(tenants.to_vec(), anonymous, stats);
+        });
         let n = rxq.rx_burst(&mut rx);
         if n > 0 {
             if cfg.echo {

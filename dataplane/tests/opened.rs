@@ -58,7 +58,15 @@ fn open(s: &mut Server, stats: &WorkerStats, nonce: u64) -> (Client, u64) {
     let out = run(
         s,
         stats,
-        &[join_frame(CM_QPN, 0, nonce, Join::Open { partition: 0 })],
+        &[join_frame(
+            CM_QPN,
+            0,
+            nonce,
+            Join::Open {
+                partition: 0,
+                tenant: None,
+            },
+        )],
     );
     assert_eq!(out.len(), 1, "one ACCEPT");
     let a = accept(&out[0]);
@@ -175,12 +183,28 @@ fn hijack_attempts_are_refused_and_counted() {
         ),
         // An OPEN sent to a client QP instead of the connection manager.
         (
-            join_frame(a.qpn, 0, 5, Join::Open { partition: 0 }),
+            join_frame(
+                a.qpn,
+                0,
+                5,
+                Join::Open {
+                    partition: 0,
+                    tenant: None,
+                },
+            ),
             DropReason::BadConnect,
         ),
         // An OPEN for a partition this worker does not serve.
         (
-            join_frame(CM_QPN, 0, 5, Join::Open { partition: 3 }),
+            join_frame(
+                CM_QPN,
+                0,
+                5,
+                Join::Open {
+                    partition: 3,
+                    tenant: None,
+                },
+            ),
             DropReason::NoFreeQp,
         ),
     ];
@@ -261,7 +285,15 @@ fn a_full_worker_refuses_opens_and_idle_qps_are_reclaimed() {
     let out = run(
         &mut s,
         &st,
-        &[join_frame(CM_QPN, 0, 3, Join::Open { partition: 0 })],
+        &[join_frame(
+            CM_QPN,
+            0,
+            3,
+            Join::Open {
+                partition: 0,
+                tenant: None,
+            },
+        )],
     );
     assert!(out.is_empty());
     assert_eq!(drops(&st, DropReason::NoFreeQp), 1);

@@ -99,6 +99,10 @@ pub struct ConnArgs {
     /// Connect timeout and per-request timeout in ms (default 1000 and 3000).
     #[arg(long, global = true, value_name = "T")]
     pub timeout_ms: Option<String>,
+    /// The tenant credentials file (`{"tenant": ID, "secret": "HEX"}`, written by
+    /// `ctlplane tenants add`): open the QPs as that tenant, keys in its namespace.
+    #[arg(long, global = true, env = "KVD_TENANT_FILE", value_name = "FILE")]
+    pub tenant_file: Option<std::path::PathBuf>,
 }
 
 /// Output options.

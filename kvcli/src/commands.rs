@@ -84,6 +84,7 @@ pub fn error_code(e: &Error) -> (i32, String) {
                 }
                 Status::WrongPartition => " (--partitions does not match the dataplane's workers)",
                 Status::ValueTooLarge | Status::KeyTooLarge => " (beyond the server's limit)",
+                Status::Denied => " (not allowed to this tenant: its ACL or namespace)",
                 _ => "",
             };
             let name = s.name().to_ascii_uppercase();

@@ -73,6 +73,7 @@ pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
             udp_src_port: kvclient::endpoint::DEFAULT_UDP_SRC_PORT,
             partitions: 1,
             qps: qpns.iter().copied().zip(rkeys.iter().copied()).collect(),
+            credentials: None,
         }
     } else {
         let mut ep = Endpoint::from_config(&a.config, &a.iface).map_err(|e| e.to_string())?;
@@ -114,6 +115,12 @@ pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
     };
     if let Some(p) = &a.partitions {
         ep.partitions = parse_u32("--partitions", p)?;
+    }
+    if let Some(f) = &a.tenant_file {
+        if !ep.qps.is_empty() {
+            return Err("--tenant-file opens QPs for the tenant: give no --qpn".into());
+        }
+        ep.credentials = Some(kvclient::Credentials::load(f)?);
     }
     ep.validate().map_err(|e| e.to_string())?;
     Ok(ep)

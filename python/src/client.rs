@@ -141,6 +141,7 @@ impl Overrides<'_, '_> {
             udp_src_port: 0xC000,
             partitions: 1,
             qps: Vec::new(),
+            credentials: None,
         };
         self.apply(&mut ep)?;
         Ok(ep)
@@ -256,7 +257,7 @@ impl Client {
     #[new]
     #[pyo3(signature = (iface, config=None, *, server_ip=None, server_mac=None,
         client_ip=None, client_mac=None, qps=None, partitions=None, udp_src_port=None,
-        timeout=None, connect_timeout=None, decode_responses=false))]
+        timeout=None, connect_timeout=None, decode_responses=false, tenant_file=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -272,6 +273,7 @@ impl Client {
         timeout: Option<&Bound<'_, PyAny>>,
         connect_timeout: Option<&Bound<'_, PyAny>>,
         decode_responses: bool,
+        tenant_file: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let iface: String = iface.extract().map_err(|_| {
             PyTypeError::new_err(format!(
@@ -309,6 +311,24 @@ impl Client {
             }
             None => over.endpoint(&iface)?,
         };
+        let mut endpoint = endpoint;
+        // The tenant credentials: `tenant_file=`, else $KVD_TENANT_FILE (never the
+        // secret itself as an argument).
+        let tenant_path: Option<PathBuf> = match tenant_file {
+            Some(f) => Some(f.extract().map_err(|_| {
+                PyTypeError::new_err("tenant_file: expected a path (str or os.PathLike)")
+            })?),
+            None => std::env::var_os("KVD_TENANT_FILE").map(PathBuf::from),
+        };
+        if let Some(p) = tenant_path {
+            if !endpoint.qps.is_empty() {
+                return Err(PyValueError::new_err(
+                    "tenant_file opens QPs for the tenant: give no qps",
+                ));
+            }
+            endpoint.credentials =
+                Some(kvclient::Credentials::load(&p).map_err(errors::ConfigError::new_err)?);
+        }
         let mut cfg = kernel_client_config();
         cfg.partitions = endpoint.partitions.max(1);
         if let Some(t) = timeout {

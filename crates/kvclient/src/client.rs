@@ -3,7 +3,7 @@
 use crate::follow::{Follower, NodeAddr, Verdict};
 use crate::qp::QpSpec;
 use crate::transport::{Config, Event, SendError, Transport};
-use crate::{Error, PacketIo};
+use crate::{Credentials, Error, PacketIo};
 use hashbrown::{HashMap, HashSet};
 use kvwire::partition::{partition_of_hash, partition_of_qp};
 use kvwire::payload::{func, Atomic, BatchWriter, KvOp, PayloadError, ResponseReader, Width};
@@ -123,6 +123,30 @@ pub enum Op {
 }
 
 impl Op {
+    /// The key, mutable.
+    fn key_mut(&mut self) -> &mut Vec<u8> {
+        match self {
+            Op::Get { key }
+            | Op::Put { key, .. }
+            | Op::Delete { key }
+            | Op::UpdateS2S { key, .. }
+            | Op::UpdateS2V { key, .. }
+            | Op::UpdateV2V { key, .. }
+            | Op::Reduce { key, .. }
+            | Op::Filter { key, .. } => key,
+        }
+    }
+
+    /// The op with its key in tenant `tenant`'s namespace (docs/PROTOCOL.md §6.8;
+    /// unchanged for 0, no tenant).
+    pub fn in_namespace(mut self, tenant: u32) -> Op {
+        if tenant != 0 {
+            let k = self.key_mut();
+            *k = kvwire::tenant::prefixed(tenant, k);
+        }
+        self
+    }
+
     /// The key.
     pub fn key(&self) -> &[u8] {
         match self {
@@ -243,6 +267,8 @@ pub struct Client<I: PacketIo> {
     /// Per QP: operations put back at the head of its queue since the last move
     /// (the next ones refused go after them, keeping the order).
     requeued: Vec<usize>,
+    /// The tenant whose namespace every key goes into (0: none).
+    tenant: u32,
 }
 
 impl<I: PacketIo> Drop for Client<I> {
@@ -321,7 +347,16 @@ impl<I: PacketIo> Client<I> {
             ready: Vec::new(),
             next_tag: 0,
             next_ticket: 0,
+            tenant: 0,
         }
+    }
+
+    /// Makes this client a client of tenant `creds` (docs/PROTOCOL.md §6.8): its
+    /// OPENs carry the tenant's proof, and every key it sends goes into the tenant's
+    /// namespace (the application never sees the prefix). Call it before connecting.
+    pub fn set_credentials(&mut self, creds: Option<Credentials>) {
+        self.tenant = creds.as_ref().map_or(0, |c| c.tenant);
+        self.t.set_credentials(creds);
     }
 
     /// Closes the QPs the server opened for this client (best effort, not waited
@@ -388,6 +423,7 @@ impl<I: PacketIo> Client<I> {
     /// [`Client::poll`], and its result comes out of [`Client::poll`] (or
     /// [`Client::wait`]).
     pub fn submit(&mut self, op: Op) -> Ticket {
+        let op = op.in_namespace(self.tenant);
         let t = Ticket(self.next_ticket);
         self.next_ticket += 1;
         match self.qp_for_key(op.key()) {

@@ -34,6 +34,8 @@ pub struct Endpoint {
     /// (the default of the tools): the server opens one QP per partition for this
     /// client on connect (docs/PROTOCOL.md §6.1).
     pub qps: Vec<(u32, u32)>,
+    /// The tenant this client opens its QPs for (`None`: no tenant).
+    pub credentials: Option<crate::Credentials>,
 }
 
 /// Why an [`Endpoint`] could not be built or connected.
@@ -106,6 +108,7 @@ impl Endpoint {
             udp_src_port: DEFAULT_UDP_SRC_PORT,
             partitions,
             qps: cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect(),
+            credentials: None,
         })
     }
 
@@ -164,6 +167,7 @@ impl Endpoint {
         } else {
             Client::new(io, cfg, &self.qps, self.frame_params(), clock())
         };
+        c.set_credentials(self.credentials.clone());
         c.connect().map_err(EndpointError::Unreachable)?;
         Ok(c)
     }

@@ -98,6 +98,35 @@ pub use client::{Client, ClientConfig, Op, Reply, Ticket, TxCondition, TxOutcome
 pub use endpoint::{kernel_client_config, Endpoint, EndpointError};
 pub use kernel::{KernelError, KernelIo};
 pub use qp::{QpSpec, QpState};
+
+/// A tenant's credential (docs/PROTOCOL.md §6.8): its id and secret. The secret never
+/// leaves the client: OPENs carry a proof made with it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Credentials {
+    /// The tenant id (`1..2^24`).
+    pub tenant: u32,
+    /// The secret.
+    pub secret: Vec<u8>,
+}
+
+impl core::fmt::Debug for Credentials {
+    // The secret is not printed.
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "Credentials {{ tenant: {}, secret: <{} bytes> }}",
+            self.tenant,
+            self.secret.len()
+        )
+    }
+}
+
+impl Credentials {
+    /// Reads a credentials file (`kvconf::TenantCredentials`).
+    pub fn load(path: &std::path::Path) -> Result<Credentials, String> {
+        kvconf::TenantCredentials::load(path).map(|(tenant, secret)| Credentials { tenant, secret })
+    }
+}
 pub use transport::{Config, Event, SendError, Stats, Transport};
 
 /// Moves whole frames to and from the network.

@@ -5,7 +5,7 @@ mod frames;
 
 use crate::pool::FramePool;
 use crate::qp::{Qp, QpSpec, QpState, Slot};
-use crate::{Error, PacketIo};
+use crate::{Credentials, Error, PacketIo};
 use frames::{rehead, resend, send_close, send_join};
 use hashbrown::HashMap;
 use kvwire::payload::{req_field, ResponseReader};
@@ -206,6 +206,8 @@ pub struct Transport {
     rttvar_ns: u64,
     /// Keep requests for a RESUME when a node stops answering ([`Transport::set_resume`]).
     resume: bool,
+    /// The tenant credential of this client's OPENs ([`Transport::set_credentials`]).
+    creds: Option<Credentials>,
 }
 
 impl Transport {
@@ -244,7 +246,14 @@ impl Transport {
             srtt_ns: 0,
             rttvar_ns: 0,
             resume: false,
+            creds: None,
         }
+    }
+
+    /// Opens QPs for tenant `creds` (docs/PROTOCOL.md §6.8): every OPEN carries its
+    /// id and a proof made with its secret.
+    pub fn set_credentials(&mut self, creds: Option<Credentials>) {
+        self.creds = creds;
     }
 
     /// With `on`, a QP whose request times out after `max_retries` is not failed:
@@ -271,7 +280,7 @@ impl Transport {
         q.state = QpState::Resuming;
         q.resume_tries = 0;
         q.abort = false;
-        send_join(q, io, now_ns, &mut self.stats, true);
+        send_join(q, io, now_ns, &mut self.stats, true, self.creds.as_ref());
     }
 
     /// The retransmission timeout after progress: from the round-trip estimate once
@@ -431,7 +440,7 @@ impl Transport {
             q.nonce = now_ns.max(q.nonce + 1);
         }
         q.state = QpState::Connecting;
-        send_join(q, io, now_ns, &mut self.stats, false);
+        send_join(q, io, now_ns, &mut self.stats, false, self.creds.as_ref());
     }
 
     /// Closes every opened QP (a CLOSE each, not answered: best effort) and forgets
@@ -593,7 +602,7 @@ impl Transport {
         match q.state {
             QpState::Connecting => {
                 if now >= q.connect_sent + cfg.connect_timeout_ns {
-                    send_join(q, io, now, &mut self.stats, false);
+                    send_join(q, io, now, &mut self.stats, false, self.creds.as_ref());
                 }
                 return;
             }
@@ -603,7 +612,7 @@ impl Transport {
                         q.state = QpState::Lost;
                         on_event(Event::Lost { qp: i });
                     } else {
-                        send_join(q, io, now, &mut self.stats, true);
+                        send_join(q, io, now, &mut self.stats, true, self.creds.as_ref());
                     }
                 }
                 return;

@@ -78,6 +78,10 @@ macro_rules! worker_counters {
             /// (also counted as `requests` and `op_errors`).
             bad_batches: "Requests with a malformed batch header (answered MALFORMED).",
                 Family("kvd_bad_batches_total"), false;
+            /// Ops refused `DENIED`: outside the client's tenant namespace or ACL
+            /// (docs/PROTOCOL.md §6.8; also counted as `op_errors`).
+            denied: "Ops refused by the tenant's ACL or namespace.",
+                Family("kvd_denied_total"), false;
             /// OPENs that opened a QP (docs/PROTOCOL.md §6.1; a repeated OPEN whose
             /// ACCEPT was lost is counted `connect_repeats`).
             opens: "Client OPENs that opened a QP.", Family("kvd_transport_opens_total"), false;

@@ -154,11 +154,21 @@ pub enum DropReason {
     /// (caller) An OPEN the server could not serve: no free QP in its partition
     /// (`server.max_connections`), or a partition it does not have.
     NoFreeQp,
+    /// (caller) An OPEN whose tenant credential does not hold (unknown tenant, wrong
+    /// proof, stale time, the tenant's connection quota reached), or without one on
+    /// a server that takes no anonymous clients.
+    BadCredential,
+    /// (caller) An OPEN with a credential from a source that failed too many this
+    /// second: dropped without checking it.
+    AuthThrottled,
+    /// (caller) A request over its tenant's requests-per-second quota (answered RNR
+    /// NAK).
+    OverQuota,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 36;
+    pub const COUNT: usize = 39;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -197,6 +207,9 @@ impl DropReason {
         DropReason::ResumeNotMaster,
         DropReason::BadSecret,
         DropReason::NoFreeQp,
+        DropReason::BadCredential,
+        DropReason::AuthThrottled,
+        DropReason::OverQuota,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -242,6 +255,9 @@ impl DropReason {
             DropReason::ResumeNotMaster => "resume_not_master",
             DropReason::BadSecret => "bad_secret",
             DropReason::NoFreeQp => "no_free_qp",
+            DropReason::BadCredential => "bad_credential",
+            DropReason::AuthThrottled => "auth_throttled",
+            DropReason::OverQuota => "over_quota",
         }
     }
 }

@@ -38,6 +38,7 @@ pub mod partition;
 pub mod payload;
 pub mod psn;
 pub mod repl;
+pub mod tenant;
 #[cfg(test)]
 mod test_util;
 pub mod transport;

@@ -148,7 +148,17 @@ mod tests {
         );
         let mut buf = [0u8; 128];
         let c = Connect { rkey: 0, nonce: 5 };
-        let n = emit_join(&mut buf, &params, CM_QPN, &c, &Join::Open { partition: 2 }).unwrap();
+        let n = emit_join(
+            &mut buf,
+            &params,
+            CM_QPN,
+            &c,
+            &Join::Open {
+                partition: 2,
+                tenant: None,
+            },
+        )
+        .unwrap();
         assert_eq!(peek_owner(&buf[..n], 3), Some(2));
         assert_eq!(peek_owner(&buf[..n], 2), None, "no partition 2 of 2");
         let n = emit_join(&mut buf, &params, 7, &c, &Join::Connect).unwrap();

@@ -101,6 +101,59 @@ pub(super) fn reserve(budget: &mut usize, payload: &[u8], max_value_len: usize) 
     }
 }
 
+/// Takes from `budget` the tap room request `payload` needs: its post-images' worst
+/// case and, when it may write and `log_intent`, its INTENT. `Some(logged)` (whether
+/// an INTENT is to be logged), or `None` (budget unchanged) when it does not fit.
+fn reserve_request(
+    budget: &mut usize,
+    payload: &[u8],
+    max_value_len: usize,
+    log_intent: bool,
+) -> Option<bool> {
+    let mut need = crate::mutation::worst_case(payload, max_value_len);
+    let logged = need > 0 && log_intent;
+    if logged {
+        need += INTENT_COST;
+    }
+    *budget = budget.checked_sub(need)?;
+    Some(logged)
+}
+
+/// Request `p` of client `c`, whose connection was resumed from completion records:
+/// `None` if it was answered from them (its response sent again, not to be
+/// executed), else how it is to be served (`Plain`: executed; `Unknown`: the old
+/// master began it, every op answered OUTCOME_UNKNOWN).
+#[allow(clippy::too_many_arguments)]
+fn resumed_request<T: TxSink>(
+    c: &mut crate::clients::Client,
+    restored: Option<&crate::completion::RestoredQp>,
+    p: u32,
+    tx: &mut T,
+    params: &FrameParams,
+    id: &crate::packet::Identity,
+    ring: &crate::replay::Arena,
+    stats: &WorkerStats,
+) -> Option<ServeMark> {
+    if psn::distance(p, c.resume_until) <= 0 {
+        c.resume_until = NOT_RESUMING;
+        return Some(ServeMark::Plain);
+    }
+    match resume::lookup(restored, c.nonce, p) {
+        Restored::Execute => Some(ServeMark::Plain),
+        Restored::Replay(e) => {
+            if resume::replay_restored(tx, params, c.qpn, id, ring, &e, stats) {
+                c.expected_psn = psn::add(e.psn, 1);
+                c.nak_sent = false;
+                stats.replays.inc();
+                stats.restored_replays.inc();
+                return None;
+            }
+            Some(ServeMark::Unknown)
+        }
+        Restored::Unknown => Some(ServeMark::Unknown),
+    }
+}
+
 /// splitmix64's output function.
 const fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -169,8 +222,8 @@ impl Server {
         if !self.for_us(cf.dst_mac, cf.dst_ip) {
             return stats.drop(DropReason::WrongDestination);
         }
-        if let Join::Open { partition } = cf.join {
-            return self.open(cf, partition, stats, out);
+        if let Join::Open { partition, tenant } = &cf.join {
+            return self.open(cf, *partition, tenant.as_ref(), stats, out);
         }
         let Some(ci) = self.clients.find(cf.dest_qp) else {
             if is_opened_qpn(cf.dest_qp)
@@ -343,36 +396,14 @@ impl Server {
         let e = c.expected_psn;
         let d = psn::distance(e, req.psn);
         if d == 0 {
-            let mut mark = ServeMark::Plain;
             // A connection resumed across a failover: a request the old master
             // executed is answered from its completion records, never executed again.
+            let mut mark = ServeMark::Plain;
             if c.resume_until != NOT_RESUMING && self.write_status == Status::Ok {
-                if psn::distance(req.psn, c.resume_until) <= 0 {
-                    c.resume_until = NOT_RESUMING;
-                } else {
-                    match resume::lookup(restored, c.nonce, req.psn) {
-                        Restored::Execute => {}
-                        Restored::Replay(e) => {
-                            let ring = &self.restored_ring;
-                            if resume::replay_restored(
-                                out.tx(),
-                                &params(),
-                                c.qpn,
-                                id,
-                                ring,
-                                &e,
-                                stats,
-                            ) {
-                                c.expected_psn = psn::add(e.psn, 1);
-                                c.nak_sent = false;
-                                stats.replays.inc();
-                                stats.restored_replays.inc();
-                                return false;
-                            }
-                            mark = ServeMark::Unknown;
-                        }
-                        Restored::Unknown => mark = ServeMark::Unknown,
-                    }
+                let ring = &self.restored_ring;
+                match resumed_request(c, restored, req.psn, out.tx(), &params(), id, ring, stats) {
+                    Some(m) => mark = m,
+                    None => return false,
                 }
             }
             // A tap without room for this packet's post-images refuses it like a tx
@@ -381,21 +412,26 @@ impl Server {
             // completion records.
             let mut tap_full = false;
             if mark != ServeMark::Unknown && self.tap.is_some() && !out.tx().backlogged() {
-                let mut need =
-                    crate::mutation::worst_case(req.payload, self.engine.max_value_len());
-                if need > 0 && self.completions && self.write_status == Status::Ok {
-                    need += INTENT_COST;
-                    mark = ServeMark::Logged;
-                }
-                match self.tap_budget.checked_sub(need) {
-                    Some(left) => self.tap_budget = left,
-                    None => tap_full = true,
+                let log = self.completions && self.write_status == Status::Ok;
+                let max = self.engine.max_value_len();
+                match reserve_request(&mut self.tap_budget, req.payload, max, log) {
+                    Some(true) => mark = ServeMark::Logged,
+                    Some(false) => {}
+                    None => {
+                        tap_full = true;
+                        stats.tap_full.inc();
+                    }
                 }
             }
-            if tap_full {
-                stats.tap_full.inc();
-            }
-            if tap_full || out.tx().backlogged() {
+            let refused = if tap_full || out.tx().backlogged() {
+                Some(DropReason::Overloaded)
+            } else if c.tenant != 0 && !self.tenants.take_request(c.tenant, self.burst_ms) {
+                // Over its tenant's rate: refused like an overload, served on resend.
+                Some(DropReason::OverQuota)
+            } else {
+                None
+            };
+            if let Some(why) = refused {
                 if !c.nak_sent {
                     let rnr = Syndrome::RnrNak { timer: RNR_TIMER };
                     if send_ack(out.tx(), &params(), c.qpn, e, rnr, stats) {
@@ -403,7 +439,7 @@ impl Server {
                         c.nak_sent = true;
                     }
                 }
-                stats.drop(DropReason::Overloaded);
+                stats.drop(why);
                 return false;
             }
             c.expected_psn = psn::add(e, 1);

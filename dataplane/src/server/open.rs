@@ -19,7 +19,8 @@ use crate::respond::Responder;
 use crate::stats::WorkerStats;
 use crate::tx::TxSink;
 use kvwire::transport::{
-    emit_accept, emit_ack, Accept, ConnectFrame, NakCode, Opened, Syndrome, CM_QPN,
+    emit_accept, emit_ack, Accept, ConnectFrame, NakCode, Opened, Syndrome, TenantCredential,
+    CM_QPN,
 };
 use kvwire::{DropReason, MacAddr};
 use rand::RngCore;
@@ -86,6 +87,7 @@ impl Server {
         &mut self,
         cf: &ConnectFrame,
         partition: u16,
+        cred: Option<&TenantCredential>,
         stats: &WorkerStats,
         out: &mut Responder<'_, '_, T>,
     ) {
@@ -110,11 +112,20 @@ impl Server {
                 i
             }
             None => {
+                let tenant =
+                    match self
+                        .tenants
+                        .admit_open(cred, partition, nonce, &cf.src_mac, cf.src_ip)
+                    {
+                        Ok(t) => t,
+                        Err(why) => return stats.drop(why),
+                    };
                 let rkey = self.keys.next_u32();
                 let secret = self.keys.next_u64();
-                let Some((i, qpn)) = self.clients.open(rkey, secret, self.now_s) else {
+                let Some((i, qpn)) = self.clients.open(rkey, secret, tenant, self.now_s) else {
                     return stats.drop(DropReason::NoFreeQp);
                 };
+                self.tenants.count(tenant, 1);
                 self.recent_opens
                     .remember(nonce, cf.src_mac, cf.src_ip, qpn);
                 self.start_incarnation(i, nonce);
@@ -164,8 +175,7 @@ impl Server {
         if pkts.iter().any(|p| usize::from(p.client) == ci) {
             self.finish_pending(chunk, pkts, stats, out);
         }
-        self.log_closed(ci);
-        self.clients.close(ci);
+        self.close_opened(ci);
         stats.closes.inc();
     }
 
@@ -205,10 +215,17 @@ impl Server {
             else {
                 break;
             };
-            self.log_closed(i);
-            self.clients.close(i);
+            self.close_opened(i);
             stats.reclaims.inc();
         }
+    }
+
+    /// Closes opened client `i`: logged for replicas, its tenant's count down.
+    pub(super) fn close_opened(&mut self, i: usize) {
+        self.log_closed(i);
+        let tenant = self.clients.as_slice()[i].tenant;
+        self.tenants.count(tenant, -1);
+        self.clients.close(i);
     }
 
     /// Opened QPs live on this worker.

@@ -62,9 +62,12 @@ impl Server {
                 stats.outcome_unknown.inc();
                 Outcome::Committed
             }
-            Ok(r) => match self.other_partitions(r) {
-                0 => self.run_local(r),
-                others => self.run_cross(r, req.payload, others, stats),
+            Ok(r) => match self.tx_denied(ci, r, stats) {
+                Some(abort) => Outcome::Aborted(abort),
+                None => match self.other_partitions(r) {
+                    0 => self.run_local(r),
+                    others => self.run_cross(r, req.payload, others, stats),
+                },
             },
             Err(e) => Outcome::Aborted(TxAbort {
                 reason: if *e == PayloadError::TooManyOps {
@@ -119,6 +122,31 @@ impl Server {
 
     /// Runs `r` on this partition alone (a key of another one aborts it
     /// `CROSS_PARTITION`); a commit's post-images go to the tap.
+    /// Why client `ci`'s tenant may not run transaction `r` (its ACL has no `txn`,
+    /// or an op is outside its ACL or namespace): an abort naming the op (255: the
+    /// transaction itself) with status DENIED; `None` if it may.
+    fn tx_denied(&self, ci: usize, r: &TxReader<'_>, stats: &WorkerStats) -> Option<TxAbort> {
+        let g = self.guard(ci)?;
+        let deny = |op: u8| {
+            stats.denied.inc();
+            Some(TxAbort {
+                reason: AbortReason::OpFailed,
+                op,
+                status: Status::Denied,
+            })
+        };
+        if !g.allows_txn() {
+            return deny(255);
+        }
+        for (k, op) in r.batch().enumerate() {
+            match op {
+                Ok(op) if !g.allows(&op) => return deny(k as u8),
+                _ => {}
+            }
+        }
+        None
+    }
+
     fn run_local(&mut self, r: &TxReader<'_>) -> Outcome {
         let Server {
             engine,

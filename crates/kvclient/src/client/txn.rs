@@ -79,6 +79,9 @@ impl<I: PacketIo> Client<I> {
     /// first key's, so transactions on different keys go out on different QPs and
     /// run concurrently). Poll with [`Client::tx_outcome`].
     pub fn submit_tx(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxTicket, Error> {
+        let tenant = self.tenant;
+        let ops: Vec<Op> = ops.iter().map(|o| o.clone().in_namespace(tenant)).collect();
+        let ops = &ops[..];
         let first = ops
             .first()
             .ok_or(Error::Invalid(PayloadError::TooManyOps))?;

@@ -4,10 +4,14 @@
 use super::Stats;
 use crate::pool::FramePool;
 use crate::qp::Qp;
+use crate::Credentials;
 use crate::PacketIo;
 use kvwire::psn;
-use kvwire::transport::{emit_join, slot_va, Connect, Join, CM_QPN, MAX_JOIN_FRAME_LEN};
+use kvwire::transport::{
+    emit_join, signed_open, slot_va, Connect, Join, CM_QPN, MAX_JOIN_FRAME_LEN,
+};
 use kvwire::{emit_request_headers, finalize, REQUEST_HEADER_LEN};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Sends QP `q`'s CONNECT (a new incarnation; an OPEN to the connection manager for
 /// an opened QP), or with `resume` its RESUME (the incarnation goes on at its oldest
@@ -19,6 +23,7 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
     now: u64,
     stats: &mut Stats,
     resume: bool,
+    creds: Option<&Credentials>,
 ) {
     let mut buf = [0u8; MAX_JOIN_FRAME_LEN];
     let c = Connect {
@@ -32,9 +37,25 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
         let secret = q.open_partition.map(|_| q.secret);
         (q.qpn, Join::Resume { next_psn, secret })
     } else {
-        match q.open_partition {
-            Some(partition) => (CM_QPN, Join::Open { partition }),
-            None => (q.qpn, Join::Connect),
+        match (q.open_partition, creds) {
+            (Some(partition), Some(c)) => {
+                let time_ms = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_millis() as u64);
+                let p = &q.params;
+                let join = signed_open(
+                    partition, q.nonce, c.tenant, time_ms, &c.secret, &p.src_mac, p.src_ip,
+                );
+                (CM_QPN, join)
+            }
+            (Some(partition), None) => (
+                CM_QPN,
+                Join::Open {
+                    partition,
+                    tenant: None,
+                },
+            ),
+            (None, _) => (q.qpn, Join::Connect),
         }
     };
     if let Ok(n) = emit_join(&mut buf, &q.params, dest, &c, &join) {

@@ -49,13 +49,16 @@ pub enum Status {
     /// master had begun to execute, and whose outcome the new master does not know:
     /// its ops may or may not have taken effect (some may have). Never executed again.
     OutcomeUnknown = 16,
+    /// The client's tenant may not run this op (its ACL), or the key is outside the
+    /// tenant's namespace (docs/PROTOCOL.md §6.8); nothing was changed.
+    Denied = 17,
     /// Internal server error.
     Internal = 255,
 }
 
 impl Status {
     /// All status codes.
-    pub const ALL: [Status; 18] = [
+    pub const ALL: [Status; 19] = [
         Status::Ok,
         Status::NotFound,
         Status::OutOfMemory,
@@ -73,6 +76,7 @@ impl Status {
         Status::NotEnoughReplicas,
         Status::Aborted,
         Status::OutcomeUnknown,
+        Status::Denied,
         Status::Internal,
     ];
     /// Decodes a status byte.
@@ -95,6 +99,7 @@ impl Status {
             14 => Status::NotEnoughReplicas,
             15 => Status::Aborted,
             16 => Status::OutcomeUnknown,
+            17 => Status::Denied,
             255 => Status::Internal,
             _ => return None,
         })
@@ -119,6 +124,7 @@ impl Status {
             Status::NotEnoughReplicas => "not_enough_replicas",
             Status::Aborted => "aborted",
             Status::OutcomeUnknown => "outcome_unknown",
+            Status::Denied => "denied",
             Status::Internal => "internal",
         }
     }

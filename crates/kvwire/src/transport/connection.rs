@@ -40,8 +40,11 @@ pub const RESUME_LEN: usize = CONNECT_LEN + 4;
 pub const SECRET_RESUME_LEN: usize = RESUME_LEN + 8;
 /// CLOSE payload length: a CONNECT's 16 bytes and the connection secret.
 pub const CLOSE_LEN: usize = CONNECT_LEN + 8;
+/// OPEN payload length with a tenant credential: the OPEN's 16 bytes, the tenant id
+/// (4), the client's time (8) and the proof (32).
+pub const TENANT_OPEN_LEN: usize = CONNECT_LEN + 12 + crate::tenant::PROOF_LEN;
 /// The longest connection payload a client sends.
-pub const MAX_JOIN_LEN: usize = SECRET_RESUME_LEN;
+pub const MAX_JOIN_LEN: usize = TENANT_OPEN_LEN;
 /// ACCEPT flag (byte 3): the incarnation was resumed (answer to a RESUME).
 pub const ACCEPT_RESUMED: u8 = 0x01;
 /// ACCEPT flag (byte 3): a QP was opened (answer to an OPEN; 16 more bytes follow).
@@ -99,16 +102,64 @@ pub enum Join {
         secret: Option<u64>,
     },
     /// OPEN (sent to [`CM_QPN`]): a new connection on a QP the server allocates in
-    /// key partition `partition`.
+    /// key partition `partition`, for a tenant or for none.
     Open {
         /// The key partition whose worker serves the QP (`qpn % n == partition`).
         partition: u16,
+        /// The tenant credential (60-byte OPEN), `None` in a 16-byte one.
+        tenant: Option<TenantCredential>,
     },
     /// CLOSE: the opened QP's connection ends and its QPN is freed.
     Close {
         /// The connection secret.
         secret: u64,
     },
+}
+
+/// A tenant's credential in an OPEN (docs/PROTOCOL.md §6.8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantCredential {
+    /// The tenant id (`1..2^24`).
+    pub id: u32,
+    /// The client's wall-clock time, ms since the Unix epoch.
+    pub time_ms: u64,
+    /// HMAC-SHA256 with the tenant's secret over the payload's bytes 0–27 and the
+    /// sender's MAC and IPv4 address (`crate::tenant::open_proof`).
+    pub proof: [u8; crate::tenant::PROOF_LEN],
+}
+
+/// The first 28 bytes of a tenant OPEN's payload: what its proof covers (with the
+/// sender's addresses).
+pub fn open_fields(partition: u16, nonce: u64, tenant: u32, time_ms: u64) -> [u8; 28] {
+    let mut f = [0u8; 28];
+    let c = Connect { rkey: 0, nonce };
+    let head: &mut [u8; CONNECT_LEN] = (&mut f[..CONNECT_LEN]).try_into().expect("16 bytes");
+    c.encode_head(KIND_OPEN, u32::from(partition) << 16, head);
+    f[16..20].copy_from_slice(&tenant.to_be_bytes());
+    f[20..28].copy_from_slice(&time_ms.to_be_bytes());
+    f
+}
+
+/// A tenant's OPEN, proved with `secret` for the sender `mac`/`ip`.
+pub fn signed_open(
+    partition: u16,
+    nonce: u64,
+    tenant: u32,
+    time_ms: u64,
+    secret: &[u8],
+    mac: &crate::MacAddr,
+    ip: core::net::Ipv4Addr,
+) -> Join {
+    let fields = open_fields(partition, nonce, tenant, time_ms);
+    let proof = crate::tenant::open_proof(secret, &fields, mac, ip);
+    Join::Open {
+        partition,
+        tenant: Some(TenantCredential {
+            id: tenant,
+            time_ms,
+            proof,
+        }),
+    }
 }
 
 impl Connect {
@@ -162,9 +213,17 @@ impl Connect {
                     None => RESUME_LEN,
                 }
             }
-            Join::Open { partition } => {
+            Join::Open { partition, tenant } => {
                 self.encode_head(KIND_OPEN, u32::from(partition) << 16, head);
-                CONNECT_LEN
+                match tenant {
+                    Some(t) => {
+                        tail[..4].copy_from_slice(&t.id.to_be_bytes());
+                        tail[4..12].copy_from_slice(&t.time_ms.to_be_bytes());
+                        tail[12..44].copy_from_slice(&t.proof);
+                        TENANT_OPEN_LEN
+                    }
+                    None => CONNECT_LEN,
+                }
             }
             Join::Close { secret } => {
                 self.encode_head(KIND_CLOSE, self.rkey, head);
@@ -174,9 +233,10 @@ impl Connect {
         }
     }
 
-    /// Reads any connection payload a client sends: CONNECT or OPEN (16 bytes),
-    /// RESUME (20, or 28 with the secret), CLOSE (24). `None` for anything else,
-    /// including a reserved byte that is not 0 and a next PSN beyond 24 bits.
+    /// Reads any connection payload a client sends: CONNECT or OPEN (16 bytes; an
+    /// OPEN 60 with a tenant credential), RESUME (20, or 28 with the secret), CLOSE
+    /// (24). `None` for anything else, including a reserved byte that is not 0, a
+    /// next PSN beyond 24 bits and a tenant id of 0 or beyond 24 bits.
     pub fn decode_any(p: &[u8]) -> Option<(Connect, Join)> {
         let head: &[u8; CONNECT_LEN] = p.get(..CONNECT_LEN)?.try_into().ok()?;
         let tail = &p[CONNECT_LEN..];
@@ -194,13 +254,28 @@ impl Connect {
                 let secret = (p.len() == SECRET_RESUME_LEN).then(|| be64(4));
                 Join::Resume { next_psn, secret }
             }
-            (KIND_OPEN, CONNECT_LEN) => {
+            (KIND_OPEN, CONNECT_LEN | TENANT_OPEN_LEN) => {
                 // Bytes 4–5 the partition, 6–7 reserved.
                 if c.rkey & 0xffff != 0 {
                     return None;
                 }
                 let partition = (c.rkey >> 16) as u16;
-                return Some((Connect { rkey: 0, ..c }, Join::Open { partition }));
+                let tenant = if p.len() == TENANT_OPEN_LEN {
+                    let id = be32(0);
+                    if id == 0 || id > crate::tenant::MAX_TENANT_ID {
+                        return None;
+                    }
+                    let mut proof = [0u8; crate::tenant::PROOF_LEN];
+                    proof.copy_from_slice(&tail[12..44]);
+                    Some(TenantCredential {
+                        id,
+                        time_ms: be64(4),
+                        proof,
+                    })
+                } else {
+                    None
+                };
+                return Some((Connect { rkey: 0, ..c }, Join::Open { partition, tenant }));
             }
             (KIND_CLOSE, CLOSE_LEN) => Join::Close { secret: be64(0) },
             _ => return None,

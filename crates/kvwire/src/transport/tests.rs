@@ -284,7 +284,14 @@ fn open_close_and_secret_resume_round_trip() {
         nonce: 0xfeed,
     };
     let cases = [
-        (CM_QPN, Join::Open { partition: 3 }, CONNECT_LEN),
+        (
+            CM_QPN,
+            Join::Open {
+                partition: 3,
+                tenant: None,
+            },
+            CONNECT_LEN,
+        ),
         (
             OPENED_QPN_BASE + 5,
             Join::Close {
@@ -329,7 +336,13 @@ fn open_close_and_secret_resume_round_trip() {
     // An OPEN with its reserved bytes 6-7 set, a CLOSE without its secret, a
     // RESUME of 24 bytes: not connection payloads.
     let mut p = [0u8; MAX_JOIN_LEN];
-    let n = c.encode_join(&Join::Open { partition: 1 }, &mut p);
+    let n = c.encode_join(
+        &Join::Open {
+            partition: 1,
+            tenant: None,
+        },
+        &mut p,
+    );
     p[7] = 1;
     assert!(Connect::decode_any(&p[..n]).is_none());
     let n = c.encode_join(&Join::Close { secret: 1 }, &mut p);
@@ -374,4 +387,37 @@ fn an_opened_accept_names_its_qp() {
     a.encode_into(&mut p);
     assert!(Accept::decode(&p[..ACCEPT_LEN]).is_none());
     assert_eq!(Accept::decode(&p), Some(a));
+}
+
+#[test]
+fn a_tenant_open_round_trips_and_its_proof_verifies() {
+    let (mac, ip) = ([2, 0, 0, 0, 0, 1], Ipv4Addr::new(10, 0, 0, 1));
+    let join = signed_open(2, 0xabc, 77, 1_700_000_000_000, b"secret", &mac, ip);
+    let mut buf = [0u8; 160];
+    let c = Connect {
+        rkey: 0,
+        nonce: 0xabc,
+    };
+    let n = emit_join(&mut buf, &params(), CM_QPN, &c, &join).unwrap();
+    assert_eq!(n, EXT_OFF + TENANT_OPEN_LEN + ICRC_LEN);
+    let ClientFrame::Connect(f) = parse_client_frame(&buf[..n]).unwrap() else {
+        panic!("not a connection frame");
+    };
+    assert_eq!(f.join, join);
+    let Join::Open {
+        tenant: Some(t),
+        partition,
+    } = f.join
+    else {
+        panic!("no credential");
+    };
+    let fields = open_fields(partition, f.connect.nonce, t.id, t.time_ms);
+    assert!(crate::tenant::verify_open(
+        b"secret", &fields, &mac, ip, &t.proof
+    ));
+    // Tenant id 0 is no tenant: a 60-byte OPEN naming it is malformed.
+    let mut p = [0u8; MAX_JOIN_LEN];
+    let k = c.encode_join(&join, &mut p);
+    p[16..20].fill(0);
+    assert!(Connect::decode_any(&p[..k]).is_none());
 }

@@ -1,0 +1,249 @@
+//! `ctlplane tenants list|add|remove|rotate`: tenants of a running dataplane
+//! (docs/PROTOCOL.md §6.8, docs/OPERATIONS.md "Tenants"). `add` and `rotate` draw a
+//! fresh secret from the OS random generator and write the tenant's credentials file
+//! (mode 0600) for its clients (`kvcli --tenant-file`, `kvdirect.Client(tenant_file=)`);
+//! the secret is never printed.
+
+use crate::target::Target;
+use clap::Subcommand;
+use rand::RngCore;
+use serde_json::Value;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Bytes of a generated secret.
+const SECRET_LEN: usize = 32;
+
+/// Tenant commands.
+#[derive(Subcommand, Debug)]
+pub enum TenantsCmd {
+    /// Show the tenants (ids, names, ACLs, quotas; never secrets).
+    List {
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Add a tenant with a fresh secret; writes its credentials file.
+    Add {
+        #[command(flatten)]
+        target: Target,
+        /// A name for operators (unique).
+        #[arg(long)]
+        name: String,
+        /// The tenant id, 1..=16777215 (unique).
+        #[arg(long)]
+        id: u32,
+        /// Op categories allowed: read, write, atomic, txn joined by `,`, or all.
+        #[arg(long, default_value = "all")]
+        acl: String,
+        /// Opened QPs per worker (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        max_connections: u32,
+        /// Requests per second per worker (0: no limit).
+        #[arg(long, default_value_t = 0)]
+        requests_per_s: u32,
+        /// Where to write the credentials file (refused if it exists).
+        #[arg(long)]
+        credentials_out: PathBuf,
+    },
+    /// Remove a tenant: its clients' connections close at once.
+    Remove {
+        #[command(flatten)]
+        target: Target,
+        /// The tenant id.
+        #[arg(long)]
+        id: u32,
+    },
+    /// Give a tenant a new secret: its clients' connections close at once; writes the
+    /// new credentials file.
+    Rotate {
+        #[command(flatten)]
+        target: Target,
+        /// The tenant id.
+        #[arg(long)]
+        id: u32,
+        /// Where to write the new credentials file (refused if it exists).
+        #[arg(long)]
+        credentials_out: PathBuf,
+    },
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// A fresh secret, hex.
+fn fresh_secret() -> String {
+    let mut s = [0u8; SECRET_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut s);
+    hex(&s)
+}
+
+/// Writes `{"tenant": id, "secret": hex}` to `path`, readable by its owner only;
+/// refuses to overwrite.
+fn write_credentials(path: &Path, id: u32, secret: &str) -> Result<(), String> {
+    let text = serde_json::to_string(&kvconf::TenantCredentials {
+        tenant: id,
+        secret: secret.to_string(),
+    })
+    .map_err(|e| e.to_string())?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts
+        .open(path)
+        .map_err(|e| format!("credentials file {}: {e}", path.display()))?;
+    writeln!(f, "{text}").map_err(|e| format!("credentials file {}: {e}", path.display()))
+}
+
+/// Runs a tenant command.
+pub fn run(cmd: TenantsCmd) -> Result<(), String> {
+    match cmd {
+        TenantsCmd::List { target } => {
+            let v = target.connect()?.query("/kvd/tenants")?;
+            print!("{}", render_list(&v));
+            Ok(())
+        }
+        TenantsCmd::Add {
+            target,
+            name,
+            id,
+            acl,
+            max_connections,
+            requests_per_s,
+            credentials_out,
+        } => {
+            let bits = kvwire::tenant::parse_acl(&acl)?;
+            if name.contains(',') || name.is_empty() {
+                return Err("--name: a non-empty name without commas".into());
+            }
+            if credentials_out.exists() {
+                return Err(format!(
+                    "{} exists: not overwritten",
+                    credentials_out.display()
+                ));
+            }
+            let secret = fresh_secret();
+            let v = target.connect()?.query(&format!(
+                "/kvd/tenants/add,{name},{id},{secret},{bits},{max_connections},{requests_per_s}"
+            ))?;
+            write_credentials(&credentials_out, id, &secret)?;
+            println!(
+                "added tenant {id} ({name}), acl {}: generation {} applied by {} worker(s); \
+                 credentials in {}",
+                kvwire::tenant::acl_names(bits),
+                v["generation"],
+                v["applied_by_workers"],
+                credentials_out.display()
+            );
+            Ok(())
+        }
+        TenantsCmd::Remove { target, id } => {
+            let v = target
+                .connect()?
+                .query(&format!("/kvd/tenants/remove,{id}"))?;
+            println!(
+                "removed tenant {id}: generation {} applied by {} worker(s)",
+                v["generation"], v["applied_by_workers"]
+            );
+            Ok(())
+        }
+        TenantsCmd::Rotate {
+            target,
+            id,
+            credentials_out,
+        } => {
+            if credentials_out.exists() {
+                return Err(format!(
+                    "{} exists: not overwritten",
+                    credentials_out.display()
+                ));
+            }
+            let secret = fresh_secret();
+            let v = target
+                .connect()?
+                .query(&format!("/kvd/tenants/rotate,{id},{secret}"))?;
+            write_credentials(&credentials_out, id, &secret)?;
+            println!(
+                "rotated tenant {id}'s secret: generation {} applied by {} worker(s); \
+                 credentials in {}",
+                v["generation"],
+                v["applied_by_workers"],
+                credentials_out.display()
+            );
+            Ok(())
+        }
+    }
+}
+
+/// The `list` table of a `/kvd/tenants` reply.
+fn render_list(v: &Value) -> String {
+    let col = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .map(|a| a.iter().map(|x| x.as_u64().unwrap_or(0)).collect())
+            .unwrap_or_default()
+    };
+    let mut out = format!(
+        "generation {}, clients without a tenant {}\n{:>9}  {:<16} {:<22} {:>9} {:>9}\n",
+        v["generation"],
+        if v["anonymous"].as_u64() == Some(1) {
+            "allowed"
+        } else {
+            "refused"
+        },
+        "id",
+        "name",
+        "acl",
+        "max_conns",
+        "req/s"
+    );
+    let (ids, acl, maxc, rps) = (
+        col("id"),
+        col("acl"),
+        col("max_connections"),
+        col("requests_per_s"),
+    );
+    for (i, id) in ids.iter().enumerate() {
+        let name = v["name"][id.to_string()].as_str().unwrap_or("?");
+        let acl = kvwire::tenant::acl_names(acl.get(i).copied().unwrap_or(0) as u8);
+        out += &format!(
+            "{id:>9}  {name:<16} {acl:<22} {:>9} {:>9}\n",
+            maxc.get(i).copied().unwrap_or(0),
+            rps.get(i).copied().unwrap_or(0)
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn list_renders_and_credentials_are_private_and_never_overwritten() {
+        let v = json!({"generation": 3, "anonymous": 0, "id": [7], "acl": [3],
+            "max_connections": [10], "requests_per_s": [0], "name": {"7": "app"}});
+        let t = render_list(&v);
+        assert!(
+            t.contains("refused") && t.contains("app") && t.contains("read,write"),
+            "{t}"
+        );
+        let dir = std::env::temp_dir().join(format!("kvd-tenants-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let p = dir.join("c.json");
+        let _ = std::fs::remove_file(&p);
+        let s = fresh_secret();
+        assert_eq!(s.len(), 2 * SECRET_LEN);
+        write_credentials(&p, 7, &s).unwrap();
+        assert_eq!(kvconf::TenantCredentials::load(&p).unwrap().0, 7);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&p).unwrap().permissions().mode();
+            assert_eq!(mode & 0o077, 0, "readable by its owner only");
+        }
+        assert!(write_credentials(&p, 7, &s).is_err(), "not overwritten");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,154 @@
+//! Tenant changes at run time (`ctlplane tenants add|remove|rotate`, through the
+//! telemetry socket): the authoritative rules live with the client list under one
+//! generation, and every worker applies them between bursts (`poll_clients`).
+//! A changed or removed tenant's QPs are closed by the workers as they apply it
+//! (`Server::set_tenants`). Like `ctlplane clients add`, changes last until the
+//! dataplane restarts; the config's `tenants` are the ones it starts with.
+
+use super::{lock, ControlState};
+use crate::server::TenantRule;
+use std::sync::atomic::Ordering;
+
+/// Why a tenant change was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantError {
+    /// The id is 0 or beyond 24 bits.
+    BadId(u32),
+    /// A tenant with this id or name exists.
+    Exists(u32, String),
+    /// No tenant with this id.
+    Unknown(u32),
+    /// A secret shorter than 16 or longer than 64 bytes.
+    BadSecret,
+}
+
+impl std::fmt::Display for TenantError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TenantError::BadId(id) => write!(f, "tenant id {id} is not in 1..=16777215"),
+            TenantError::Exists(id, name) => {
+                write!(f, "a tenant with id {id} or name {name:?} exists")
+            }
+            TenantError::Unknown(id) => write!(f, "no tenant with id {id}"),
+            TenantError::BadSecret => f.write_str("the secret must be 16 to 64 bytes"),
+        }
+    }
+}
+
+impl std::error::Error for TenantError {}
+
+impl ControlState {
+    /// Sets the tenants the servers start with (generation 0: call it before the
+    /// workers run).
+    pub fn set_initial_tenants(&self, rules: Vec<TenantRule>, anonymous: bool) {
+        let mut a = lock(&self.admission);
+        a.tenants = rules;
+        a.tenants.sort_by_key(|r| r.id);
+        a.anonymous = anonymous;
+    }
+
+    /// The current generation, tenant rules and whether anonymous OPENs are taken.
+    pub fn tenants(&self) -> (u64, Vec<TenantRule>, bool) {
+        let a = lock(&self.admission);
+        (
+            self.generation.load(Ordering::Relaxed),
+            a.tenants.clone(),
+            a.anonymous,
+        )
+    }
+
+    /// Adds tenant `rule`; returns the new generation (see `wait_applied`).
+    pub fn add_tenant(&self, rule: TenantRule) -> Result<u64, TenantError> {
+        if rule.id == 0 || rule.id > kvwire::tenant::MAX_TENANT_ID {
+            return Err(TenantError::BadId(rule.id));
+        }
+        if !(16..=64).contains(&rule.secret.len()) {
+            return Err(TenantError::BadSecret);
+        }
+        let mut a = lock(&self.admission);
+        if a.tenants
+            .iter()
+            .any(|t| t.id == rule.id || t.name == rule.name)
+        {
+            return Err(TenantError::Exists(rule.id, rule.name));
+        }
+        a.tenants.push(rule);
+        a.tenants.sort_by_key(|r| r.id);
+        Ok(self.generation.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Removes tenant `id` (its live QPs are closed); the new generation.
+    pub fn remove_tenant(&self, id: u32) -> Result<u64, TenantError> {
+        let mut a = lock(&self.admission);
+        let i = a
+            .tenants
+            .iter()
+            .position(|t| t.id == id)
+            .ok_or(TenantError::Unknown(id))?;
+        a.tenants.remove(i);
+        Ok(self.generation.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+
+    /// Gives tenant `id` a new secret (its live QPs are closed: their clients OPEN
+    /// again with the new one); the new generation.
+    pub fn rotate_tenant(&self, id: u32, secret: Vec<u8>) -> Result<u64, TenantError> {
+        if !(16..=64).contains(&secret.len()) {
+            return Err(TenantError::BadSecret);
+        }
+        let mut a = lock(&self.admission);
+        let t = a
+            .tenants
+            .iter_mut()
+            .find(|t| t.id == id)
+            .ok_or(TenantError::Unknown(id))?;
+        t.secret = secret;
+        Ok(self.generation.fetch_add(1, Ordering::AcqRel) + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(id: u32, name: &str) -> TenantRule {
+        TenantRule {
+            id,
+            name: name.into(),
+            secret: vec![7; 16],
+            acl: kvwire::tenant::ALL,
+            max_connections: 0,
+            requests_per_s: 0,
+        }
+    }
+
+    #[test]
+    fn changes_bump_the_generation_and_reach_the_workers() {
+        let ctl = ControlState::new(vec![Default::default()], &[]);
+        ctl.set_initial_tenants(vec![rule(3, "c")], true);
+        let mut w = ctl.worker(0);
+        assert!(!w.poll_clients(|_, _, _| panic!("nothing changed")));
+        let g = ctl.add_tenant(rule(5, "e")).unwrap();
+        assert_eq!(g, 1);
+        assert_eq!(
+            ctl.add_tenant(rule(5, "x")),
+            Err(TenantError::Exists(5, "x".into()))
+        );
+        assert_eq!(
+            ctl.add_tenant(rule(6, "c")),
+            Err(TenantError::Exists(6, "c".into()))
+        );
+        assert_eq!(ctl.add_tenant(rule(0, "z")), Err(TenantError::BadId(0)));
+        let mut seen = Vec::new();
+        assert!(w.poll_clients(|_, t, _| seen = t.iter().map(|r| r.id).collect()));
+        assert_eq!(seen, vec![3, 5]);
+        assert_eq!(
+            ctl.rotate_tenant(5, vec![1; 8]),
+            Err(TenantError::BadSecret)
+        );
+        assert_eq!(ctl.rotate_tenant(5, vec![1; 20]), Ok(2));
+        assert_eq!(ctl.remove_tenant(3), Ok(3));
+        assert_eq!(ctl.remove_tenant(3), Err(TenantError::Unknown(3)));
+        let (g, t, anon) = ctl.tenants();
+        assert_eq!((g, t.len(), t[0].secret.len(), anon), (3, 1, 20, true));
+    }
+}

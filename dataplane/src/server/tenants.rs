@@ -1,0 +1,288 @@
+//! Tenants on the server (docs/PROTOCOL.md §6.8, `kvwire::tenant` for the shared
+//! rules): the OPEN credential check with its per-source throttle, the per-op guard
+//! (ACL and namespace), and the per-tenant quotas (opened QPs, requests per second).
+//!
+//! A worker keeps its own copy of the tenant rules ([`Server::set_tenants`], between
+//! bursts); changing or removing a tenant closes its clients' QPs at once, so a
+//! revoked or rotated secret stops working on live connections too.
+
+use super::Server;
+use crate::stats::WorkerStats;
+use kvwire::tenant::{self, TXN};
+use kvwire::transport::{open_fields, TenantCredential};
+use kvwire::{DropReason, KvOp, MacAddr, Status};
+use std::net::Ipv4Addr;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Failed OPENs one source may make per second before its OPENs are dropped unchecked
+/// (`auth_throttled`): a secret cannot be guessed at line rate.
+pub const FAILED_OPENS_PER_S: u16 = 16;
+/// Slots of the per-source throttle (sources hash into them).
+const THROTTLE_SLOTS: usize = 256;
+
+/// One tenant as a worker applies it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantRule {
+    /// Id (`1..2^24`).
+    pub id: u32,
+    /// Name, for operators.
+    pub name: String,
+    /// Secret (the HMAC key of its OPEN proofs).
+    pub secret: Vec<u8>,
+    /// Op categories allowed (`kvwire::tenant::{READ, WRITE, ATOMIC, TXN}`).
+    pub acl: u8,
+    /// Opened QPs per worker (0: no limit).
+    pub max_connections: u32,
+    /// Requests per second per worker (0: no limit).
+    pub requests_per_s: u32,
+}
+
+/// The tenant state of one worker.
+#[derive(Debug)]
+pub(crate) struct Tenants {
+    /// The rules, sorted by id.
+    rules: Vec<TenantRule>,
+    /// Per rule: opened QPs live, and the token bucket (tokens, last refill ms).
+    live: Vec<u32>,
+    bucket: Vec<(u32, u64)>,
+    /// Whether clients may OPEN without a tenant.
+    pub anonymous: bool,
+    /// Per source slot: (second, failures in it).
+    throttle: Box<[(u32, u16); THROTTLE_SLOTS]>,
+}
+
+impl Default for Tenants {
+    fn default() -> Self {
+        Tenants {
+            rules: Vec::new(),
+            live: Vec::new(),
+            bucket: Vec::new(),
+            anonymous: true,
+            throttle: Box::new([(0, 0); THROTTLE_SLOTS]),
+        }
+    }
+}
+
+/// What a request's ops are checked against: its client's tenant (0: none) and ACL.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Guard {
+    id: u32,
+    acl: u8,
+}
+
+impl Guard {
+    /// Whether the client may run `op`.
+    #[inline]
+    pub fn allows(&self, op: &KvOp<'_>) -> bool {
+        self.acl & tenant::category(op.opcode()) != 0 && tenant::key_allowed(self.id, op.key())
+    }
+
+    /// Whether the client may run transactions.
+    pub fn allows_txn(&self) -> bool {
+        self.acl & TXN != 0
+    }
+}
+
+/// Wall-clock milliseconds.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn slot_of(ip: Ipv4Addr) -> usize {
+    let x = u32::from(ip).wrapping_mul(0x9E37_79B1);
+    (x >> 24) as usize % THROTTLE_SLOTS
+}
+
+impl Tenants {
+    /// Whether any tenant is configured.
+    pub fn any(&self) -> bool {
+        !self.rules.is_empty()
+    }
+
+    /// The index of tenant `id`.
+    pub fn find(&self, id: u32) -> Option<usize> {
+        self.rules.binary_search_by_key(&id, |r| r.id).ok()
+    }
+
+    /// The guard of a client of tenant `id` (0: none); `None` when nothing is to be
+    /// checked (no tenant configured and no tenant: every key, every op).
+    #[inline]
+    pub fn guard(&self, id: u32) -> Option<Guard> {
+        if id == 0 {
+            return self.any().then_some(Guard {
+                id: 0,
+                acl: tenant::ALL,
+            });
+        }
+        let acl = self.find(id).map_or(0, |i| self.rules[i].acl);
+        Some(Guard { id, acl })
+    }
+
+    /// Whether source `ip` has failed too many OPENs this second.
+    fn throttled(&self, ip: Ipv4Addr, sec: u32) -> bool {
+        let (s, n) = self.throttle[slot_of(ip)];
+        s == sec && n >= FAILED_OPENS_PER_S
+    }
+
+    fn note_failure(&mut self, ip: Ipv4Addr, sec: u32) {
+        let t = &mut self.throttle[slot_of(ip)];
+        if t.0 != sec {
+            *t = (sec, 0);
+        }
+        t.1 = t.1.saturating_add(1);
+    }
+
+    /// Checks an OPEN's credential from `mac`/`ip`: the tenant id it may open a QP
+    /// for (0: none), or why not.
+    pub fn admit_open(
+        &mut self,
+        cred: Option<&TenantCredential>,
+        partition: u16,
+        nonce: u64,
+        mac: &MacAddr,
+        ip: Ipv4Addr,
+    ) -> Result<u32, DropReason> {
+        let Some(c) = cred else {
+            return if self.anonymous {
+                Ok(0)
+            } else {
+                Err(DropReason::BadCredential)
+            };
+        };
+        let now = now_ms();
+        let sec = (now / 1000) as u32;
+        if self.throttled(ip, sec) {
+            return Err(DropReason::AuthThrottled);
+        }
+        let fields = open_fields(partition, nonce, c.id, c.time_ms);
+        let ok = self.find(c.id).is_some_and(|i| {
+            let r = &self.rules[i];
+            tenant::fresh(c.time_ms, now)
+                && tenant::verify_open(&r.secret, &fields, mac, ip, &c.proof)
+                && (r.max_connections == 0 || self.live[i] < r.max_connections)
+        });
+        if !ok {
+            self.note_failure(ip, sec);
+            return Err(DropReason::BadCredential);
+        }
+        Ok(c.id)
+    }
+
+    /// An opened QP of tenant `id` began (`+1`) or ended (`-1`).
+    pub fn count(&mut self, id: u32, delta: i32) {
+        if let Some(i) = self.find(id) {
+            self.live[i] = self.live[i].saturating_add_signed(delta);
+        }
+    }
+
+    /// Takes one request from tenant `id`'s bucket; `false` when it is over its rate.
+    #[inline]
+    pub fn take_request(&mut self, id: u32, now_ms: u64) -> bool {
+        let Some(i) = self.find(id) else {
+            return true;
+        };
+        let rate = self.rules[i].requests_per_s;
+        if rate == 0 {
+            return true;
+        }
+        let (tokens, last) = &mut self.bucket[i];
+        // Refill: `rate` per second, up to one second's worth.
+        let add = now_ms.saturating_sub(*last) * u64::from(rate) / 1000;
+        if add > 0 {
+            *tokens = (u64::from(*tokens) + add).min(u64::from(rate)) as u32;
+            *last = now_ms;
+        }
+        if *tokens == 0 {
+            return false;
+        }
+        *tokens -= 1;
+        true
+    }
+
+    /// Replaces the rules; returns the ids whose rule changed or went (their clients
+    /// are to be closed).
+    pub fn set(&mut self, mut rules: Vec<TenantRule>, anonymous: bool) -> Vec<u32> {
+        if rules == self.rules && anonymous == self.anonymous {
+            return Vec::new();
+        }
+        rules.sort_by_key(|r| r.id);
+        rules.dedup_by_key(|r| r.id);
+        let gone: Vec<u32> = self
+            .rules
+            .iter()
+            .filter(|old| !rules.iter().any(|r| r == *old))
+            .map(|r| r.id)
+            .collect();
+        let live: Vec<u32> = rules
+            .iter()
+            .map(|r| match self.find(r.id) {
+                Some(i) if !gone.contains(&r.id) => self.live[i],
+                _ => 0,
+            })
+            .collect();
+        self.bucket = rules.iter().map(|r| (r.requests_per_s, now_ms())).collect();
+        self.live = live;
+        self.rules = rules;
+        self.anonymous = anonymous;
+        gone
+    }
+
+    /// The rules.
+    pub fn rules(&self) -> &[TenantRule] {
+        &self.rules
+    }
+}
+
+impl Server {
+    /// Applies the tenant rules `rules` (and whether clients may OPEN without a
+    /// tenant). The opened QPs of a tenant whose rule changed (a rotated secret, a new
+    /// ACL or quota) or went are closed at once (counted `reclaims`): their clients
+    /// must OPEN again with the new credential. Allocates: call it between bursts.
+    pub fn set_tenants(&mut self, rules: Vec<TenantRule>, anonymous: bool, stats: &WorkerStats) {
+        let gone = self.tenants.set(rules, anonymous);
+        if gone.is_empty() {
+            return;
+        }
+        for i in 0..self.clients.as_slice().len() {
+            let c = &self.clients.as_slice()[i];
+            if c.is_opened() && c.tenant != 0 && gone.contains(&c.tenant) {
+                self.close_opened(i);
+                stats.reclaims.inc();
+            }
+        }
+    }
+
+    /// The tenant rules this worker applies.
+    pub fn tenant_rules(&self) -> &[TenantRule] {
+        self.tenants.rules()
+    }
+
+    /// The guard of client `ci`'s ops (`None`: nothing to check: a static QP, or no
+    /// tenant configured and none named).
+    #[inline]
+    pub(super) fn guard(&self, ci: usize) -> Option<Guard> {
+        let c = &self.clients.as_slice()[ci];
+        if !c.is_opened() {
+            return None;
+        }
+        self.tenants.guard(c.tenant)
+    }
+
+    /// The status of `op` for a client with `guard`: `Denied` (counted) or `None`.
+    #[inline]
+    pub(super) fn denied(
+        guard: Option<Guard>,
+        op: &KvOp<'_>,
+        stats: &WorkerStats,
+    ) -> Option<Status> {
+        match guard {
+            Some(g) if !g.allows(op) => {
+                stats.denied.inc();
+                Some(Status::Denied)
+            }
+            _ => None,
+        }
+    }
+}

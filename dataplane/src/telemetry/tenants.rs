@@ -1,0 +1,124 @@
+//! The tenant commands of the telemetry socket (`ctlplane tenants`): list, add,
+//! remove, rotate. Secrets travel only over this local socket, never back out: the
+//! list shows ids, names, ACLs and quotas.
+
+use super::{error, parse_u32, report_applied};
+use dataplane::control::ControlState;
+use dataplane::server::TenantRule;
+use dpdk::telemetry::{register_cmd, TelDict};
+use std::sync::Arc;
+
+/// Registers `/kvd/tenants` and its `add`, `remove`, `rotate`.
+pub fn register(ctl: &Arc<ControlState>) -> dpdk::Result<()> {
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants",
+        "Tenants (ids, names, ACL bits, quotas; no secrets) and the generation",
+        move |_, d| list(&c, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/add",
+        "Add a tenant. Params: NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S",
+        move |p, d| add(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/remove",
+        "Remove a tenant (its connections close). Param: ID",
+        move |p, d| remove(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/rotate",
+        "Give a tenant a new secret (its connections close). Params: ID,SECRET_HEX",
+        move |p, d| rotate(&c, p, d),
+    )
+}
+
+fn list(ctl: &ControlState, d: &mut TelDict<'_>) {
+    let (generation, rules, anonymous) = ctl.tenants();
+    let _ = d.add_u64("generation", generation);
+    let _ = d.add_u64("anonymous", u64::from(anonymous));
+    let col = |f: &dyn Fn(&TenantRule) -> u64| rules.iter().map(f).collect::<Vec<u64>>();
+    let _ = d.add_u64_array("id", &col(&|r| u64::from(r.id)));
+    let _ = d.add_u64_array("acl", &col(&|r| u64::from(r.acl)));
+    let _ = d.add_u64_array("max_connections", &col(&|r| u64::from(r.max_connections)));
+    let _ = d.add_u64_array("requests_per_s", &col(&|r| u64::from(r.requests_per_s)));
+    let _ = d.add_dict("name", |x| {
+        for r in &rules {
+            let _ = x.add_str(&r.id.to_string(), &r.name);
+        }
+    });
+}
+
+/// `p` split at commas into exactly `N` fields.
+fn fields<'a, const N: usize>(p: &'a str, usage: &str) -> Result<[&'a str; N], String> {
+    let parts: Vec<&str> = p.split(',').map(str::trim).collect();
+    <[&str; N]>::try_from(parts).map_err(|_| format!("expected parameters {usage}, got {p:?}"))
+}
+
+fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let usage = "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S";
+    let rule = fields::<6>(p, usage).and_then(|[name, id, secret, acl, maxc, rps]| {
+        if name.is_empty() {
+            return Err("empty tenant name".to_string());
+        }
+        Ok(TenantRule {
+            id: parse_u32(id)?,
+            name: name.to_string(),
+            secret: kvconf::parse_hex(secret)?,
+            acl: u8::try_from(parse_u32(acl)?)
+                .ok()
+                .filter(|a| a & !kvwire::tenant::ALL == 0)
+                .ok_or("ACL_BITS: a mask of read 1, write 2, atomic 4, txn 8")?,
+            max_connections: parse_u32(maxc)?,
+            requests_per_s: parse_u32(rps)?,
+        })
+    });
+    let rule = match rule {
+        Ok(r) => r,
+        Err(e) => return error(d, &e),
+    };
+    let id = rule.id;
+    match ctl.add_tenant(rule) {
+        Ok(g) => {
+            let _ = d.add_str("action", "add");
+            let _ = d.add_u64("id", u64::from(id));
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn remove(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let id = match fields::<1>(p, "ID").and_then(|[id]| parse_u32(id)) {
+        Ok(id) => id,
+        Err(e) => return error(d, &e),
+    };
+    match ctl.remove_tenant(id) {
+        Ok(g) => {
+            let _ = d.add_str("action", "remove");
+            let _ = d.add_u64("id", u64::from(id));
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn rotate(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let parsed = fields::<2>(p, "ID,SECRET_HEX")
+        .and_then(|[id, s]| Ok((parse_u32(id)?, kvconf::parse_hex(s)?)));
+    let (id, secret) = match parsed {
+        Ok(x) => x,
+        Err(e) => return error(d, &e),
+    };
+    match ctl.rotate_tenant(id, secret) {
+        Ok(g) => {
+            let _ = d.add_str("action", "rotate");
+            let _ = d.add_u64("id", u64::from(id));
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
