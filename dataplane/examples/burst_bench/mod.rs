@@ -6,8 +6,10 @@
 //! timed region; what a bench times is up to its `step` closure.
 
 #[path = "../../tests/common/mod.rs"]
-mod common;
+pub mod common;
 
+#[allow(unused_imports)] // each example uses a subset
+pub use common::open_qp;
 use common::{connect, engine, identity, request, request_params, slot, VecSink, RKEY, VA};
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
@@ -21,13 +23,18 @@ pub const BURST: usize = 32;
 const KEYS: u64 = 1_000_000;
 const FIRST_QPN: u32 = 100;
 
-fn key(i: u64) -> [u8; 8] {
-    i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes()
+/// Key `i` (8 bytes) after `prefix`.
+fn key(prefix: &[u8], i: u64) -> Vec<u8> {
+    let mut k = prefix.to_vec();
+    k.extend_from_slice(&i.wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+    k
 }
 
-/// The server, its clients' next PSNs, the round-robin cursor and the work frames.
+/// The server, its clients (QPN, R_Key) and their next PSNs, the round-robin cursor
+/// and the work frames.
 pub struct Bench {
     server: Server,
+    qps: Vec<(u32, u32)>,
     next_psn: Vec<u32>,
     cursor: usize,
     tx: VecSink,
@@ -36,23 +43,42 @@ pub struct Bench {
 
 impl Bench {
     /// A server with `n` connected QPs and a loaded store, and 8 bursts of work.
+    #[allow(dead_code)] // each example uses a subset
     pub fn new(n: u32, stats: &WorkerStats) -> Bench {
         let qps: Vec<(u32, u32)> = (0..n).map(|i| (FIRST_QPN + i, RKEY)).collect();
         let mut server = Server::new(identity(), &qps, engine(256 << 20));
-        let next_psn = qps
+        let clients = qps
             .iter()
-            .map(|&(q, r)| connect(&mut server, q, r).accept.request_psn)
+            .map(|&(q, r)| connect(&mut server, q, r))
             .collect();
+        Bench::with_clients(server, clients, &[], stats)
+    }
+
+    /// A bench on `server` (its engine empty) whose connected `clients` send keys
+    /// behind `prefix` (a tenant's namespace, or nothing): the store is loaded with
+    /// 1 M such keys through the clients, and 8 bursts of work are built.
+    pub fn with_clients(
+        server: Server,
+        clients: Vec<common::Client>,
+        prefix: &[u8],
+        stats: &WorkerStats,
+    ) -> Bench {
+        let n = clients.len();
         let mut b = Bench {
             server,
-            next_psn,
+            qps: clients.iter().map(|c| (c.qpn, c.rkey)).collect(),
+            next_psn: clients.iter().map(|c| c.accept.request_psn).collect(),
             cursor: 0,
             tx: VecSink::default(),
             work: Vec::new(),
         };
         // Keys and values live as long as the program: the frames borrow nothing.
-        let keys: &'static [[u8; 8]] =
-            Box::leak((0..KEYS).map(key).collect::<Vec<_>>().into_boxed_slice());
+        let keys: &'static [Vec<u8>] = Box::leak(
+            (0..KEYS)
+                .map(|i| key(prefix, i))
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
         let value: &'static [u8] = &[7, 7];
         let mut i = 0u64;
         let mut load = frames(
@@ -66,7 +92,7 @@ impl Bench {
             (KEYS as usize).div_ceil(OPS_PER_PACKET),
             1,
         );
-        b.pass(&mut load, n as usize, stats, &mut |s, v, st, tx| {
+        b.pass(&mut load, n, stats, &mut |s, v, st, tx| {
             s.handle_burst(v, st, tx)
         });
         let pick = |x: u64| {
@@ -79,6 +105,12 @@ impl Bench {
         };
         b.work = frames(pick, BURST * 8, 2);
         b
+    }
+
+    /// The server.
+    #[allow(dead_code)] // each example uses a subset
+    pub fn server(&mut self) -> &mut Server {
+        &mut self.server
     }
 
     /// Sends the work frames once as bursts spread over the first `active` QPs;
@@ -112,8 +144,8 @@ impl Bench {
                 self.next_psn[qi] = (psn + 1) & 0xff_ffff;
                 // The payload length (DMA length) as the frame was built.
                 let plen = kvwire::parse_request_unverified(f).map_or(0, |r| r.payload.len());
-                let qpn = FIRST_QPN + qi as u32;
-                let _ = emit_request_headers(f, &request_params(), qpn, psn, slot(psn), RKEY, plen);
+                let (qpn, rkey) = self.qps[qi];
+                let _ = emit_request_headers(f, &request_params(), qpn, psn, slot(psn), rkey, plen);
                 let _ = finalize(f);
             }
             let views: Vec<&[u8]> = burst.iter().map(|f| f.as_slice()).collect();

@@ -68,13 +68,36 @@ impl Default for Tenants {
 pub(crate) struct Guard {
     id: u32,
     acl: u8,
+    /// The tenant's namespace prefix as a big-endian word (one compare per key).
+    prefix: u32,
 }
 
 impl Guard {
-    /// Whether the client may run `op`.
+    fn new(id: u32, acl: u8) -> Guard {
+        Guard {
+            id,
+            acl,
+            prefix: u32::from_be_bytes(tenant::namespace(id)),
+        }
+    }
+
+    /// Whether the client may run `op` (`kvwire::tenant::{category, key_allowed}`,
+    /// with the prefix compared as one word).
     #[inline]
     pub fn allows(&self, op: &KvOp<'_>) -> bool {
-        self.acl & tenant::category(op.opcode()) != 0 && tenant::key_allowed(self.id, op.key())
+        if self.acl & tenant::category(op.opcode()) == 0 {
+            return false;
+        }
+        let key = op.key();
+        if self.id == 0 {
+            return key.first() != Some(&tenant::NAMESPACE_BYTE);
+        }
+        match key.get(..tenant::NAMESPACE_LEN) {
+            Some(p) if key.len() > tenant::NAMESPACE_LEN => {
+                u32::from_be_bytes([p[0], p[1], p[2], p[3]]) == self.prefix
+            }
+            _ => false,
+        }
     }
 
     /// Whether the client may run transactions.
@@ -111,13 +134,10 @@ impl Tenants {
     #[inline]
     pub fn guard(&self, id: u32) -> Option<Guard> {
         if id == 0 {
-            return self.any().then_some(Guard {
-                id: 0,
-                acl: tenant::ALL,
-            });
+            return self.any().then(|| Guard::new(0, tenant::ALL));
         }
         let acl = self.find(id).map_or(0, |i| self.rules[i].acl);
-        Some(Guard { id, acl })
+        Some(Guard::new(id, acl))
     }
 
     /// Whether source `ip` has failed too many OPENs this second.

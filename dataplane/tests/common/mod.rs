@@ -240,6 +240,44 @@ impl Client {
     }
 }
 
+/// Opens a QP with an OPEN of `nonce` (partition 0), as tenant `cred` (id, secret)
+/// or as none; the client, or `None` if the server did not answer an ACCEPT.
+pub fn open_qp(s: &mut Server, nonce: u64, cred: Option<(u32, &[u8])>) -> Option<Client> {
+    use kvwire::transport::{emit_join, signed_open, Join, CM_QPN, MAX_JOIN_FRAME_LEN};
+    let join = match cred {
+        Some((id, secret)) => {
+            let ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            signed_open(0, nonce, id, ms, secret, &CLIENT_MAC, CLIENT_IP)
+        }
+        None => Join::Open {
+            partition: 0,
+            tenant: None,
+        },
+    };
+    let mut buf = vec![0u8; MAX_JOIN_FRAME_LEN];
+    let n = emit_join(
+        &mut buf,
+        &request_params(),
+        CM_QPN,
+        &Connect { rkey: 0, nonce },
+        &join,
+    )
+    .expect("join");
+    buf.truncate(n);
+    let out = run(s, &WorkerStats::default(), &[buf]);
+    let Ok(ServerFrame::Accept(a)) = parse_server_frame(out.first()?) else {
+        return None;
+    };
+    let o = a.accept.opened?;
+    Some(Client {
+        qpn: o.qpn,
+        rkey: o.rkey,
+        accept: a.accept,
+    })
+}
+
 /// Connects QP `qpn` (nonce 1) and returns the client (the server's counters of the
 /// exchange go to a scratch `WorkerStats`).
 pub fn connect(s: &mut Server, qpn: u32, rkey: u32) -> Client {

@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Connections and tenants (issue 32; called by scripts/bench.sh tenants).
+
+1. dataplane/examples/tenants_bench, --reps times (medians; its variants alternate a
+   quarter second at a time within a run): OPENs per second without and with a tenant
+   credential, 10 000 opened QPs vs 4, tenant checks on vs off, 1000 tenants defined vs
+   1, and the hijack and isolation counts. It drives `Server::handle_burst` in process
+   on one core, as the worker loop does, without the network: the server's own cost.
+2. Redis 7 with ACL users side by side, when redis-server is installed: GET/SET
+   throughput of redis-benchmark as the default user vs as an ACL user restricted to a
+   key pattern and command categories (`~key:* +@read +@write`), same server, runs
+   alternating; the ratio is Redis's per-op cost of its ACL check.
+
+Writes results/tenants.json.
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from benchlib import ROOT, log  # noqa: E402
+
+EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "tenants_bench")
+RATIOS = ["mops_10000_conns_vs_4", "acl_namespace_cost", "tenants_1000_vs_1"]
+TARGETS = {"mops_10000_conns_vs_4": 0.9, "acl_namespace_cost": 0.97, "tenants_1000_vs_1": 0.9}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_acl(tmp, reps, n):
+    """Redis GET/SET rps as the default user and as an ACL user, alternating."""
+    port = free_port()
+    d = os.path.join(tmp, "redis")
+    os.makedirs(d, exist_ok=True)
+    srv = subprocess.Popen(
+        ["taskset", "-c", "1", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+         "--save", "", "--appendonly", "no", "--dir", d, "--protected-mode", "no"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        for _ in range(100):
+            r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
+                               stderr=subprocess.DEVNULL, text=True)
+            if r.stdout.strip() == "PONG":
+                break
+            time.sleep(0.05)
+        subprocess.run(["redis-cli", "-p", str(port), "ACL", "SETUSER", "bench", "on", ">benchpw",
+                        "~key:*", "+@read", "+@write", "+ping"], check=True,
+                       stdout=subprocess.DEVNULL)
+        runs = {"default": [], "acl_user": []}
+        for _ in range(reps):
+            for who in ("default", "acl_user"):
+                auth = ["--user", "bench", "-a", "benchpw"] if who == "acl_user" else []
+                b = subprocess.run(
+                    ["taskset", "-c", "0", "redis-benchmark", "-h", "127.0.0.1", "-p", str(port),
+                     "-t", "get,set", "-n", str(n), "-c", "50", "-P", "16", "-d", "8", "-r", "100000",
+                     "--csv"] + auth,
+                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, timeout=300,
+                    check=True)
+                rows = [l.replace('"', "").split(",") for l in b.stdout.splitlines()]
+                hdr = rows[0]
+                rps = {r[0]: float(dict(zip(hdr, r))["rps"]) for r in rows[1:] if r}
+                runs[who].append(rps)
+        out = {}
+        for op in ("GET", "SET"):
+            d0 = statistics.median(r[op] for r in runs["default"])
+            d1 = statistics.median(r[op] for r in runs["acl_user"])
+            out[op.lower()] = {"default_user_rps": d0, "acl_user_rps": d1, "acl_vs_default": d1 / d0}
+        out["version"] = subprocess.run(["redis-server", "--version"], stdout=subprocess.PIPE,
+                                        text=True).stdout.strip()
+        out["setup"] = ("redis-benchmark -t get,set -c 50 -P 16 -d 8 -r 100000 as the default "
+                        "user vs the ACL user `~key:* +@read +@write` (redis-benchmark's keys "
+                        "match the pattern: every command is checked and allowed)")
+        out["raw"] = runs
+        return out
+    finally:
+        srv.kill()
+        srv.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=4.0, help="per figure per run")
+    ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--out", default=os.path.join(ROOT, "results", "tenants.json"))
+    a = ap.parse_args()
+    runs = []
+    for rep in range(a.reps):
+        r = subprocess.run([EXAMPLE, str(a.seconds)], stdout=subprocess.PIPE, text=True,
+                           check=True, timeout=600)
+        runs.append(json.loads(r.stdout))
+        log(f"rep {rep}: " + ", ".join(f"{k} {runs[-1][k]:.3f}" for k in RATIOS))
+    med = {k: statistics.median(r[k] for r in runs)
+           for k in runs[0] if isinstance(runs[0][k], (int, float))}
+    out = {
+        "command": "scripts/bench.sh tenants " + " ".join(sys.argv[1:]),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "host": os.uname().nodename,
+        "what": runs[0]["what"],
+        "reps": a.reps,
+        "medians": med,
+        "targets": {k: {"target": f">= {v}", "median": med[k], "met": med[k] >= v}
+                    for k, v in TARGETS.items()},
+        "connects_per_s": med["opens_per_s"],
+        "connects_per_s_tenant": med["opens_per_s_tenant"],
+        "connections": med["connections"],
+        "isolation_violations": sum(r["isolation_violations"] for r in runs),
+        "hijacks_succeeded": sum(r["hijacks_succeeded"] for r in runs),
+        "runs": runs,
+    }
+    if not a.no_redis and shutil.which("redis-server") and shutil.which("redis-benchmark"):
+        with tempfile.TemporaryDirectory() as tmp:
+            out["redis_acl"] = redis_acl(tmp, a.reps, 300_000)
+    else:
+        out["redis_acl"] = "redis-server / redis-benchmark not installed (or --no-redis)"
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump(out, f, indent=1, sort_keys=True)
+    log(json.dumps({k: out[k] for k in ("connects_per_s", "connections", "isolation_violations",
+                                        "hijacks_succeeded")}))
+    for k, t in out["targets"].items():
+        log(f"{k}: median {t['median']:.3f} ({t['target']}: {'met' if t['met'] else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()
