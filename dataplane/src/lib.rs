@@ -39,4 +39,5 @@ pub mod slab_daemon;
 pub mod snapshot;
 pub mod stage;
 pub mod stats;
+pub mod tenant_stats;
 pub mod tx;

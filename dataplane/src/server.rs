@@ -503,6 +503,9 @@ impl Server {
             }
             // The client's tenant rules (`None`: nothing to check, one branch per op).
             let guard = self.guard(ci);
+            if let Some(s) = guard.and_then(|g| stats.tenants.slot(g.slot)) {
+                s.requests.inc();
+            }
             self.stage_ops(reader, pkt, guard, &mut chunk, &pkts, stats, &mut out);
         }
         self.finish_pending(&mut chunk, &pkts, stats, &mut out);

@@ -55,6 +55,8 @@ macro_rules! worker_stats {
             pub drops: Drops,
             /// Sampled service latency (rx burst to hand-off of the response to the NIC).
             pub latency: LatencyHist,
+            /// Per-tenant counters (`crate::tenant_stats`).
+            pub tenants: crate::tenant_stats::TenantStats,
         }
 
         impl WorkerStats {

@@ -428,6 +428,9 @@ pub fn run(
     let mut last_check = last_drain;
     let mut last_print = Instant::now();
     control_tick(ctl, &mut store.server);
+    store
+        .server
+        .maintain((tsc::now() / hz.max(1)) as u32, stats);
     // Snapshots: picked up in the control tick, scanned a little per iteration.
     let mut snap = WorkerSnap::new(handoff.me as usize);
     let mut idle = IdleBackoff::with_policy(cfg.idle);

@@ -315,12 +315,7 @@ fn a_full_worker_refuses_opens_and_idle_qps_are_reclaimed() {
 }
 
 fn client_config() -> Config {
-    Config {
-        rto_initial_ns: 300_000,
-        rto_max_ns: 5_000_000,
-        max_retries: 12,
-        ..Config::default()
-    }
+    common::model_transport_config()
 }
 
 /// The exactly-once check over opened QPs, with loss, duplication and reordering.

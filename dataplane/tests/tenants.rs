@@ -9,7 +9,7 @@ use common::{request_params, results, run, Client, ServerIo, CLIENT_IP, CLIENT_M
 use dataplane::server::{Server, TenantRule, Transport, FAILED_OPENS_PER_S};
 use dataplane::stats::WorkerStats;
 use kvclient::sim::Faults;
-use kvclient::{ClientConfig, Config, Credentials};
+use kvclient::{ClientConfig, Credentials};
 use kvops::FunctionRegistry;
 use kvwire::tenant::{self, namespace, prefixed, READ, TXN, WRITE};
 use kvwire::transport::{
@@ -329,6 +329,7 @@ fn quotas_limit_connections_and_requests() {
     r.requests_per_s = 5;
     let mut s = server(vec![r], true);
     let st = WorkerStats::default();
+    s.maintain(0, &st); // as the worker does at start: the tenant slots follow the rules
     let now = now_ms();
     let a = try_open(&mut s, &st, tenant_open(1, 7, SECRET_A, now)).unwrap();
     assert!(try_open(&mut s, &st, tenant_open(2, 7, SECRET_A, now)).is_some());
@@ -349,6 +350,14 @@ fn quotas_limit_connections_and_requests() {
     assert_eq!(served, 5);
     assert!(drops(&st, DropReason::OverQuota) >= 1);
     assert_eq!(st.rnr_naks_sent.get(), 1, "one RNR NAK for the refused run");
+    // The tenant's own series: 2 opens, 1 refused, 5 requests, the rest over quota.
+    let t = &st.tenants.0[0];
+    assert_eq!(t.id.load(std::sync::atomic::Ordering::Relaxed), 7);
+    assert_eq!(
+        (t.opens.get(), t.bad_credentials.get(), t.requests.get()),
+        (2, 1, 5)
+    );
+    assert_eq!(t.over_quota.get(), drops(&st, DropReason::OverQuota));
 }
 
 #[test]
@@ -434,12 +443,7 @@ fn rotating_or_removing_a_tenant_closes_its_live_connections() {
 
 fn client_config() -> ClientConfig {
     ClientConfig {
-        transport: Config {
-            rto_initial_ns: 300_000,
-            rto_max_ns: 5_000_000,
-            max_retries: 12,
-            ..Config::default()
-        },
+        transport: common::model_transport_config(),
         partitions: 1,
         ..ClientConfig::default()
     }

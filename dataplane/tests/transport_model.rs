@@ -25,12 +25,7 @@ fn qps(n: u32) -> Vec<(u32, u32)> {
 }
 
 fn client_config() -> Config {
-    Config {
-        rto_initial_ns: 300_000,
-        rto_max_ns: 5_000_000,
-        max_retries: 12,
-        ..Config::default()
-    }
+    common::model_transport_config()
 }
 
 /// Runs the exactly-once check over `n` QPs × `m` fetch-adds with `faults` both

@@ -80,6 +80,28 @@ DEN=$(echo "$STATS" | python3 -c 'import json,sys; print(json.load(sys.stdin)["t
 BAD=$(echo "$STATS" | python3 -c 'import json,sys; print(json.load(sys.stdin)["total"]["drop"]["bad_credential"])')
 check counters "$([ "$DEN" -ge 1 ] && [ "$BAD" -ge 2 ] && echo 1 || echo 0)" "denied $DEN, bad_credential $BAD"
 
+# The per-tenant series of the exporter (bounded: one per tenant, `other` beyond 64),
+# promtool-clean.
+"$CTL" metrics --listen 127.0.0.1:0 --file-prefix "$PREFIX" >"$TMP/exporter.log" 2>&1 &
+EXP=$!
+URL=""
+for _ in $(seq 1 100); do
+  URL=$(sed -n 's|^ctlplane metrics: serving \(http://[^ ]*\) .*|\1|p' "$TMP/exporter.log")
+  [ -n "$URL" ] && break
+  sleep 0.1
+done
+python3 - "$URL" "$TMP/m.prom" <<'PY' || true
+import sys, urllib.request
+open(sys.argv[2], "wb").write(urllib.request.urlopen(sys.argv[1], timeout=10).read())
+PY
+kill "$EXP" 2>/dev/null || true
+REQ=$(sed -n 's/^kvd_tenant_requests_total{tenant="7"} \([0-9]*\)$/\1/p' "$TMP/m.prom")
+DEN9=$(sed -n 's/^kvd_tenant_denied_total{tenant="9"} \([0-9]*\)$/\1/p' "$TMP/m.prom")
+PROM=0
+promtool check metrics <"$TMP/m.prom" >/dev/null 2>&1 && PROM=1
+check tenant-metrics "$([ "$PROM" = 1 ] && [ "${REQ:-0}" -ge 3 ] && echo 1 || echo 0)" \
+  "promtool clean $PROM, kvd_tenant_requests_total{tenant=\"7\"} ${REQ:-none} (tenant 9 was removed: ${DEN9:-no series})"
+
 tapns_stop
 [ "$FAILS" = 0 ] || fail "$FAILS of $CASES cases failed"
 echo "PASS: tenants: $CASES cases ($(( $(date +%s) - START )) s)"

@@ -259,5 +259,56 @@ pub fn collect(f: &mut Families<'_>, stats: &Value, engine: &Value) -> Result<()
     for (id, e) in per_worker(engine).map_err(|e| format!("/kvd/engine: {e}"))? {
         worker_engine(f, id, e).map_err(|e| format!("/kvd/engine worker {id}: {e}"))?;
     }
+    if let Some(t) = stats.get("tenant_stats").filter(|t| !t.is_null()) {
+        tenant_stats(f, t).map_err(|e| format!("/kvd/tenants/stats: {e}"))?;
+    }
+    Ok(())
+}
+
+/// The per-tenant families of a `/kvd/tenants/stats` reply: one series per tenant id
+/// (the first 64 tenants; `other` for the rest), summed over the workers.
+fn tenant_stats(f: &mut Families<'_>, t: &Value) -> Result<(), String> {
+    const FAMILIES: [(&str, &str, &str); 5] = [
+        (
+            "requests",
+            "kvd_tenant_requests_total",
+            "Requests served, by tenant.",
+        ),
+        (
+            "denied",
+            "kvd_tenant_denied_total",
+            "Ops refused DENIED (ACL or namespace), by tenant.",
+        ),
+        (
+            "over_quota",
+            "kvd_tenant_over_quota_total",
+            "Requests refused over the tenant's rate, by tenant.",
+        ),
+        ("opens", "kvd_tenant_opens_total", "QPs opened, by tenant."),
+        (
+            "bad_credentials",
+            "kvd_tenant_bad_credentials_total",
+            "OPENs refused for a bad credential, by tenant.",
+        ),
+    ];
+    let ids = u64_array(t, "id")?;
+    for (key, name, help) in FAMILIES {
+        let v = u64_array(t, key)?;
+        if v.len() != ids.len() {
+            return Err(format!(
+                "`{key}` has {} entries for {} tenants",
+                v.len(),
+                ids.len()
+            ));
+        }
+        for (id, x) in ids.iter().zip(v) {
+            let label = if *id == 0 {
+                "other".to_string()
+            } else {
+                id.to_string()
+            };
+            f.counter(name, help, &[("tenant", &label)], x);
+        }
+    }
     Ok(())
 }

@@ -107,8 +107,13 @@ impl Source {
     /// `/kvd/stats` and `/kvd/engine`. Any error drops the connection.
     fn query(&mut self, deadline: Instant) -> Result<(Value, Value), String> {
         let r = self.conn(deadline).and_then(|t| {
-            let stats = per_worker_stats(t, deadline)?;
+            let mut stats = per_worker_stats(t, deadline)?;
             let engine = query_by(t, "/kvd/engine", deadline)?;
+            // Per-tenant counters (a dataplane without tenants answers empty arrays).
+            let tenants = query_by(t, "/kvd/tenants/stats", deadline)?;
+            if let Some(o) = stats.as_object_mut() {
+                o.insert("tenant_stats".into(), tenants);
+            }
             Ok((stats, engine))
         });
         if r.is_err() {

@@ -389,3 +389,21 @@ fn http_server_answers_metrics_root_and_404() {
     t.join().unwrap();
     assert_eq!(reply(405, String::new(), None).status_code().0, 405);
 }
+
+#[test]
+fn tenant_series_are_labelled_by_tenant_and_bounded() {
+    let (mut stats, engine) = sample();
+    stats["tenant_stats"] = json!({"id": [7, 9, 0], "requests": [10, 20, 5],
+        "denied": [1, 0, 0], "over_quota": [0, 3, 0], "opens": [2, 1, 9],
+        "bad_credentials": [0, 4, 0]});
+    let text = render(&mut Monotonic::default(), &stats, &engine).unwrap();
+    assert!(
+        text.contains("kvd_tenant_requests_total{tenant=\"7\"} 10"),
+        "{text}"
+    );
+    assert!(text.contains("kvd_tenant_over_quota_total{tenant=\"9\"} 3"));
+    assert!(text.contains("kvd_tenant_opens_total{tenant=\"other\"} 9"));
+    // An array of another length is a format error, not a wrong series.
+    stats["tenant_stats"]["denied"] = json!([1]);
+    assert!(render(&mut Monotonic::default(), &stats, &engine).is_err());
+}

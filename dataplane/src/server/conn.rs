@@ -425,7 +425,7 @@ impl Server {
             }
             let refused = if tap_full || out.tx().backlogged() {
                 Some(DropReason::Overloaded)
-            } else if c.tenant != 0 && !self.tenants.take_request(c.tenant, self.burst_ms) {
+            } else if c.tenant != 0 && !self.tenants.take_request(c.tenant, self.burst_ms, stats) {
                 // Over its tenant's rate: refused like an overload, served on resend.
                 Some(DropReason::OverQuota)
             } else {

@@ -112,14 +112,17 @@ impl Server {
                 i
             }
             None => {
-                let tenant =
-                    match self
-                        .tenants
-                        .admit_open(cred, partition, nonce, &cf.src_mac, cf.src_ip)
-                    {
-                        Ok(t) => t,
-                        Err(why) => return stats.drop(why),
-                    };
+                let tenant = match self.tenants.admit_open(
+                    cred,
+                    partition,
+                    nonce,
+                    &cf.src_mac,
+                    cf.src_ip,
+                    stats,
+                ) {
+                    Ok(t) => t,
+                    Err(why) => return stats.drop(why),
+                };
                 let rkey = self.keys.next_u32();
                 let secret = self.keys.next_u64();
                 let Some((i, qpn)) = self.clients.open(rkey, secret, tenant, self.now_s) else {
@@ -200,11 +203,13 @@ impl Server {
     }
 
     /// Between bursts, about every 10 ms: takes the time (`now_s`, the worker's
-    /// seconds) and closes a few opened QPs idle for longer than
+    /// seconds), gives the tenants' counter slots to the current rules, and closes a few opened QPs idle for longer than
     /// `server.connection_idle_s` (counted `reclaims`). A client whose QP was
     /// reclaimed learns it from the NAK its next request gets.
     pub fn maintain(&mut self, now_s: u32, stats: &WorkerStats) {
         self.now_s = now_s;
+        // The tenants' counter slots follow the rules (a no-op unless they changed).
+        self.assign_tenant_slots(stats);
         if self.idle_close_s == 0 {
             return;
         }

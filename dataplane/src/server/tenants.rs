@@ -7,7 +7,8 @@
 //! revoked or rotated secret stops working on live connections too.
 
 use super::Server;
-use crate::stats::WorkerStats;
+use crate::stats::{Counter, WorkerStats};
+use crate::tenant_stats::{TenantSlot, TenantStats, NO_SLOT};
 use kvwire::tenant::{self, TXN};
 use kvwire::transport::{open_fields, TenantCredential};
 use kvwire::{DropReason, KvOp, MacAddr, Status};
@@ -68,15 +69,18 @@ impl Default for Tenants {
 pub(crate) struct Guard {
     id: u32,
     acl: u8,
+    /// The tenant's counters slot (`crate::tenant_stats`).
+    pub slot: u8,
     /// The tenant's namespace prefix as a big-endian word (one compare per key).
     prefix: u32,
 }
 
 impl Guard {
-    fn new(id: u32, acl: u8) -> Guard {
+    fn new(id: u32, acl: u8, slot: u8) -> Guard {
         Guard {
             id,
             acl,
+            slot,
             prefix: u32::from_be_bytes(tenant::namespace(id)),
         }
     }
@@ -134,10 +138,12 @@ impl Tenants {
     #[inline]
     pub fn guard(&self, id: u32) -> Option<Guard> {
         if id == 0 {
-            return self.any().then(|| Guard::new(0, tenant::ALL));
+            return self.any().then(|| Guard::new(0, tenant::ALL, NO_SLOT));
         }
-        let acl = self.find(id).map_or(0, |i| self.rules[i].acl);
-        Some(Guard::new(id, acl))
+        match self.find(id) {
+            Some(i) => Some(Guard::new(id, self.rules[i].acl, TenantStats::slot_of(i))),
+            None => Some(Guard::new(id, 0, NO_SLOT)),
+        }
     }
 
     /// Whether source `ip` has failed too many OPENs this second.
@@ -163,6 +169,7 @@ impl Tenants {
         nonce: u64,
         mac: &MacAddr,
         ip: Ipv4Addr,
+        stats: &WorkerStats,
     ) -> Result<u32, DropReason> {
         let Some(c) = cred else {
             return if self.anonymous {
@@ -183,10 +190,18 @@ impl Tenants {
                 && tenant::verify_open(&r.secret, &fields, mac, ip, &c.proof)
                 && (r.max_connections == 0 || self.live[i] < r.max_connections)
         });
+        let slot = self.find(c.id).map(TenantStats::slot_of);
+        let count = |f: fn(&TenantSlot) -> &Counter| {
+            if let Some(s) = slot.and_then(|s| stats.tenants.slot(s)) {
+                f(s).inc();
+            }
+        };
         if !ok {
             self.note_failure(ip, sec);
+            count(|s| &s.bad_credentials);
             return Err(DropReason::BadCredential);
         }
+        count(|s| &s.opens);
         Ok(c.id)
     }
 
@@ -199,7 +214,7 @@ impl Tenants {
 
     /// Takes one request from tenant `id`'s bucket; `false` when it is over its rate.
     #[inline]
-    pub fn take_request(&mut self, id: u32, now_ms: u64) -> bool {
+    pub fn take_request(&mut self, id: u32, now_ms: u64, stats: &WorkerStats) -> bool {
         let Some(i) = self.find(id) else {
             return true;
         };
@@ -215,6 +230,9 @@ impl Tenants {
             *last = now_ms;
         }
         if *tokens == 0 {
+            if let Some(s) = stats.tenants.slot(TenantStats::slot_of(i)) {
+                s.over_quota.inc();
+            }
             return false;
         }
         *tokens -= 1;
@@ -262,6 +280,7 @@ impl Server {
     /// must OPEN again with the new credential. Allocates: call it between bursts.
     pub fn set_tenants(&mut self, rules: Vec<TenantRule>, anonymous: bool, stats: &WorkerStats) {
         let gone = self.tenants.set(rules, anonymous);
+        self.assign_tenant_slots(stats);
         if gone.is_empty() {
             return;
         }
@@ -272,6 +291,13 @@ impl Server {
                 stats.reclaims.inc();
             }
         }
+    }
+
+    /// Gives `stats`' tenant slots to the current rules, in id order (no allocation).
+    pub(super) fn assign_tenant_slots(&self, stats: &WorkerStats) {
+        stats
+            .tenants
+            .assign(self.tenants.rules().iter().map(|r| r.id));
     }
 
     /// The tenant rules this worker applies.
@@ -300,6 +326,9 @@ impl Server {
         match guard {
             Some(g) if !g.allows(op) => {
                 stats.denied.inc();
+                if let Some(s) = stats.tenants.slot(g.slot) {
+                    s.denied.inc();
+                }
                 Some(Status::Denied)
             }
             _ => None,

@@ -127,8 +127,15 @@ impl Server {
     /// transaction itself) with status DENIED; `None` if it may.
     fn tx_denied(&self, ci: usize, r: &TxReader<'_>, stats: &WorkerStats) -> Option<TxAbort> {
         let g = self.guard(ci)?;
+        let slot = stats.tenants.slot(g.slot);
+        if let Some(s) = slot {
+            s.requests.inc();
+        }
         let deny = |op: u8| {
             stats.denied.inc();
+            if let Some(s) = slot {
+                s.denied.inc();
+            }
             Some(TxAbort {
                 reason: AbortReason::OpFailed,
                 op,

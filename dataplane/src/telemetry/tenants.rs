@@ -5,6 +5,7 @@
 use super::{error, parse_u32, report_applied};
 use dataplane::control::ControlState;
 use dataplane::server::TenantRule;
+use dataplane::tenant_stats::OTHER;
 use dpdk::telemetry::{register_cmd, TelDict};
 use std::sync::Arc;
 
@@ -15,6 +16,12 @@ pub fn register(ctl: &Arc<ControlState>) -> dpdk::Result<()> {
         "/kvd/tenants",
         "Tenants (ids, names, ACL bits, quotas; no secrets) and the generation",
         move |_, d| list(&c, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/stats",
+        "Per-tenant counters summed over the workers (the first 64 tenants by id; id 0: the others)",
+        move |_, d| tenant_stats(&c, d),
     )?;
     let c = Arc::clone(ctl);
     register_cmd(
@@ -50,6 +57,53 @@ fn list(ctl: &ControlState, d: &mut TelDict<'_>) {
             let _ = x.add_str(&r.id.to_string(), &r.name);
         }
     });
+}
+
+/// Per tenant (by id; `other` as 0), the counters of every worker's slots summed.
+fn tenant_stats(ctl: &ControlState, d: &mut TelDict<'_>) {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::Ordering;
+    let mut by_id: BTreeMap<u32, [u64; 5]> = BTreeMap::new();
+    for w in 0..ctl.workers() {
+        let t = &ctl.stats(w).tenants;
+        for (i, s) in t.0.iter().enumerate() {
+            let id = if i == usize::from(OTHER) {
+                0
+            } else {
+                s.id.load(Ordering::Relaxed)
+            };
+            let v = [
+                s.requests.get(),
+                s.denied.get(),
+                s.over_quota.get(),
+                s.opens.get(),
+                s.bad_credentials.get(),
+            ];
+            // An unused slot, or `other` with nothing counted.
+            if id == 0 && (i != usize::from(OTHER) || v.iter().all(|&x| x == 0)) {
+                continue;
+            }
+            let e = by_id.entry(id).or_default();
+            for (a, b) in e.iter_mut().zip(v) {
+                *a += b;
+            }
+        }
+    }
+    let col = |k: usize| by_id.values().map(|v| v[k]).collect::<Vec<u64>>();
+    let ids: Vec<u64> = by_id.keys().map(|&i| u64::from(i)).collect();
+    let _ = d.add_u64_array("id", &ids);
+    for (k, name) in [
+        "requests",
+        "denied",
+        "over_quota",
+        "opens",
+        "bad_credentials",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let _ = d.add_u64_array(name, &col(k));
+    }
 }
 
 /// `p` split at commas into exactly `N` fields.

@@ -240,6 +240,18 @@ impl Client {
     }
 }
 
+/// The transport settings of the model tests over the simulated link (whose clock
+/// moves `STEP_NS` per poll): timers short enough for many seeds, retries enough for
+/// heavy loss.
+pub fn model_transport_config() -> kvclient::Config {
+    kvclient::Config {
+        rto_initial_ns: 300_000,
+        rto_max_ns: 5_000_000,
+        max_retries: 12,
+        ..kvclient::Config::default()
+    }
+}
+
 /// Opens a QP with an OPEN of `nonce` (partition 0), as tenant `cred` (id, secret)
 /// or as none; the client, or `None` if the server did not answer an ACCEPT.
 pub fn open_qp(s: &mut Server, nonce: u64, cred: Option<(u32, &[u8])>) -> Option<Client> {
