@@ -145,8 +145,8 @@ pub struct Server {
     recent_opens: open::RecentOpens,
     /// Tenants: credentials, ACLs, quotas (`tenants`).
     tenants: tenants::Tenants,
-    /// Wall-clock ms at the start of the burst (read only while tenants exist: the
-    /// request-rate quotas).
+    /// Wall-clock ms at the start of the burst (read only while a tenant has a
+    /// request-rate quota).
     burst_ms: u64,
 }
 
@@ -404,7 +404,7 @@ impl Server {
         if let Some(t) = &self.tap {
             self.tap_budget = t.room();
         }
-        if self.tenants.any() {
+        if self.tenants.any_rate() {
             self.burst_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);

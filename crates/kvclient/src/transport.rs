@@ -2,6 +2,10 @@
 //! the design).
 
 mod frames;
+mod opened;
+mod settings;
+
+pub use settings::{Config, Stats};
 
 use crate::pool::FramePool;
 use crate::qp::{Qp, QpSpec, QpState, Slot};
@@ -16,48 +20,9 @@ use kvwire::transport::{
 };
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, request_payload_capacity, FrameParams,
-    Response, DEFAULT_MTU, REQUEST_HEADER_LEN,
+    Response, REQUEST_HEADER_LEN,
 };
-
-/// Configuration of a [`Transport`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Config {
-    /// IP MTU of the link (request payloads are at most
-    /// [`request_payload_capacity`]`(mtu)` bytes, and at most the slot size).
-    pub mtu: usize,
-    /// Retransmission timeout before the first round-trip sample (default 1 ms);
-    /// afterwards the timeout adapts to the measured round trips (Jacobson/Karels:
-    /// smoothed RTT + 4 × its mean deviation, samples only from requests sent once),
-    /// never below `rto_min_ns`.
-    pub rto_initial_ns: u64,
-    /// Smallest adaptive retransmission timeout (default 200 µs).
-    pub rto_min_ns: u64,
-    /// Largest retransmission timeout after exponential back-off (default 100 ms).
-    pub rto_max_ns: u64,
-    /// RTO-driven retransmissions of a request without any response frame of it
-    /// arriving, before it fails with [`Error::Timeout`] and its QP with it
-    /// (default 8).
-    pub max_retries: u8,
-    /// Time between CONNECT retransmissions (same nonce) while no ACCEPT came
-    /// (default 10 ms).
-    pub connect_timeout_ns: u64,
-    /// Frame buffers, i.e. requests in flight across all QPs (default 256).
-    pub max_outstanding: usize,
-}
-
-impl Default for Config {
-    fn default() -> Self {
-        Config {
-            mtu: DEFAULT_MTU,
-            rto_initial_ns: 1_000_000,
-            rto_min_ns: 200_000,
-            rto_max_ns: 100_000_000,
-            max_retries: 8,
-            connect_timeout_ns: 10_000_000,
-            max_outstanding: 256,
-        }
-    }
-}
+use opened::{not_executed, random_nonce};
 
 /// Why [`Transport::send_with`] sent nothing. Nothing is consumed on an error:
 /// the PSN, credit and frame buffer stay available.
@@ -135,48 +100,6 @@ pub enum Event<'a> {
         /// Why.
         error: Error,
     },
-}
-
-/// Counters of a [`Transport`].
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Requests sent (first transmissions).
-    pub sent: u64,
-    /// Request retransmissions (RTO, NAK and RNR NAK driven).
-    pub retransmitted: u64,
-    /// CONNECT frames sent (retransmissions included).
-    pub connects_sent: u64,
-    /// NAK "PSN sequence error" acted upon.
-    pub naks_seq: u64,
-    /// RNR NAKs acted upon.
-    pub rnr_naks: u64,
-    /// NAK "invalid request" (and other fatal NAKs) that reset a connection.
-    pub naks_invalid: u64,
-    /// Positive ACKs (no action).
-    pub acks: u64,
-    /// Retransmission timer firings.
-    pub timeouts: u64,
-    /// Fast retransmits (later requests completed while the oldest did not).
-    pub fast_retransmits: u64,
-    /// Duplicate frames (response frames already received, replayed ACCEPTs, NAKs
-    /// already acted upon).
-    pub dup_frames: u64,
-    /// Frames for nothing outstanding (old PSNs, other nonces, unknown QPs).
-    pub stale_frames: u64,
-    /// Response frames after a missing one (dropped; the replay brings them again).
-    pub gap_frames: u64,
-    /// Frames that do not parse (or bad response/ACCEPT payloads).
-    pub bad_frames: u64,
-    /// Requests completed.
-    pub completed: u64,
-    /// Requests failed.
-    pub failed: u64,
-    /// RESUME frames sent.
-    pub resumes_sent: u64,
-    /// RESUMEs answered: the connection went on (requests in flight resent).
-    pub resumed: u64,
-    /// RESUMEs answered with a new incarnation (requests in flight failed).
-    pub resume_refused: u64,
 }
 
 /// The client half of protocol v2's reliable transport over many QPs.
@@ -443,19 +366,6 @@ impl Transport {
         send_join(q, io, now_ns, &mut self.stats, false, self.creds.as_ref());
     }
 
-    /// Closes every opened QP (a CLOSE each, not answered: best effort) and forgets
-    /// it; requests still in flight on them are abandoned. For a client that exits.
-    pub fn close_opened<I: PacketIo + ?Sized>(&mut self, io: &mut I) {
-        for q in &mut self.qps {
-            if q.open_partition.is_some() && q.qpn != 0 {
-                send_close(q, io);
-                self.by_qpn.remove(&q.qpn);
-                q.qpn = 0;
-                q.state = QpState::Idle;
-            }
-        }
-    }
-
     /// True if a request may be sent on QP `qp` now: connected, a credit and a
     /// frame buffer free, not in an RNR hold-off.
     pub fn can_send(&self, qp: usize, now_ns: u64) -> bool {
@@ -701,21 +611,6 @@ impl Transport {
         i
     }
 
-    /// The QP waiting for the ACCEPT of an OPEN: its nonce, and the QP the ACCEPT
-    /// names taken as its own.
-    fn opening(&mut self, a: &AcceptFrame) -> Option<usize> {
-        let o = a.accept.opened?;
-        let i = self.qps.iter().position(|q| {
-            q.open_partition.is_some()
-                && q.state == QpState::Connecting
-                && q.nonce == a.accept.nonce
-        })?;
-        let q = &mut self.qps[i];
-        (q.qpn, q.rkey, q.secret) = (o.qpn, o.rkey, o.secret);
-        self.by_qpn.insert(o.qpn, i);
-        Some(i)
-    }
-
     fn on_accept(&mut self, a: &AcceptFrame, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
         let Some(i) = self
             .by_qpn
@@ -942,29 +837,4 @@ fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
         Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
         _ => p,
     }
-}
-
-/// A nonce for an OPEN: unpredictable and distinct across processes (std's
-/// `RandomState` keys come from the OS's random source), so two clients behind one
-/// address never take each other's ACCEPT.
-fn random_nonce(now_ns: u64, qp: usize) -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(now_ns);
-    h.write_usize(qp);
-    h.finish()
-}
-
-/// Whether a NAK "invalid request" for PSN `nak_psn` on QP `q` proves that none of its
-/// requests in flight was executed: an opened QP (the server answers a frame to one
-/// it no longer has so, executing nothing), the NAK names the oldest request in
-/// flight, and every request in flight was sent once. The QP was gone when that
-/// request arrived; a later one that arrived earlier (reordered) would have made the
-/// QP active, and an opened QP only goes away by its own CLOSE or after idling
-/// (docs/PROTOCOL.md §6.1).
-fn not_executed(q: &Qp, nak_psn: u32) -> bool {
-    q.open_partition.is_some()
-        && q.in_flight > 0
-        && nak_psn == q.una
-        && q.ring.iter().all(|s| !s.busy || !s.resent)
 }

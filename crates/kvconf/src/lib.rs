@@ -16,7 +16,9 @@ use std::net::Ipv4Addr;
 use std::path::Path;
 
 pub mod replication;
+mod tenants;
 pub use replication::{EtcdSection, FsyncPolicy, ReplMode, ReplRole, ReplicationSection, Topology};
+pub use tenants::{parse_hex, TenantConfig, TenantCredentials};
 
 /// Where the DPDK plugin PMDs of Debian's DPDK 22.11 packages live.
 pub const DEFAULT_PMD_DIR: &str = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0";
@@ -354,99 +356,6 @@ pub struct ClientConfig {
     pub qpn: u32,
     /// The R_Key the client must present in every RETH.
     pub rkey: u32,
-}
-
-/// One tenant (docs/PROTOCOL.md §6.8): its clients OPEN with its id and a proof made
-/// with its secret; their keys live in its namespace; its ACL says which op
-/// categories they may run.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TenantConfig {
-    /// A name for operators (unique).
-    pub name: String,
-    /// The tenant id: 1..=16777215 (unique).
-    pub id: u32,
-    /// The secret, hex (16 to 64 bytes).
-    pub secret: String,
-    /// Op categories allowed, joined by `,`: `read`, `write`, `atomic`, `txn`, `all`
-    /// (default `all`).
-    #[serde(default = "default_acl")]
-    pub acl: String,
-    /// Opened QPs the tenant may hold per worker (0: no limit beyond the server's).
-    #[serde(default)]
-    pub max_connections: u32,
-    /// Requests per second the tenant may send per worker (0: no limit); over it a
-    /// request gets an RNR NAK.
-    #[serde(default)]
-    pub requests_per_s: u32,
-}
-
-fn default_acl() -> String {
-    "all".into()
-}
-
-/// A tenant client's credentials file (JSON `{"tenant": ID, "secret": "HEX"}`): what
-/// the operator hands a tenant's clients (`ctlplane tenants add` writes one). Kept
-/// out of command lines: kvcli reads it from `--tenant-file` or `KVD_TENANT_FILE`.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TenantCredentials {
-    /// The tenant id.
-    pub tenant: u32,
-    /// The tenant's secret, hex.
-    pub secret: String,
-}
-
-impl TenantCredentials {
-    /// Reads and checks a credentials file; the tenant id and the secret's bytes.
-    pub fn load(path: &Path) -> Result<(u32, Vec<u8>), String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("tenant credentials {}: {e}", path.display()))?;
-        let c: TenantCredentials = serde_json::from_str(&text)
-            .map_err(|e| format!("tenant credentials {}: {e}", path.display()))?;
-        let secret = parse_hex(&c.secret)
-            .map_err(|e| format!("tenant credentials {}: secret: {e}", path.display()))?;
-        if c.tenant == 0 || c.tenant >= 1 << 24 || secret.is_empty() {
-            return Err(format!(
-                "tenant credentials {}: tenant must be in 1..=16777215 and the secret non-empty",
-                path.display()
-            ));
-        }
-        Ok((c.tenant, secret))
-    }
-}
-
-/// Decodes a hex string (even length, `0-9a-fA-F`).
-pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
-    let s = s.trim();
-    if !s.len().is_multiple_of(2) {
-        return Err("hex of odd length".into());
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).map_err(|_| format!("bad hex {s:?}")))
-        .collect()
-}
-
-impl TenantConfig {
-    /// Checks the id and the secret.
-    pub fn validate(&self) -> Result<(), String> {
-        if self.id == 0 || self.id >= 1 << 24 {
-            return Err(format!(
-                "tenant {:?}: id must be in 1..=16777215",
-                self.name
-            ));
-        }
-        let secret =
-            parse_hex(&self.secret).map_err(|e| format!("tenant {:?}: secret: {e}", self.name))?;
-        if !(16..=64).contains(&secret.len()) {
-            return Err(format!(
-                "tenant {:?}: the secret must be 16 to 64 bytes (32 to 128 hex digits)",
-                self.name
-            ));
-        }
-        Ok(())
-    }
 }
 
 /// Storage engine parameters (see docs/ENGINE.md).

@@ -48,6 +48,9 @@ pub(crate) struct Tenants {
     bucket: Vec<(u32, u64)>,
     /// Whether clients may OPEN without a tenant.
     pub anonymous: bool,
+    /// Whether any tenant has a request-rate quota (else the per-request quota
+    /// check and the per-burst clock read are skipped).
+    any_rate: bool,
     /// Per source slot: (second, failures in it).
     throttle: Box<[(u32, u16); THROTTLE_SLOTS]>,
 }
@@ -59,6 +62,7 @@ impl Default for Tenants {
             live: Vec::new(),
             bucket: Vec::new(),
             anonymous: true,
+            any_rate: false,
             throttle: Box::new([(0, 0); THROTTLE_SLOTS]),
         }
     }
@@ -123,6 +127,12 @@ fn slot_of(ip: Ipv4Addr) -> usize {
 }
 
 impl Tenants {
+    /// Whether any tenant has a request-rate quota.
+    #[inline]
+    pub fn any_rate(&self) -> bool {
+        self.any_rate
+    }
+
     /// Whether any tenant is configured.
     pub fn any(&self) -> bool {
         !self.rules.is_empty()
@@ -215,6 +225,9 @@ impl Tenants {
     /// Takes one request from tenant `id`'s bucket; `false` when it is over its rate.
     #[inline]
     pub fn take_request(&mut self, id: u32, now_ms: u64, stats: &WorkerStats) -> bool {
+        if !self.any_rate {
+            return true;
+        }
         let Some(i) = self.find(id) else {
             return true;
         };
@@ -261,6 +274,7 @@ impl Tenants {
             })
             .collect();
         self.bucket = rules.iter().map(|r| (r.requests_per_s, now_ms())).collect();
+        self.any_rate = rules.iter().any(|r| r.requests_per_s > 0);
         self.live = live;
         self.rules = rules;
         self.anonymous = anonymous;
