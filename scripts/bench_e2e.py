@@ -21,7 +21,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import BIN, ROOT, Dataplane, log, pktgen  # noqa: E402
+from benchlib import BIN, ROOT, BusySampler, Dataplane, log, pktgen  # noqa: E402
 
 STALLS = os.path.join(BIN, "cpu_stalls")
 
@@ -35,10 +35,24 @@ def cpu_stalls(secs):
     return {f"cpu{c}": json.loads(p.communicate()[0]) for c, p in enumerate(procs)}
 
 
+def measured(dp, tmp, args):
+    """One pktgen run against `dp` with the dataplane's busy share sampled beside it
+    (`server_busy_share` in the returned JSON)."""
+    with BusySampler(dp.prefix) as busy:
+        r = pktgen(dp, tmp, args)
+    r["server_busy_share"] = busy.share()
+    return r
+
+
 def point(runs):
-    """Median throughput and latency percentiles over repeated runs."""
+    """Median throughput, latency percentiles and the two sides' busy shares over
+    repeated runs."""
     med = lambda xs: statistics.median(xs)
+    opt_med = lambda xs: med([x for x in xs if x is not None]) if any(x is not None for x in xs) else None
     return {
+        "server_busy_share": opt_med([r.get("server_busy_share") for r in runs]),
+        "pktgen_ns_per_op": med([r["generator"]["ns_per_op"] for r in runs]),
+        "pktgen_busy_share": med([r["generator"]["busy_share"] for r in runs]),
         "throughput_mops": med([r["throughput_mops"] for r in runs]),
         "throughput_runs": [r["throughput_mops"] for r in runs],
         "p50_us": med([r["latency_us"]["p50"] for r in runs]),
@@ -84,15 +98,23 @@ def main():
     # Echo and KV alternate rep by rep (echo first, then a fresh, freshly loaded KV
     # dataplane), so a shift of the machine's state between reps hits both sides of
     # the ratio; the ratio is taken per rep.
-    echo = {}
+    # The generator's A/B at 32 ops per packet: the same run with requests built op by
+    # op (--no-templates, the previous builder) right after the templated one.
+    echo, ab = {}, {"kv": {"templates": [], "op_by_op": []}, "echo": {"templates": [], "op_by_op": []}}
     for rep in range(a.reps):
         dp = Dataplane(tmp, "echo", ["--echo"])
         try:
             for b in batches:
-                r = pktgen(dp, tmp, common + ["--echo", "--get", "0.95", "--put", "0.05",
-                                              "--ops-per-packet", str(b), "--seed", str(rep + 1)])
+                args = common + ["--echo", "--get", "0.95", "--put", "0.05", "--ops-per-packet", str(b),
+                                 "--seed", str(rep + 1)]
+                r = measured(dp, tmp, args)
                 echo.setdefault(b, []).append(r)
-                log(f"  rep {rep} echo b={b}: {r['throughput_mops']:.2f} Mops")
+                log(f"  rep {rep} echo b={b}: {r['throughput_mops']:.2f} Mops, pktgen "
+                    f"{r['generator']['ns_per_op']:.1f} ns/op busy {r['generator']['busy_share']:.2f}, "
+                    f"server busy {r['server_busy_share']}")
+                if b == 32:
+                    ab["echo"]["templates"].append(r)
+                    ab["echo"]["op_by_op"].append(measured(dp, tmp, args + ["--no-templates"]))
         finally:
             dp.stop()
         dp = Dataplane(tmp, "kv", [])
@@ -100,12 +122,16 @@ def main():
             load(dp)
             for name, get, dist in workloads:
                 for b in batches:
-                    r = pktgen(dp, tmp, common + ["--get", str(get), "--put", str(round(1 - get, 3)),
-                                                  "--dist", dist, "--ops-per-packet", str(b),
-                                                  "--seed", str(rep + 1)])
+                    args = common + ["--get", str(get), "--put", str(round(1 - get, 3)), "--dist", dist,
+                                     "--ops-per-packet", str(b), "--seed", str(rep + 1)]
+                    r = measured(dp, tmp, args)
                     series[name].setdefault(b, []).append(r)
                     log(f"  rep {rep} {name} b={b}: {r['throughput_mops']:.2f} Mops "
-                        f"p50 {r['latency_raw_us']['p50']:.1f} us p99 {r['latency_raw_us']['p99']:.1f} us (raw)")
+                        f"p50 {r['latency_raw_us']['p50']:.1f} us p99 {r['latency_raw_us']['p99']:.1f} us (raw), "
+                        f"server busy {r['server_busy_share']}, pktgen {r['generator']['ns_per_op']:.1f} ns/op")
+                    if name == "get95_uniform" and b == 32:
+                        ab["kv"]["templates"].append(r)
+                        ab["kv"]["op_by_op"].append(measured(dp, tmp, args + ["--no-templates"]))
         finally:
             dp.stop()
     kv = {name: {b: point(rs) for b, rs in s.items()} for name, s in series.items()}
@@ -118,7 +144,7 @@ def main():
     try:
         load(dp)
         for rep in range(a.reps):
-            r = pktgen(dp, tmp, common + ["--get", "0.95", "--put", "0.05", "--ops-per-packet", str(best_b),
+            r = measured(dp, tmp, common + ["--get", "0.95", "--put", "0.05", "--ops-per-packet", str(best_b),
                                           "--rate", f"{peak / 2:.4f}", "--seed", str(rep + 11)])
             half.append(r)
             log(f"  rep {rep} half load {peak / 2:.2f} Mops b={best_b}: got {r['throughput_mops']:.2f} Mops "
@@ -128,6 +154,7 @@ def main():
         dp.stop()
 
     echo = {b: point(rs) for b, rs in echo.items()}
+    ab = {mode: {how: point(rs) for how, rs in sides.items()} for mode, sides in ab.items()}
     hp = point(half)
     cpu = ""
     try:
@@ -150,6 +177,14 @@ def main():
         # Median of the per-rep ratios (KV and echo of one rep ran back to back).
         "kv_to_echo_ratio": statistics.median(ratio_runs) if ratio_runs else None,
         "kv_to_echo_ratio_runs": ratio_runs,
+        "server_busy_share": kv["get95_uniform"][best_b]["server_busy_share"],
+        "pktgen_ns_per_op": kv["get95_uniform"][best_b]["pktgen_ns_per_op"],
+        "pktgen_busy_share": kv["get95_uniform"][best_b]["pktgen_busy_share"],
+        # Same dataplane, back to back, 32 ops per packet: requests from templates vs
+        # built op by op (the previous builder, --no-templates).
+        "generator_ab_32": {mode: {how: {k: p[k] for k in ("throughput_mops", "pktgen_ns_per_op",
+                                                          "pktgen_busy_share", "server_busy_share")}
+                                   for how, p in sides.items()} for mode, sides in ab.items()},
         "half_load_target_mops": peak / 2,
         "half_load_achieved_mops": hp["throughput_mops"],
         "p99_us_at_half_load": hp["p99_us"],
@@ -165,7 +200,8 @@ def main():
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
     log(f"bench e2e: kv {peak:.2f} Mops (b={best_b}), echo {out['echo_mops']:.2f} Mops, "
-        f"ratio {out['kv_to_echo_ratio']:.2f}, p99 at half load {hp['p99_us']:.2f} us "
+        f"ratio {out['kv_to_echo_ratio']:.2f}, server busy {out['server_busy_share']}, "
+        f"pktgen {out['pktgen_ns_per_op']:.1f} ns/op, p99 at half load {hp['p99_us']:.2f} us "
         f"({hp['p99_raw_us']:.2f} us raw) -> {a.out}")
     plot = os.path.join(BIN, "e2e_plot")
     subprocess.run([plot, a.out, a.out.replace(".json", ".png")], check=False)

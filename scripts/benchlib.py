@@ -26,11 +26,12 @@ def log(*a):
 
 class Dataplane:
     def __init__(self, tmp, name, extra, cfg=CFG):
+        self.prefix = f"kvd-bench-{name}"
         self.sock = os.path.join(tmp, f"{name}.sock")
         self.log = os.path.join(tmp, f"{name}.log")
         vdev = f"net_memif0,role=server,id=0,socket={self.sock},socket-abstract=no,rsize=11"
         self.cfg = cfg
-        cmd = [DP, "--config", cfg, "--vdev", vdev, "--file-prefix", f"kvd-bench-{name}"] + extra
+        cmd = [DP, "--config", cfg, "--vdev", vdev, "--file-prefix", self.prefix] + extra
         self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
         for _ in range(300):
             if "dataplane ready" in open(self.log).read():
@@ -117,3 +118,47 @@ def telemetry(prefix, cmd):
         s.send(cmd.encode())
         reply = json.loads(s.recv(65536))
     return reply[cmd.split(",")[0]]
+
+
+class BusySampler:
+    """The dataplane's worker busy share while something runs against it: a thread
+    reads `/kvd/stats` every `period` s (TSC, busy cycles and received packets summed
+    over the workers). `share()` is Δbusy_cycles / (Δtsc × workers) over the plateau:
+    the sample intervals whose packet rate is at least 90 % of the highest, so start-up,
+    load, calibration and drain do not dilute the figure. Use as a context manager."""
+
+    def __init__(self, prefix, period=0.1):
+        import threading
+        self.prefix, self.period = prefix, period
+        self.samples = []
+        self.stop_ev = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop_ev.is_set():
+            try:
+                v = telemetry(self.prefix, "/kvd/stats")
+                t = v["total"]
+                self.samples.append((v["tsc"], t["busy_cycles"], t["rx_packets"], v["workers"]))
+            except (OSError, KeyError, ValueError):
+                pass
+            self.stop_ev.wait(self.period)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_ev.set()
+        self.thread.join()
+
+    def share(self):
+        """The busy share over the plateau, or None with fewer than two samples."""
+        iv = [(b[0] - a[0], b[1] - a[1], b[2] - a[2], b[3])
+              for a, b in zip(self.samples, self.samples[1:]) if b[0] > a[0]]
+        if not iv:
+            return None
+        top = max(d_rx / d_tsc for d_tsc, _, d_rx, _ in iv)
+        plateau = [x for x in iv if top > 0 and x[2] / x[0] >= 0.9 * top]
+        d_tsc = sum(x[0] * x[3] for x in plateau)
+        return sum(x[1] for x in plateau) / d_tsc if d_tsc else None

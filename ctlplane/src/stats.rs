@@ -191,6 +191,9 @@ pub fn watch(target: &Target, interval: f64, count: u64) -> Result<(), String> {
             }
             println!();
         }
+        if let Some((_, pv)) = &prev {
+            print_busy_shares(pv, &v, &cols);
+        }
         n += 1;
         if count > 0 && n >= count {
             return Ok(());
@@ -198,6 +201,40 @@ pub fn watch(target: &Target, interval: f64, count: u64) -> Result<(), String> {
         prev = Some((now, v));
         std::thread::sleep(Duration::from_secs_f64(interval));
     }
+}
+
+/// The `busy share` row of `ctlplane watch`: per column, the share of the TSC cycles
+/// between two replies that its workers spent in loop iterations that did work.
+fn print_busy_shares(prev: &Value, cur: &Value, cols: &[(String, &Value)]) {
+    print!("{:<24} {:>16}", "busy share", "");
+    let prev_cols = columns(prev);
+    let d_tsc = num(&cur["tsc"]).saturating_sub(num(&prev["tsc"]));
+    for (name, c) in cols {
+        let before = prev_cols
+            .iter()
+            .find(|(n, _)| n == name)
+            .map_or(0, |(_, x)| num(&x["busy_cycles"]));
+        let workers = if name == "total" {
+            num(&cur["workers"])
+        } else {
+            1
+        };
+        match busy_share(
+            num(&c["busy_cycles"]).saturating_sub(before),
+            d_tsc,
+            workers,
+        ) {
+            Some(s) => print!(" {:>15.1}%", 100.0 * s),
+            None => print!(" {:>16}", "-"),
+        }
+    }
+    println!();
+}
+
+/// `d_busy` busy cycles of `workers` workers over `d_tsc` TSC cycles, as a share of
+/// their time; `None` without an interval (or from a dataplane that reports no TSC).
+fn busy_share(d_busy: u64, d_tsc: u64, workers: u64) -> Option<f64> {
+    (d_tsc > 0 && workers > 0).then(|| d_busy as f64 / (d_tsc * workers) as f64)
 }
 
 /// `ctlplane engine`: each worker's published engine snapshot.
@@ -270,6 +307,13 @@ pub fn engine(target: &Target, json: bool) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn busy_share_of_a_worker_and_of_all() {
+        assert_eq!(busy_share(750, 1_000, 1), Some(0.75));
+        assert_eq!(busy_share(750, 1_000, 2), Some(0.375));
+        assert_eq!(busy_share(5, 0, 1), None, "no interval");
+    }
 
     #[test]
     fn table_columns_and_rows_from_a_reply() {

@@ -196,6 +196,10 @@ fn stats(ctl: &ControlState, pool: &Mempool, p: &str, d: &mut TelDict<'_>) {
     };
     let all: Vec<&WorkerStats> = (0..n).map(|w| ctl.stats(w)).collect();
     let _ = d.add_u64("workers", n as u64);
+    // The TSC now and its rate: two replies give each worker's busy share,
+    // Δbusy_cycles / Δtsc (`ctlplane watch`, scripts/bench_e2e.py).
+    let _ = d.add_u64("tsc", dpdk::tsc::now());
+    let _ = d.add_u64("tsc_hz", dpdk::tsc::hz());
     // The pool is shared by all workers (and the NIC's rx rings): a process figure.
     let _ = d.add_u64("mbufs_in_use", u64::from(pool.in_use_count()));
     // Which `drop.<reason>` counters are tx-side terms of the accounting invariant

@@ -165,6 +165,11 @@ pub struct Args {
     /// The dataplane runs in echo mode: count echoed requests as completions.
     #[arg(long)]
     pub echo: bool,
+    /// Build every request op by op instead of from pre-built packet templates (the
+    /// A/B baseline of the generator's own cost; templates apply to the run phase of
+    /// a one-partition workload with a fixed value size).
+    #[arg(long)]
+    pub no_templates: bool,
     /// PRNG seed.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,

@@ -18,6 +18,9 @@ use kvwire::{
     parse_request_unverified, parse_response, BatchReader, BatchWriter, KvOp, ResponseReader,
     Status, REQUEST_HEADER_LEN,
 };
+use template::Templates;
+
+mod template;
 
 /// Function, width and signedness of the atomic/vector/reduce ops: unsigned u64 add.
 const U64_ADD: kvwire::Atomic = kvwire::Atomic {
@@ -168,6 +171,15 @@ pub struct Workload {
     pub sweep_stop: bool,
     /// Parked ops per partition; `None` with one partition (no steering at all).
     steer: Option<Steer>,
+    /// Pre-built packets of the run phase (template.rs), built at its first packet;
+    /// `None` where they do not apply or are turned off.
+    templates: Option<Templates>,
+    /// Whether the run phase may use templates (`--no-templates` turns them off).
+    use_templates: bool,
+    /// A packet's key draws (template path).
+    key_draws: Vec<u64>,
+    /// A PUT's value bytes (plain path): kept across packets, never cleared.
+    val: Vec<u8>,
 }
 
 impl Workload {
@@ -176,10 +188,10 @@ impl Workload {
         self.keys
     }
 
-    /// Fills a batch for one partition: no steering, no per-op partition work. A
-    /// drawn op that does not fit the packet is dropped (a sweep retries its key).
-    /// Expectations go to `exp`, ops per partition of K to `tally`; returns the ops
-    /// written.
+    /// Fills a batch for one partition op by op (`key`: room for one key): no
+    /// steering, no per-op partition work. A drawn op that does not fit the packet is
+    /// dropped (a sweep retries its key). Expectations go to `exp`, ops per partition
+    /// of K to `tally`; returns the ops written.
     #[allow(clippy::too_many_arguments)]
     #[inline]
     fn fill_plain(
@@ -188,7 +200,7 @@ impl Workload {
         phase: Phase,
         target: usize,
         w: &mut BatchWriter<'_>,
-        (key, val): (&mut [u8], &mut [u8]),
+        key: &mut [u8],
         exp: &mut [ExpOp],
         mut tally: Option<(&mut [u64], u32)>,
     ) -> usize {
@@ -212,6 +224,7 @@ impl Workload {
                     self.chooser.next(&mut self.rng),
                 ),
             };
+            let val = &mut self.val[..];
             let Some(expect) = push_op(w, op, k, key, val, self.sizes, model.as_deref_mut()) else {
                 break; // packet full
             };
@@ -288,6 +301,12 @@ impl Gen {
                 // Room for a few packets' worth per partition: a queue that fills
                 // closes the packet being built, so it must not fill often.
                 steer: (nparts > 1).then(|| Steer::new(nparts, 4 * stride)),
+                templates: None,
+                use_templates: spec.phases.templates,
+                key_draws: vec![0; stride],
+                // Any value one request of the largest MTU holds (`--value-size` is
+                // checked against the server's MTU at start-up).
+                val: vec![0; kvwire::request_payload_capacity(kvwire::MAX_MTU)],
             },
             flight: InFlight::new(spec.phases.slots, stride),
             tally: Tally {
@@ -309,6 +328,11 @@ impl Gen {
     /// TSC ticks per second.
     pub fn hz(&self) -> u64 {
         self.tally.hz
+    }
+
+    /// Whether the run phase's requests come from pre-built templates.
+    pub fn templated(&self) -> bool {
+        self.workload.templates.is_some()
     }
 
     /// Request payload bytes per packet.
@@ -402,6 +426,17 @@ impl Gen {
         let count_k = self.tally.count_k;
         let mut nops = 0usize;
         let mut part = 0usize;
+        if phase == Phase::Run && self.templates_ready(payload_end) {
+            let tally = tally_k.then_some((&mut self.tally.part_ops_k[..], count_k));
+            let exp = &mut self.flight.exp[exp_base..];
+            let area = &mut payload[..payload_end];
+            if let Some((plen, n)) = self
+                .workload
+                .fill_template(verify, area, batch_id, exp, tally)
+            {
+                return Some(self.took_slot(slot_idx, plen, (0, n), intended, record));
+            }
+        }
         let plen = {
             let Some(Ok(mut w)) = payload
                 .get_mut(..payload_end)
@@ -412,9 +447,6 @@ impl Gen {
             };
             let mut key = [0u8; kvwire::MAX_KEY_LEN];
             let key = &mut key[..key_size];
-            // Any value one request of the largest MTU holds (`--value-size` is
-            // checked against the server's MTU at start-up).
-            let mut val = [0u8; kvwire::request_payload_capacity(kvwire::MAX_MTU)];
             let wl = &mut self.workload;
             let mut model = verify.then_some(&mut wl.model);
             let target = if phase == Phase::Ping {
@@ -456,18 +488,13 @@ impl Gen {
                     })
                 };
                 let exp = &mut self.flight.exp;
+                let val = &mut wl.val[..];
                 let part_ops_k = &mut self.tally.part_ops_k;
                 let nops = &mut nops;
                 let emit = |d: &Drawn| {
-                    let Some(expect) = push_op(
-                        &mut w,
-                        d.op,
-                        d.key,
-                        key,
-                        &mut val,
-                        sizes,
-                        model.as_deref_mut(),
-                    ) else {
+                    let Some(expect) =
+                        push_op(&mut w, d.op, d.key, key, val, sizes, model.as_deref_mut())
+                    else {
                         return false;
                     };
                     exp[exp_base + *nops] = ExpOp {
@@ -487,7 +514,7 @@ impl Gen {
             } else {
                 let tally = tally_k.then_some((&mut self.tally.part_ops_k[..], count_k));
                 let exp = &mut self.flight.exp[exp_base..];
-                nops = wl.fill_plain(verify, phase, target, &mut w, (key, &mut val), exp, tally);
+                nops = wl.fill_plain(verify, phase, target, &mut w, key, exp, tally);
             }
             w.finish()
         };
@@ -495,6 +522,37 @@ impl Gen {
             self.flight.free.push(slot_idx);
             return None;
         }
+        Some(self.took_slot(slot_idx, plen, (part, nops), intended, record))
+    }
+
+    /// Whether the run phase's packets come from templates, building them for
+    /// `cap` payload bytes if they are not built yet: one partition (no steering),
+    /// a fixed value size, templates not turned off.
+    fn templates_ready(&mut self, cap: usize) -> bool {
+        let wl = &mut self.workload;
+        let per = wl.ops_per_packet;
+        if wl.templates.as_ref().is_some_and(|t| t.fits(per, cap)) {
+            return true;
+        }
+        if !wl.use_templates || wl.steer.is_some() || wl.sizes.min != wl.sizes.max {
+            return false;
+        }
+        let sizes = (wl.key_size, wl.sizes.min);
+        wl.templates = Templates::build(&wl.mix, &mut wl.rng, per, sizes, cap);
+        wl.key_draws.resize(per.max(wl.key_draws.len()), 0);
+        wl.templates.is_some()
+    }
+
+    /// Marks slot `slot_idx` busy with the packet just built (`nops` ops of partition
+    /// `part`, `plen` payload bytes) and returns what [`Gen::build_payload`] returns.
+    fn took_slot(
+        &mut self,
+        slot_idx: u16,
+        plen: usize,
+        (part, nops): (usize, usize),
+        intended: u64,
+        record: bool,
+    ) -> (usize, usize, u16) {
         if record {
             self.tally.part_ops[part] += nops as u64;
         }
@@ -507,7 +565,7 @@ impl Gen {
             got: 0,
             record,
         };
-        Some((plen, part, slot_idx))
+        (plen, part, slot_idx)
     }
 
     /// Gives back a slot whose packet was never sent; the verify model forgets its
@@ -810,8 +868,7 @@ fn push_op(
             init: 0,
         }),
         OpType::Put => {
-            // Without verify the model is not kept: no per-op cache miss.
-            let v = model.as_ref().map_or(1, |m| m.peek_version());
+            let v = put_version(model.as_deref());
             let len = sizes.len_of(k, v).min(val.len());
             write_value(k, v, &mut val[..len]);
             w.push(&KvOp::Put {
@@ -823,10 +880,24 @@ fn push_op(
     if pushed.is_err() {
         return None;
     }
-    Some(match model {
+    Some(expect_of(op, k, sizes, model))
+}
+
+/// The version a PUT about to be sent writes: the verify model's next (without verify
+/// the model is not kept, so no per-op cache miss: version 1).
+#[inline(always)]
+fn put_version(model: Option<&Model>) -> u32 {
+    model.map_or(1, Model::peek_version)
+}
+
+/// Records op `op` on key `k` as sent in the verify model (if any) and returns the
+/// answer it must get (`Expect::Any` without a model).
+#[inline(always)]
+fn expect_of(op: OpType, k: u64, sizes: SizeDist, model: Option<&mut Model>) -> Expect {
+    match model {
         Some(m) => m.on_send(op, k, |v| sizes.len_of(k, v)).1,
         None => Expect::Any,
-    })
+    }
 }
 
 /// TSC ticks to nanoseconds.

@@ -25,6 +25,7 @@
 //! the wiring: flags, config, EAL and port, phases, report.
 
 mod cli;
+mod cost;
 mod fuzz;
 mod gen;
 mod io;

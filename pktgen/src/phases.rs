@@ -4,6 +4,7 @@
 //! loop-back calibration, load, warm-up + measurement, read-back, and the
 //! exactly-once check.
 
+use crate::cost::GenCost;
 use crate::gen::{tsc_to_ns, Counts, Gen, Phase};
 use crate::io::PortIo;
 use crate::spec::RunSpec;
@@ -40,6 +41,8 @@ pub struct Measurement {
     pub part_ops: Vec<u64>,
     /// Ops per partition of K (`--count-partitions`).
     pub part_ops_k: Vec<u64>,
+    /// What the generator's own work cost in the window.
+    pub cost: GenCost,
 }
 
 /// The generator on its port, through the transport.
@@ -62,6 +65,8 @@ pub struct Driver {
     revived_at_failed: u64,
     /// Following the master over several nodes' ports (`--follow-ports`).
     follow: Option<Follow>,
+    /// The generator's cost in the last phase's measurement window.
+    cost: GenCost,
 }
 
 /// Where pktgen sends in a replicated cluster (`--follow-ports`, docs/PROTOCOL.md
@@ -131,6 +136,7 @@ impl Driver {
             clock: Clock::new(hz),
             revived_at_failed: 0,
             follow: None,
+            cost: GenCost::default(),
         }
     }
 
@@ -396,6 +402,22 @@ impl Driver {
             .find(|&qp| t.can_send(qp, now_ns))
     }
 
+    /// Adds one loop iteration to the generator's cost: send work from `start` to
+    /// `sent_at` if it sent `sent` packets, receive work from `sent_at` to now if
+    /// anything moved.
+    #[inline]
+    fn count_cost(&mut self, start: u64, sent_at: u64, sent: u64, moved: bool) {
+        let c = &mut self.cost;
+        if sent > 0 {
+            c.send_cycles += sent_at.wrapping_sub(start);
+            c.packets += sent;
+        }
+        if sent > 0 || moved {
+            c.recv_cycles += tsc::now().wrapping_sub(sent_at);
+        }
+        c.templates = self.gen.templated();
+    }
+
     /// Echo mode: builds one raw request frame and queues it; whether one went out.
     fn send_raw(&mut self, phase: Phase, intended: u64, record: bool) -> bool {
         let Some(mut m) = Mbuf::alloc(self.io.pool()) else {
@@ -484,6 +506,7 @@ impl Driver {
             hist,
             part_ops,
             part_ops_k,
+            cost: self.cost,
         }
     }
 
@@ -540,8 +563,14 @@ impl Driver {
         let mut in_flight = 0usize;
         let mut sending = true;
         let mut idle = IdleBackoff::new(self.idle_yield_polls);
+        self.cost = GenCost {
+            window_cycles: end - rec_start,
+            hz: hz_ticks,
+            ..GenCost::default()
+        };
         loop {
             let now = tsc::now();
+            let mut sent_n = 0u64;
             let now_ns = self.clock.at(now);
             if QUIT.load(Ordering::Relaxed) {
                 break;
@@ -578,6 +607,7 @@ impl Driver {
                         break;
                     }
                     self.gen.tally.counts.sent_pkts += 1;
+                    sent_n += 1;
                     if let Some(iv) = interval {
                         next_send += iv;
                     }
@@ -588,6 +618,7 @@ impl Driver {
                 }
             }
             let mut moved = self.io.flush();
+            let sent_at = tsc::now();
             // Receive (responses come back on the queue the request was served from).
             let Driver {
                 gen, io, transport, ..
@@ -619,6 +650,9 @@ impl Driver {
                 }
             };
             in_flight -= done.min(in_flight);
+            if now >= rec_start && now < end {
+                self.count_cost(now, sent_at, sent_n, moved);
+            }
             if self.follow.is_some() {
                 self.follow_step(now_ns);
             }

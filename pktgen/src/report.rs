@@ -103,6 +103,7 @@ impl Outcome<'_> {
         if c.wrong_partition > 0 {
             println!("  WRONG_PARTITION results: {}", c.wrong_partition);
         }
+        println!("  {}", m.cost.summary(c.done_ops));
         if let Some((t, ftx, frx)) = &self.transport {
             println!(
                 "  transport: {} requests, {} retransmitted ({} NAKs, {} RNR NAKs, {} fast, {} timer firings), {} given up, {} duplicate frames",
@@ -213,6 +214,7 @@ impl Outcome<'_> {
             None => Value::Null,
         };
         if let Some(o) = out.as_object_mut() {
+            o.insert("generator".into(), m.cost.to_json(c.done_ops));
             o.insert("transport".into(), transport);
             o.insert("exactly_once".into(), exactly_once);
         }
@@ -463,6 +465,7 @@ mod tests {
                 hist,
                 part_ops: vec![counts.done_ops],
                 part_ops_k: vec![counts.done_ops],
+                cost: crate::cost::GenCost::default(),
             },
             readback: None,
             transport: None,
@@ -538,6 +541,7 @@ mod tests {
                 "count_partitions",
                 "errors",
                 "exactly_once",
+                "generator",
                 "hottest_partition_ratio",
                 "hottest_partition_ratio_k",
                 "hugepages",

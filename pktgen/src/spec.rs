@@ -210,6 +210,8 @@ pub struct PhaseSpec {
     pub verify: bool,
     /// The dataplane echoes requests.
     pub echo: bool,
+    /// The run phase may send pre-built packet templates (gen/template.rs).
+    pub templates: bool,
     /// Retransmission timeout of the transport before its first sample, in µs.
     pub rto_us: u64,
     /// Smallest adaptive retransmission timeout, in µs.
@@ -464,6 +466,7 @@ impl PhaseSpec {
             idle_yield_polls: args.idle_yield_polls,
             verify: args.verify,
             echo: args.echo,
+            templates: !args.no_templates,
             rto_us: args.rto_us,
             rto_min_us: args.rto_min_us,
             connect_timeout_ms: args.connect_timeout_ms,

@@ -107,12 +107,45 @@ impl KeyChooser {
             Some(z) => splitmix64(z.next(rng)) % self.keys,
         }
     }
+
+    /// Fills `out` with the next `out.len()` key indices: the same sequence as as many
+    /// [`KeyChooser::next`] calls, with the distribution's branch taken once per call
+    /// instead of once per key (a generator draws a packet's keys in one go).
+    #[inline]
+    pub fn fill<R: RandomSource>(&self, rng: &mut R, out: &mut [u64]) {
+        match &self.zipf {
+            None => out.iter_mut().for_each(|k| *k = rng.below(self.keys)),
+            Some(z) if self.latest => out
+                .iter_mut()
+                .for_each(|k| *k = self.keys - 1 - z.next(rng)),
+            Some(z) => out
+                .iter_mut()
+                .for_each(|k| *k = splitmix64(z.next(rng)) % self.keys),
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::rng::{SplitMix64, Xorshift64Star};
+
+    #[test]
+    fn fill_draws_the_same_keys_as_next() {
+        for dist in [
+            Distribution::Uniform,
+            Distribution::Zipf(0.99),
+            Distribution::Latest(0.99),
+        ] {
+            let c = KeyChooser::new(1000, dist);
+            let (mut a, mut b) = (Xorshift64Star::new(5), Xorshift64Star::new(5));
+            let one: Vec<u64> = (0..300).map(|_| c.next(&mut a)).collect();
+            let mut bulk = vec![0u64; 300];
+            c.fill(&mut b, &mut bulk[..17]);
+            c.fill(&mut b, &mut bulk[17..]);
+            assert_eq!(one, bulk, "{dist:?}");
+        }
+    }
 
     #[test]
     fn zipf_is_skewed_and_in_range() {

@@ -253,6 +253,14 @@ pub fn collect(f: &mut Families<'_>, stats: &Value, engine: &Value) -> Result<()
             n as f64,
         );
     }
+    if let Some(hz) = opt_u64(stats, "tsc_hz").map_err(|e| format!("/kvd/stats: {e}"))? {
+        f.gauge(
+            "kvd_tsc_hz",
+            "TSC cycles per second: rate(kvd_busy_cycles_total) / kvd_tsc_hz is a worker's busy share.",
+            &[],
+            hz as f64,
+        );
+    }
     for (id, s) in per_worker(stats).map_err(|e| format!("/kvd/stats: {e}"))? {
         worker_stats(f, id, s).map_err(|e| format!("/kvd/stats worker {id}: {e}"))?;
     }

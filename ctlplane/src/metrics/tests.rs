@@ -15,7 +15,7 @@ use tiny_http::Server;
 
 /// A `/kvd/stats` reply of two workers as the dataplane writes it (worker 1 idle,
 /// with sampling on but nothing sampled yet).
-const STATS: &str = r#"{"workers": 2,
+const STATS: &str = r#"{"workers": 2, "tsc": 123456789, "tsc_hz": 2000000000,
   "total": {"rx_packets": 1200, "tx_packets": 1190, "requests": 1100, "responses": 1100,
             "ops": 8800, "gets": 4400, "get_hits": 4000, "get_misses": 400,
             "drop": {"unknown_qp": 3, "bad_icrc": 0},
@@ -195,6 +195,7 @@ fn sample_reply_renders_well_formed_metrics() {
     let w0 = [("worker", "0")];
     assert_eq!(value(&samples, "kvd_rx_packets_total", &w0), 1200.0);
     assert_eq!(value(&samples, "kvd_workers", &[]), 2.0);
+    assert_eq!(value(&samples, "kvd_tsc_hz", &[]), 2e9);
     let get = [("worker", "0"), ("op", "get")];
     assert_eq!(value(&samples, "kvd_ops_total", &get), 4400.0);
     let uq = [("worker", "0"), ("reason", "unknown_qp")];
@@ -204,6 +205,7 @@ fn sample_reply_renders_well_formed_metrics() {
     assert_eq!(value(&samples, "kvd_slab_allocated_bytes", &c32), 48000.0);
     // Per worker only: no series for the `total` column.
     assert!(samples.iter().all(|(n, l, _)| n == "kvd_workers"
+        || n == "kvd_tsc_hz"
         || l.iter()
             .any(|(k, v)| k == "worker" && (v == "0" || v == "1"))));
 }

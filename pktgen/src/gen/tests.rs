@@ -163,14 +163,22 @@ fn assert_clean(c: &Counts) {
 
 #[test]
 fn verify_agrees_with_a_faithful_store() {
-    for extra in [&[][..], &["--partitions", "2", "--qps", "4"][..]] {
+    // Variable value sizes and two partitions take the op-by-op path; a fixed size
+    // with one partition the templates (unless turned off).
+    let cases: [(&str, &[&str], bool); 4] = [
+        ("8-24", &[], false),
+        ("8-24", &["--partitions", "2", "--qps", "4"], false),
+        ("16", &[], true),
+        ("16", &["--no-templates"], false),
+    ];
+    for (size, extra, templated) in cases {
         let flags = [
             &[
                 "--verify",
                 "--keys",
                 "300",
                 "--value-size",
-                "8-24",
+                size,
                 "--get",
                 "0.4",
                 "--put",
@@ -196,6 +204,7 @@ fn verify_agrees_with_a_faithful_store() {
         assert_eq!(store.0.len(), 300);
         g.begin_phase();
         drive(&mut g, &mut store, Phase::Run, 2_000, 16);
+        assert_eq!(g.templated(), templated, "{size} {extra:?}");
         let (c, h) = g.end_phase(Phase::Run);
         assert_clean(&c);
         assert_eq!(c.done_pkts, 2_000);
@@ -531,4 +540,76 @@ fn no_frame_without_a_free_slot_or_room() {
 fn ticks_to_ns() {
     assert_eq!(tsc_to_ns(3_000, 3_000_000_000), 1_000);
     assert_eq!(tsc_to_ns(u64::MAX, u64::MAX), 1_000_000_000);
+}
+
+#[test]
+fn templates_carry_the_drawn_keys_values_and_mix() {
+    let flags = [
+        "--keys",
+        "1000",
+        "--value-size",
+        "6",
+        "--ops-per-packet",
+        "16",
+        "--get",
+        "0.5",
+        "--put",
+        "0.3",
+        "--atomic",
+        "0.1",
+        "--vector",
+        "0.05",
+        "--reduce",
+        "0.05",
+    ];
+    let mut g = gen(&flags);
+    g.begin_phase();
+    let stride = g.flight.stride;
+    let mut by_op: HashMap<&str, usize> = HashMap::new();
+    let mut distinct_ids = std::collections::HashSet::new();
+    for p in 0..2_000u64 {
+        let (frame, _) = build(&mut g, Phase::Run, p, true).unwrap();
+        assert!(g.templated());
+        let req = parse_request(&frame).unwrap();
+        let b = BatchReader::new(req.payload).unwrap();
+        distinct_ids.insert(b.batch_id());
+        let slot = (b.batch_id() & 0xffff) as usize;
+        assert_eq!(b.op_count(), 16);
+        for (i, op) in b.enumerate() {
+            let op = op.unwrap();
+            let e = g.flight.exp[slot * stride + i];
+            let mut key = [0u8; 8];
+            write_key(e.key, &mut key);
+            assert_eq!(op.key(), key, "packet {p} op {i}");
+            let name = match (e.op, op) {
+                (OpType::Get, KvOp::Get { .. }) => "get",
+                (OpType::Put, KvOp::Put { value, .. }) => {
+                    let mut v = [0u8; 6];
+                    write_value(e.key, 1, &mut v);
+                    assert_eq!(value, v, "packet {p} op {i}");
+                    "put"
+                }
+                (OpType::Atomic, KvOp::UpdateS2S { param: 1, .. }) => "atomic",
+                (OpType::Vector, KvOp::UpdateS2V { param: 1, .. }) => "vector",
+                (OpType::Reduce, KvOp::Reduce { .. }) => "reduce",
+                (want, got) => panic!("packet {p} op {i}: expected {want:?}, sent {got:?}"),
+            };
+            *by_op.entry(name).or_default() += 1;
+        }
+        g.release(slot as u16);
+    }
+    assert_eq!(distinct_ids.len(), 2_000, "every packet its own batch id");
+    let total = 2_000.0 * 16.0;
+    for (name, share) in [
+        ("get", 0.5),
+        ("put", 0.3),
+        ("atomic", 0.1),
+        ("reduce", 0.05),
+    ] {
+        let got = by_op[name] as f64 / total;
+        assert!(
+            (got - share).abs() < 0.02,
+            "{name}: {got} of the ops, {share} asked"
+        );
+    }
 }
