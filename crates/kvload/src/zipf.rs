@@ -18,14 +18,32 @@ pub enum Distribution {
 
 /// YCSB's Zipfian generator (Gray et al., "Quickly generating billion-record
 /// synthetic databases"), with `zeta(n, theta)` computed once at start-up (O(n)).
+///
+/// A draw maps one uniform `u` in [0, 1) to a rank by a `powf`. The map is monotone,
+/// so where a whole slice of [0, 1) (1/65536 of it, picked by the top bits of the
+/// draw) maps to one rank, a table made at start-up gives that rank without the
+/// `powf`: the head ranks' slices, about 60 % of the draws at 1 M keys and skew 0.99.
+/// The ranks are the formula's, draw for draw.
 #[derive(Clone, Debug)]
 pub struct Zipf {
     n: u64,
-    theta: f64,
     alpha: f64,
     zetan: f64,
     eta: f64,
+    /// `1 + 0.5^theta`: where rank 1's slice of `u * zetan` ends.
+    rank1_end: f64,
+    /// Per slice of [0, 1): its rank, or [`UNRESOLVED`] if it spans several.
+    slices: Vec<u16>,
 }
+
+/// Slices of [0, 1) in [`Zipf`]'s table: 2^SLICE_BITS (128 KiB of `u16`).
+const SLICE_BITS: u32 = 16;
+/// A slice whose draws map to more than one rank (or a rank past `u16`).
+const UNRESOLVED: u16 = u16::MAX;
+/// Bits of a draw below the slice index: a draw is 53 bits.
+const SLICE_SHIFT: u32 = 53 - SLICE_BITS;
+/// 2^-53: a 53-bit draw to [0, 1), as [`RandomSource::next_f64`] does.
+const DRAW_SCALE: f64 = 1.0 / (1u64 << 53) as f64;
 
 impl Zipf {
     /// A generator over `0..n` with skew `theta` in (0, 1).
@@ -42,13 +60,41 @@ impl Zipf {
         let zeta2 = zeta(2.min(n));
         let alpha = 1.0 / (1.0 - theta);
         let eta = (1.0 - (2.0 / n as f64).powf(1.0 - theta)) / (1.0 - zeta2 / zetan);
-        Zipf {
+        let mut z = Zipf {
             n,
-            theta,
             alpha,
             zetan,
             eta,
+            rank1_end: 1.0 + 0.5f64.powf(theta),
+            slices: Vec::new(),
+        };
+        z.slices = (0..1u64 << SLICE_BITS)
+            .map(|j| {
+                // The slice's first and last 53-bit draws: one rank at both ends is
+                // one rank throughout, the map being monotone.
+                let first = z.rank((j << SLICE_SHIFT) as f64 * DRAW_SCALE);
+                let last = z.rank((((j + 1) << SLICE_SHIFT) - 1) as f64 * DRAW_SCALE);
+                match u16::try_from(first) {
+                    Ok(r) if first == last && r != UNRESOLVED => r,
+                    _ => UNRESOLVED,
+                }
+            })
+            .collect();
+        z
+    }
+
+    /// The rank of uniform draw `u` in [0, 1) (0 is the most popular).
+    #[inline]
+    fn rank(&self, u: f64) -> u64 {
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
         }
+        if uz < self.rank1_end {
+            return 1.min(self.n - 1);
+        }
+        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
+        r.min(self.n - 1)
     }
 
     /// The number of ranks, `n`.
@@ -60,16 +106,12 @@ impl Zipf {
     /// [`RandomSource::next_f64`] draw.
     #[inline]
     pub fn next<R: RandomSource>(&self, rng: &mut R) -> u64 {
-        let u = rng.next_f64();
-        let uz = u * self.zetan;
-        if uz < 1.0 {
-            return 0;
+        // The same 53 bits and scale as `RandomSource::next_f64`.
+        let bits = rng.next_u64() >> 11;
+        match self.slices[(bits >> SLICE_SHIFT) as usize] {
+            UNRESOLVED => self.rank(bits as f64 * DRAW_SCALE),
+            r => u64::from(r),
         }
-        if uz < 1.0 + 0.5f64.powf(self.theta) {
-            return 1.min(self.n - 1);
-        }
-        let r = (self.n as f64 * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64;
-        r.min(self.n - 1)
     }
 }
 
@@ -129,6 +171,34 @@ impl KeyChooser {
 mod tests {
     use super::*;
     use crate::rng::{SplitMix64, Xorshift64Star};
+
+    #[test]
+    fn the_slice_table_gives_the_formula_s_ranks() {
+        for (n, theta) in [(1_000_000, 0.99), (1000, 0.5), (3, 0.9), (1, 0.99)] {
+            let z = Zipf::new(n, theta);
+            let (mut a, mut b) = (Xorshift64Star::new(9), Xorshift64Star::new(9));
+            let mut hits = 0;
+            for _ in 0..200_000 {
+                let bits = b.next_u64() >> 11;
+                hits += usize::from(z.slices[(bits >> SLICE_SHIFT) as usize] != UNRESOLVED);
+                assert_eq!(z.next(&mut a), z.rank(bits as f64 * DRAW_SCALE), "n {n}");
+            }
+            if n == 1_000_000 {
+                assert!(hits > 100_000, "{hits} of 200000 draws from the table");
+            }
+        }
+        // Every slice boundary, from both sides.
+        let z = Zipf::new(100_000, 0.99);
+        for j in 1..1u64 << SLICE_BITS {
+            let at = j << SLICE_SHIFT;
+            for bits in [at - 1, at] {
+                let r = z.slices[(bits >> SLICE_SHIFT) as usize];
+                if r != UNRESOLVED {
+                    assert_eq!(u64::from(r), z.rank(bits as f64 * DRAW_SCALE));
+                }
+            }
+        }
+    }
 
     #[test]
     fn fill_draws_the_same_keys_as_next() {
