@@ -34,8 +34,20 @@ class StatusError(Error):
 
 class ConfigError(Error): ...
 
+class TransactionAborted(Error):
+    reason: str
+    op: Optional[int]
+    status: str
+    results: list[Optional[Union[bytes, str]]]
+
+# A function ("add", "sub", "swap", "cas", "min", "max", "and", "or", "xor") or
+# predicate ("eq", "ne", "lt", "le", "gt", "ge", "any") by name, or an id 0-255.
+Func = Union[str, int]
+
 class Pipeline:
-    def get(self, key: Key) -> "Pipeline": ...
+    def get(
+        self, key: Key, *, equals: Optional[Value] = None, absent: bool = False
+    ) -> "Pipeline": ...
     def put(self, key: Key, value: Value) -> "Pipeline": ...
     def delete(self, key: Key) -> "Pipeline": ...
     def incr(self, key: Key, delta: Optional[int] = None) -> "Pipeline": ...
@@ -79,7 +91,36 @@ class Client:
     def batch(
         self, ops: Sequence[BatchOp], *, return_exceptions: bool = False
     ) -> list[BatchResult]: ...
-    def pipeline(self) -> Pipeline: ...
+    def pipeline(self, transaction: bool = False) -> Pipeline: ...
+    def vput(self, key: Key, elements: Sequence[int], *, width: int = 8) -> None: ...
+    def vget(
+        self, key: Key, *, width: int = 8, signed: bool = False
+    ) -> Optional[list[int]]: ...
+    def vupdate(
+        self,
+        key: Key,
+        func: Func,
+        param: int,
+        param2: Optional[int] = None,
+        *,
+        width: int = 8,
+        signed: bool = False,
+    ) -> list[int]: ...
+    def vapply(
+        self, key: Key, func: Func, deltas: Sequence[int], *, width: int = 8, signed: bool = False
+    ) -> list[int]: ...
+    def reduce(
+        self,
+        key: Key,
+        func: Optional[Func] = None,
+        *,
+        init: Optional[int] = None,
+        width: int = 8,
+        signed: bool = False,
+    ) -> int: ...
+    def filter(
+        self, key: Key, pred: Func, param: int, *, width: int = 8, signed: bool = False
+    ) -> list[int]: ...
     def stats(self) -> dict[str, int]: ...
     def close(self) -> None: ...
     def __enter__(self) -> "Client": ...

@@ -618,3 +618,55 @@ fn concurrent_optimistic_transfers_over_a_lossy_link_keep_the_total() {
     }
     assert_eq!(total, 50 * ACCOUNTS);
 }
+
+/// `Client::incr` (Redis's INCR) over a link that drops, duplicates and reorders:
+/// a missing counter is created with the delta by a transaction that commits only
+/// while the key is absent, an existing one is added to, each exactly once; a value
+/// that is no 8-byte counter stays BAD_LENGTH and unchanged.
+#[test]
+fn incr_creates_a_missing_counter_and_adds_exactly_once() {
+    use kvclient::sim::Faults;
+    let faults = Faults {
+        drop: 0.05,
+        duplicate: 0.05,
+        reorder: 0.05,
+        reorder_depth: 4,
+    };
+    let mut c = lossy_client(5, faults, &[(100, RKEY), (101, RKEY)], 0, 0);
+    let mut model: Vec<Option<u64>> = vec![None; 5];
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..400 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let i = (x % 5) as usize;
+        let key = format!("ctr{i}").into_bytes();
+        if x.is_multiple_of(11) {
+            assert_eq!(c.delete(&key).unwrap(), model[i].is_some());
+            model[i] = None;
+            continue;
+        }
+        let delta = (x >> 20) % 1000;
+        let old = c.incr(&key, delta).expect("incr");
+        assert_eq!(old, model[i].unwrap_or(0), "counter {i}");
+        model[i] = Some(old.wrapping_add(delta));
+    }
+    assert!(model.iter().any(Option::is_some));
+    for (i, m) in model.iter().enumerate() {
+        let got = balance(&mut c.io_mut().server, format!("ctr{i}").as_bytes());
+        assert_eq!(got, *m, "counter {i}");
+    }
+    c.put(b"text", b"7").unwrap();
+    assert_eq!(
+        c.incr(b"text", 1),
+        Err(kvclient::Error::Status(Status::BadLength))
+    );
+    let mut out = [0u8; 8];
+    let n = c
+        .io_mut()
+        .server
+        .engine_mut()
+        .get(b"text", &mut out)
+        .unwrap();
+    assert_eq!(&out[..n], b"7");
+}

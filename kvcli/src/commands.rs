@@ -296,8 +296,8 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             let k = v::parse_key(key)?;
             let d = v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
             // Counters are 8-byte two's complement integers, shown signed
-            // (docs/CLIENTS.md): `incr n -7` on 5 is -2.
-            let old = kv.fetch_add(&k, Width::W8, d)? as i64;
+            // (docs/CLIENTS.md): `incr n -7` on 5 is -2. A missing one is created.
+            let old = kv.incr(&k, d)? as i64;
             let new = old.wrapping_add(d as i64);
             j.insert("old".into(), old.into());
             j.insert("value".into(), new.into());

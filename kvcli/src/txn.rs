@@ -86,17 +86,6 @@ pub fn parse(words: &[String]) -> Result<(Vec<Op>, Vec<TxCondition>), String> {
     Ok((ops, conds))
 }
 
-fn reason_name(r: AbortReason) -> &'static str {
-    match r {
-        AbortReason::ConditionFailed => "condition_failed",
-        AbortReason::OpFailed => "op_failed",
-        AbortReason::WritesRefused => "writes_refused",
-        AbortReason::CrossPartition => "cross_partition",
-        AbortReason::TooLarge => "too_large",
-        AbortReason::Malformed => "malformed",
-    }
-}
-
 /// Runs the transaction and describes it.
 pub fn run(
     kv: &mut Kv,
@@ -147,7 +136,7 @@ pub fn run(
         }),
         Some(a) => {
             let mut ab = Map::new();
-            ab.insert("reason".into(), reason_name(a.reason).into());
+            ab.insert("reason".into(), AbortReason::name(a.reason).into());
             ab.insert("op".into(), a.op.into());
             ab.insert("status".into(), a.status.name().into());
             j.insert("abort".into(), Json::Object(ab));
@@ -158,7 +147,7 @@ pub fn run(
             };
             let head = format!(
                 "aborted: {}{at} ({}); nothing changed",
-                reason_name(a.reason),
+                AbortReason::name(a.reason),
                 a.status.name()
             );
             Ok(Done {

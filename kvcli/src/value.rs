@@ -5,7 +5,7 @@
 //! element width) or `0x` hex. Vectors are comma-separated integers of one
 //! width, stored little-endian as the protocol's vector ops expect.
 
-use kvwire::payload::{func, pred, Width};
+use kvwire::payload::{elems, func, pred, Width};
 use serde_json::Value as Json;
 
 /// Largest request payload of the default MTU (1500).
@@ -145,8 +145,7 @@ pub fn parse_int(s: &str, width: Width) -> Result<u64, String> {
 /// A `width`-byte element as a JSON/printed number, signed or not.
 pub fn elem_value(x: u64, width: Width, signed: bool) -> i128 {
     if signed {
-        let shift = 64 - 8 * width.bytes() as u32;
-        i128::from(((x << shift) as i64) >> shift)
+        i128::from(elems::signed(x, width))
     } else {
         i128::from(x)
     }
@@ -165,20 +164,13 @@ pub fn json_num(v: i128) -> Json {
 
 /// Splits a little-endian vector into `width`-byte elements.
 pub fn decode_elems(v: &[u8], width: Width) -> Result<Vec<u64>, String> {
-    let w = width.bytes();
-    if v.len() % w != 0 {
-        return Err(format!(
-            "the value is {} bytes, not a vector of {w}-byte elements",
-            v.len()
-        ));
-    }
-    Ok(v.chunks_exact(w)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b[..w].copy_from_slice(c);
-            u64::from_le_bytes(b)
-        })
-        .collect())
+    elems::decode(v, width).ok_or_else(|| {
+        format!(
+            "the value is {} bytes, not a vector of {}-byte elements",
+            v.len(),
+            width.bytes()
+        )
+    })
 }
 
 /// Comma-separated integers of `width` bytes, as a little-endian vector.
@@ -212,37 +204,9 @@ pub fn json_elems(xs: &[u64], width: Width, signed: bool) -> Json {
     )
 }
 
-/// Update/reduce function names (`kvwire::payload::func`), or an id 0–255 (user
-/// functions are 128–255).
-pub const FUNCS: &[(&str, u8)] = &[
-    ("add", func::FETCH_ADD),
-    ("sub", func::FETCH_SUB),
-    ("swap", func::SWAP),
-    ("cas", func::CAS),
-    ("min", func::MIN),
-    ("max", func::MAX),
-    ("and", func::AND),
-    ("or", func::OR),
-    ("xor", func::XOR),
-];
-
-/// Filter predicate names (`kvwire::payload::pred`), or an id 0–255.
-pub const PREDS: &[(&str, u8)] = &[
-    ("eq", pred::EQ),
-    ("ne", pred::NE),
-    ("lt", pred::LT),
-    ("le", pred::LE),
-    ("gt", pred::GT),
-    ("ge", pred::GE),
-    ("any", pred::ANY_BITS),
-];
-
-fn parse_named(s: &str, table: &[(&str, u8)], what: &str) -> Result<u8, String> {
-    let l = s.to_ascii_lowercase();
-    if let Some(&(_, id)) = table.iter().find(|(n, _)| *n == l) {
-        return Ok(id);
-    }
-    l.parse::<u8>().map_err(|_| {
+/// `found` (a name or id looked up in `table`), or the error naming the choices.
+fn named(s: &str, found: Option<u8>, table: &[(&str, u8)], what: &str) -> Result<u8, String> {
+    found.ok_or_else(|| {
         let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
         format!(
             "unknown {what} {s:?}: use {} or an id 0-255",
@@ -251,19 +215,19 @@ fn parse_named(s: &str, table: &[(&str, u8)], what: &str) -> Result<u8, String> 
     })
 }
 
-/// A function by name or id.
+/// A function by name or id (`kvwire::payload::func::NAMES`).
 pub fn parse_func(s: &str) -> Result<u8, String> {
-    parse_named(s, FUNCS, "function")
+    named(s, func::by_name(s), func::NAMES, "function")
 }
 
-/// A predicate by name or id.
+/// A predicate by name or id (`kvwire::payload::pred::NAMES`).
 pub fn parse_pred(s: &str) -> Result<u8, String> {
-    parse_named(s, PREDS, "predicate")
+    named(s, pred::by_name(s), pred::NAMES, "predicate")
 }
 
 /// The name of function `id` (its number if it has none).
 pub fn func_name(id: u8) -> String {
-    FUNCS
+    func::NAMES
         .iter()
         .find(|(_, f)| *f == id)
         .map_or_else(|| id.to_string(), |(n, _)| n.to_string())

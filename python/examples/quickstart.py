@@ -19,6 +19,16 @@ def main(config: str) -> int:
         results = c.batch([("put", b"a", b"1"), ("get", b"a"), ("incr", b"hits"), ("delete", b"a")])
         pipe = c.pipeline().put(b"b", b"2").get(b"b").delete(b"b")
         print(value, hits, old, results, pipe.execute(), c.stats()["sent"])
+        c.vput(b"scores", [3, 9, 4])
+        before: list[int] = c.vupdate(b"scores", "add", 1)
+        top: int = c.reduce(b"scores", "max")
+        print(before, top, c.filter(b"scores", "gt", 4), c.vget(b"scores"))
+        tx = c.pipeline(transaction=True)
+        tx.get(b"greeting", equals=b"hello").put(b"greeting", b"bonjour")
+        try:
+            print(tx.execute())
+        except kvdirect.TransactionAborted as e:
+            print("aborted:", e.reason, e.op, e.results)
         try:
             c.incr(b"no-such-counter")
         except kvdirect.StatusError as e:

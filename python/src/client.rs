@@ -13,6 +13,7 @@
 //! captures only `Send` data: the id, the operation, the result slots).
 
 use crate::convert::{self, Kind};
+use crate::vector::{self, Shape};
 use crate::errors::{self, Error as KvError};
 use kvclient::{kernel_client_config, Endpoint, KernelIo, Op, Reply, Ticket};
 use kvwire::Status;
@@ -37,7 +38,7 @@ thread_local! {
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Why [`with_client`] could not run.
-enum Access {
+pub(crate) enum Access {
     /// No such client on this thread (closed).
     Closed,
     /// The registry is in use (cannot happen: nothing re-enters it) or gone
@@ -46,7 +47,7 @@ enum Access {
 }
 
 /// Runs `f` on client `id` of this thread's registry.
-fn with_client<R>(
+pub(crate) fn with_client<R>(
     id: u64,
     f: impl FnOnce(&mut kvclient::Client<KernelIo>) -> R,
 ) -> Result<R, Access> {
@@ -81,14 +82,14 @@ fn with_client<R>(
 #[pyclass(module = "kvdirect", name = "Client")]
 pub struct Client {
     /// Key of the Rust client in the owner thread's [`CLIENTS`].
-    id: u64,
+    pub(crate) id: u64,
     /// The thread that created it.
     owner: ThreadId,
     endpoint: Endpoint,
     op_timeout_ns: u64,
     /// `get` results as `str` (UTF-8) instead of `bytes` (redis-py's
     /// `decode_responses`).
-    decode: bool,
+    pub(crate) decode: bool,
 }
 
 impl Drop for Client {
@@ -194,7 +195,7 @@ fn le_u64(v: &[u8]) -> u64 {
 }
 
 /// The Python value of one operation's reply.
-fn reply_value<'py>(
+pub(crate) fn reply_value<'py>(
     py: Python<'py>,
     kind: Kind,
     r: Result<Reply, kvclient::Error>,
@@ -221,13 +222,19 @@ fn reply_value<'py>(
             .into_pyobject(py)?
             .into_any()),
         (Kind::Cas, Status::Ok) => Ok((le_u64(&r.value) as i64).into_pyobject(py)?.into_any()),
+        (Kind::Elems(shape) | Kind::VGet(shape), Status::Ok) => shape.to_list(py, &r.value),
+        (Kind::VGet(_), Status::NotFound) => Ok(py.None().into_bound(py)),
+        (Kind::Elem(shape), Status::Ok) => shape.to_int(py, &r.value),
         (_, s) => fail(s),
     }
 }
 
 impl Client {
     /// Runs `f` on the Rust client: only on the owner thread, only while open.
-    fn with<R>(&self, f: impl FnOnce(&mut kvclient::Client<KernelIo>) -> R) -> PyResult<R> {
+    pub(crate) fn with<R>(
+        &self,
+        f: impl FnOnce(&mut kvclient::Client<KernelIo>) -> R,
+    ) -> PyResult<R> {
         if thread::current().id() != self.owner {
             return Err(PyRuntimeError::new_err(
                 "this kvdirect.Client belongs to the thread that created it; create \
@@ -393,10 +400,11 @@ impl Client {
     }
 
     /// `incr(key, delta=1) -> int`: atomic fetch-and-add on the 8-byte little-endian
-    /// counter stored under `key`; returns the new value (mod 2**64). A negative
-    /// `delta` subtracts. The key must exist and hold exactly 8 bytes (else
-    /// `StatusError` with status "not_found" / "bad_length"): create it with
-    /// `put(key, 0)`.
+    /// counter stored under `key`; returns the new value (signed 64-bit). A negative
+    /// `delta` subtracts. A missing counter is created with value `delta` (Redis's
+    /// INCR; a transaction that commits only if the key is still absent, so no
+    /// concurrent increment is lost); a value that is not 8 bytes is `StatusError`
+    /// "bad_length".
     #[pyo3(signature = (key, delta=None))]
     fn incr<'py>(
         &self,
@@ -409,7 +417,13 @@ impl Client {
             Some(d) => convert::word(d, "incr")?,
             None => 1,
         };
-        self.run(py, Kind::Incr(delta), convert::incr_op(key, delta))
+        self.with(|_| ())?; // thread and open checks, with the GIL
+        let id = self.id;
+        let old = py
+            .detach(move || with_client(id, |c| c.incr(&key, delta)))
+            .map_err(|_| KvError::new_err("the client is closed"))?
+            .map_err(|e| errors::op_error(py, e))?;
+        Ok((old.wrapping_add(delta) as i64).into_pyobject(py)?.into_any())
     }
 
     /// `cas(key, expected, new) -> int`: atomic compare-and-swap on the 8-byte
@@ -451,10 +465,142 @@ impl Client {
         self.batch_list(py, ops, return_exceptions)
     }
 
-    /// `pipeline() -> Pipeline`: queue operations (calls chain) and send them with
-    /// `execute()`, as one `batch` (redis-py's pipeline).
-    fn pipeline(slf: Py<Self>) -> crate::pipeline::Pipeline {
-        crate::pipeline::Pipeline::new(slf)
+    /// `vput(key, elements, *, width=8) -> None`: stores the ints as a vector of
+    /// `width`-byte little-endian elements (what the vector operations work on).
+    #[pyo3(signature = (key, elements, *, width=8))]
+    fn vput<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        elements: &Bound<'py, PyAny>,
+        width: usize,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "vput")?;
+        let value = Shape::new(width, false, "vput")?.vector(elements, "vput")?;
+        self.run(py, Kind::Put, Op::Put { key, value })
+    }
+
+    /// `vget(key, *, width=8, signed=False) -> list[int] | None`: the vector's
+    /// elements, or `None` if the key is absent.
+    #[pyo3(signature = (key, *, width=8, signed=false))]
+    fn vget<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        width: usize,
+        signed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "vget")?;
+        let shape = Shape::new(width, signed, "vget")?;
+        self.run(py, Kind::VGet(shape), Op::Get { key })
+    }
+
+    /// `vupdate(key, func, param, param2=0, *, width=8, signed=False) -> list[int]`:
+    /// applies `func` (`"add"`, `"sub"`, `"swap"`, `"cas"`, `"min"`, `"max"`,
+    /// `"and"`, `"or"`, `"xor"` or an id, user functions 128-255) with the
+    /// parameter(s) to every element atomically (UPDATE_S2V); returns the original
+    /// elements.
+    #[pyo3(signature = (key, func, param, param2=None, *, width=8, signed=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn vupdate<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        func: &Bound<'py, PyAny>,
+        param: &Bound<'py, PyAny>,
+        param2: Option<&Bound<'py, PyAny>>,
+        width: usize,
+        signed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "vupdate")?;
+        let shape = Shape::new(width, signed, "vupdate")?;
+        let op = Op::UpdateS2V {
+            key,
+            atomic: shape.atomic(vector::func_id(func, "vupdate")?),
+            param: shape.elem(param, "vupdate param")?,
+            param2: param2.map_or(Ok(0), |p| shape.elem(p, "vupdate param2"))?,
+        };
+        self.run(py, Kind::Elems(shape), op)
+    }
+
+    /// `vapply(key, func, deltas, *, width=8, signed=False) -> list[int]`: applies
+    /// `func` element by element with the matching delta (UPDATE_V2V: element i
+    /// becomes `func(x_i, deltas[i])`); returns the original elements.
+    #[pyo3(signature = (key, func, deltas, *, width=8, signed=false))]
+    fn vapply<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        func: &Bound<'py, PyAny>,
+        deltas: &Bound<'py, PyAny>,
+        width: usize,
+        signed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "vapply")?;
+        let shape = Shape::new(width, signed, "vapply")?;
+        let op = Op::UpdateV2V {
+            key,
+            atomic: shape.atomic(vector::func_id(func, "vapply")?),
+            delta: shape.vector(deltas, "vapply deltas")?,
+        };
+        self.run(py, Kind::Elems(shape), op)
+    }
+
+    /// `reduce(key, func="add", *, init=0, width=8, signed=False) -> int`: folds
+    /// the elements with `func` from `init` (REDUCE), e.g. their sum or maximum.
+    #[pyo3(signature = (key, func=None, *, init=None, width=8, signed=false))]
+    fn reduce<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        func: Option<&Bound<'py, PyAny>>,
+        init: Option<&Bound<'py, PyAny>>,
+        width: usize,
+        signed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "reduce")?;
+        let shape = Shape::new(width, signed, "reduce")?;
+        let f = func.map_or(Ok(kvwire::payload::func::FETCH_ADD), |f| {
+            vector::func_id(f, "reduce")
+        })?;
+        let op = Op::Reduce {
+            key,
+            atomic: shape.atomic(f),
+            init: init.map_or(Ok(0), |i| shape.elem(i, "reduce init"))?,
+        };
+        self.run(py, Kind::Elem(shape), op)
+    }
+
+    /// `filter(key, pred, param, *, width=8, signed=False) -> list[int]`: the
+    /// elements `x` for which `pred(x, param)` holds (`"eq"`, `"ne"`, `"lt"`,
+    /// `"le"`, `"gt"`, `"ge"`, `"any"` (x & param != 0) or an id), in order.
+    #[pyo3(signature = (key, pred, param, *, width=8, signed=false))]
+    fn filter<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        pred: &Bound<'py, PyAny>,
+        param: &Bound<'py, PyAny>,
+        width: usize,
+        signed: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "filter")?;
+        let shape = Shape::new(width, signed, "filter")?;
+        let op = Op::Filter {
+            key,
+            atomic: shape.atomic(vector::pred_id(pred, "filter")?),
+            param: shape.elem(param, "filter param")?,
+        };
+        self.run(py, Kind::Elems(shape), op)
+    }
+
+    /// `pipeline(transaction=False) -> Pipeline`: queue operations (calls chain)
+    /// and send them with `execute()`: as one `batch` (redis-py's pipeline), or with
+    /// `transaction=True` as one transaction (all or nothing, with conditions on its
+    /// GETs; docs/PROTOCOL.md §3.4).
+    #[pyo3(signature = (transaction=false))]
+    fn pipeline(slf: Py<Self>, transaction: bool) -> crate::pipeline::Pipeline {
+        crate::pipeline::Pipeline::new(slf, transaction)
     }
 
     /// `stats() -> dict`: the transport's counters (requests sent, retransmitted,

@@ -200,6 +200,12 @@ pub enum Kind {
     Incr(u64),
     /// `int`: the original value.
     Cas,
+    /// `list[int]` or `None` for an absent key (`vget`).
+    VGet(crate::vector::Shape),
+    /// `list[int]`: the value's elements.
+    Elems(crate::vector::Shape),
+    /// `int`: one element (REDUCE's Σ).
+    Elem(crate::vector::Shape),
 }
 
 /// The fetch-and-add of `incr`.

@@ -8,6 +8,8 @@
 //!     │                              "timeout", "connection_lost", "deadline")
 //!     ├── kvdirect.StatusError       the server answered with an error status
 //!     │                              (.status: "not_found", "bad_length", ...)
+//!     ├── kvdirect.TransactionAborted a transaction did not commit (.reason, .op,
+//!     │                              .status, .results)
 //!     └── kvdirect.ConfigError       bad configuration file/arguments, no such interface,
 //!                                    no QP for a key's partition
 //! PermissionError                    no permission for a raw socket on the interface
@@ -41,6 +43,15 @@ pyo3::create_exception!(
     Error,
     "The server answered the operation with an error status; `.status` is its name \
      (\"not_found\", \"bad_length\", \"out_of_memory\", \"value_too_large\", ...)."
+);
+pyo3::create_exception!(
+    kvdirect,
+    TransactionAborted,
+    Error,
+    "A transaction did not commit; nothing of it changed. `.reason` (\"condition_failed\", \
+     \"op_failed\", \"writes_refused\", \"cross_partition\", \"too_large\", \
+     \"malformed\"), `.op` (the op concerned, or None), `.status` (its status name) and \
+     `.results` (per op: what a GET read, None for the rest)."
 );
 pyo3::create_exception!(
     kvdirect,

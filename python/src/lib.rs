@@ -14,12 +14,15 @@ mod client;
 mod convert;
 mod errors;
 mod pipeline;
+mod txn;
+mod vector;
 
 use pyo3::prelude::*;
 
 /// KV-Direct client: `Client(iface, config=...)` with `get`, `put`, `delete`,
-/// `incr`, `cas`, `batch` and `stats`; exceptions `Error`, `UnreachableError`,
-/// `StatusError`, `ConfigError`.
+/// `incr`, `cas`, the vector ops, `batch`, `pipeline` (also transactions) and
+/// `stats`; exceptions `Error`, `UnreachableError`, `StatusError`,
+/// `TransactionAborted`, `ConfigError`.
 #[pymodule]
 fn kvdirect(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -31,6 +34,10 @@ fn kvdirect(m: &Bound<'_, PyModule>) -> PyResult<()> {
         py.get_type::<errors::UnreachableError>(),
     )?;
     m.add("StatusError", py.get_type::<errors::StatusError>())?;
+    m.add(
+        "TransactionAborted",
+        py.get_type::<errors::TransactionAborted>(),
+    )?;
     m.add("ConfigError", py.get_type::<errors::ConfigError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

@@ -1,24 +1,36 @@
 //! `Client.pipeline()`: redis-py's pipeline object over `Client.batch`. Commands
 //! are queued (each call returns the pipeline, so calls chain) and sent together by
-//! `execute()`, which returns their results in order and empties the queue.
+//! `execute()`, which returns their results in order and empties the queue. With
+//! `transaction=True` they are sent as one transaction (txn.rs), and a queued `get`
+//! may carry a condition the commit depends on.
 
 use crate::client::Client;
+use crate::convert;
+use kvclient::TxCondition;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyString, PyTuple};
 
-/// Queued operations of one client, sent as one `batch` by `execute()`.
+/// Queued operations of one client, sent as one `batch` (or one transaction) by
+/// `execute()`.
 #[pyclass(module = "kvdirect", name = "Pipeline", unsendable)]
 pub struct Pipeline {
     client: Py<Client>,
     ops: Vec<Py<PyTuple>>,
+    /// Sent as one transaction.
+    transaction: bool,
+    /// The transaction's conditions on its GETs.
+    conds: Vec<TxCondition>,
 }
 
 impl Pipeline {
-    /// A pipeline of `client`.
-    pub fn new(client: Py<Client>) -> Pipeline {
+    /// A pipeline of `client`; a transaction if `transaction`.
+    pub fn new(client: Py<Client>, transaction: bool) -> Pipeline {
         Pipeline {
             client,
             ops: Vec::new(),
+            transaction,
+            conds: Vec::new(),
         }
     }
 
@@ -38,11 +50,35 @@ impl Pipeline {
 
 #[pymethods]
 impl Pipeline {
-    /// Queues `get(key)`.
+    /// Queues `get(key)`. In a transaction, `equals=VALUE` makes it commit only if
+    /// the GET reads exactly VALUE, `absent=True` only if the key is absent.
+    #[pyo3(signature = (key, *, equals=None, absent=false))]
     fn get<'py>(
-        slf: PyRefMut<'py, Self>,
+        mut slf: PyRefMut<'py, Self>,
         key: &Bound<'py, PyAny>,
+        equals: Option<&Bound<'py, PyAny>>,
+        absent: bool,
     ) -> PyResult<PyRefMut<'py, Self>> {
+        let expect = match (equals, absent) {
+            (None, false) => None,
+            (Some(_), true) => {
+                return Err(PyValueError::new_err(
+                    "get: equals= and absent=True exclude each other",
+                ))
+            }
+            _ if !slf.transaction => {
+                return Err(PyValueError::new_err(
+                    "get: conditions (equals=, absent=) need pipeline(transaction=True)",
+                ))
+            }
+            (Some(v), false) => Some(Some(convert::value(v, "get equals")?)),
+            (None, true) => Some(None),
+        };
+        if let Some(expect) = expect {
+            let op = u8::try_from(slf.ops.len())
+                .map_err(|_| PyValueError::new_err("get: a transaction holds at most 64 ops"))?;
+            slf.conds.push(TxCondition { op, expect });
+        }
         Pipeline::push(slf, "get", &[key])
     }
 
@@ -87,7 +123,9 @@ impl Pipeline {
     }
 
     /// Sends every queued operation as one `batch` and returns the results in
-    /// order (the queue is emptied, whatever happens).
+    /// order (the queue is emptied, whatever happens). A transaction pipeline sends
+    /// them as one transaction: committed, the results; aborted, nothing changed
+    /// and `TransactionAborted` is raised (`return_exceptions` does not apply).
     #[pyo3(signature = (*, return_exceptions=false))]
     fn execute<'py>(
         &mut self,
@@ -95,8 +133,13 @@ impl Pipeline {
         return_exceptions: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let ops = PyList::new(py, self.ops.drain(..))?;
+        let conds = std::mem::take(&mut self.conds);
         let client = self.client.bind(py).borrow();
-        client.batch_list(py, ops.as_any(), return_exceptions)
+        if self.transaction {
+            client.transact_list(py, ops.as_any(), conds)
+        } else {
+            client.batch_list(py, ops.as_any(), return_exceptions)
+        }
     }
 
     /// Operations queued.
@@ -112,6 +155,7 @@ impl Pipeline {
     #[pyo3(signature = (*_args))]
     fn __exit__(&mut self, _args: &Bound<'_, PyTuple>) -> bool {
         self.ops.clear();
+        self.conds.clear();
         false
     }
 }

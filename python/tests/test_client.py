@@ -75,6 +75,13 @@ def test_incr(client, key):
     assert client.incr(k, U64 - 1) == 3  # wraps mod 2**64
     client.put(k, U64 - 1)
     assert client.incr(k, 1) == 0
+    # A missing counter is created (Redis's INCR), with the delta as its value.
+    m = key("fresh")
+    assert client.incr(m, -5) == -5
+    assert client.get(m) == le(-5)
+    assert client.incr(m) == -4
+    assert client.delete(m)
+    assert client.incr(m) == 1
 
 
 def test_pipeline(client, key):
@@ -105,12 +112,9 @@ def test_cas(client, key):
 def test_status_errors(client, key):
     k = key("missing")
     with pytest.raises(kvdirect.StatusError) as e:
-        client.incr(k, 1)
-    assert e.value.status == "not_found"
-    assert isinstance(e.value, kvdirect.Error)
-    with pytest.raises(kvdirect.StatusError) as e:
         client.cas(k, 0, 1)
     assert e.value.status == "not_found"
+    assert isinstance(e.value, kvdirect.Error)
     client.put(k, b"abc")  # not one 8-byte element
     with pytest.raises(kvdirect.StatusError) as e:
         client.incr(k, 1)

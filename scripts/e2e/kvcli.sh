@@ -125,7 +125,12 @@ check cas_swaps 0 "swapped (was 4, now 10)" cas ctr 4 10
 check cas_fails 0 "not swapped (value is 10, expected 4)" cas ctr 4 11
 check get_counter 0 "0x0a00000000000000" get ctr
 check update_xor 0 "old 10 new 11" update ctr xor 1
-check incr_missing 1 "" incr no-such-counter
+# A missing counter is created with the delta (redis-cli's INCR), once.
+check incr_missing 0 "-2" incr no-such-counter -2
+check incr_created 0 "-1" incr no-such-counter
+check get_created 0 "0xffffffffffffffff" get no-such-counter
+check put_text_counter 0 "OK" put textctr 7
+check incr_text 2 "" incr textctr
 
 # Vector ops (4-byte elements).
 check vput 0 "OK" vput vec 1,2,3 --width 4

@@ -10,6 +10,7 @@ use kvwire::payload::{func, Atomic, BatchWriter, KvOp, PayloadError, ResponseRea
 use kvwire::{FrameParams, Status, MAX_OPS_PER_BATCH};
 use std::collections::VecDeque;
 
+mod counter;
 mod txn;
 pub use txn::{TxCondition, TxOutcome, TxTicket};
 

@@ -52,6 +52,34 @@ pub mod func {
     pub const XOR: u8 = 8;
     /// First user-defined function id (128..=255 are registered at start-up).
     pub const USER_MIN: u8 = 128;
+
+    /// The built-in functions' names, as every client spells them.
+    pub const NAMES: &[(&str, u8)] = &[
+        ("add", FETCH_ADD),
+        ("sub", FETCH_SUB),
+        ("swap", SWAP),
+        ("cas", CAS),
+        ("min", MIN),
+        ("max", MAX),
+        ("and", AND),
+        ("or", OR),
+        ("xor", XOR),
+    ];
+
+    /// A function by name (any case, [`NAMES`]) or decimal id 0–255.
+    pub fn by_name(s: &str) -> Option<u8> {
+        super::named_id(s, NAMES)
+    }
+}
+
+/// An id by name from `table` (any case), or a decimal id 0–255.
+fn named_id(s: &str, table: &[(&str, u8)]) -> Option<u8> {
+    let t = s.trim();
+    table
+        .iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(t))
+        .map(|&(_, id)| id)
+        .or_else(|| t.parse::<u8>().ok())
 }
 
 /// Predicate IDs of FILTER.
@@ -72,6 +100,22 @@ pub mod pred {
     pub const ANY_BITS: u8 = 6;
     /// First user-defined predicate id.
     pub const USER_MIN: u8 = 128;
+
+    /// The built-in predicates' names, as every client spells them.
+    pub const NAMES: &[(&str, u8)] = &[
+        ("eq", EQ),
+        ("ne", NE),
+        ("lt", LT),
+        ("le", LE),
+        ("gt", GT),
+        ("ge", GE),
+        ("any", ANY_BITS),
+    ];
+
+    /// A predicate by name (any case, [`NAMES`]) or decimal id 0–255.
+    pub fn by_name(s: &str) -> Option<u8> {
+        super::named_id(s, NAMES)
+    }
 }
 
 /// Element width of vector/atomic operations.
@@ -113,6 +157,41 @@ impl Width {
             8 => Some(Width::W8),
             _ => None,
         }
+    }
+}
+
+/// Vector values: `width`-byte little-endian elements back to back (docs/PROTOCOL.md
+/// §3.2), the one encoding every client reads and writes.
+pub mod elems {
+    use super::Width;
+
+    /// The elements of vector `v`, or `None` if its length is not a multiple of the
+    /// width.
+    pub fn decode(v: &[u8], width: Width) -> Option<Vec<u64>> {
+        let w = width.bytes();
+        if !v.len().is_multiple_of(w) {
+            return None;
+        }
+        let elem = |c: &[u8]| {
+            let mut b = [0u8; 8];
+            b[..w].copy_from_slice(c);
+            u64::from_le_bytes(b)
+        };
+        Some(v.chunks_exact(w).map(elem).collect())
+    }
+
+    /// Vector bytes of `xs`, each element cut to the width's low bytes.
+    pub fn encode(xs: &[u64], width: Width) -> Vec<u8> {
+        let w = width.bytes();
+        xs.iter()
+            .flat_map(|x| x.to_le_bytes()[..w].to_vec())
+            .collect()
+    }
+
+    /// Element `x` of `width` read as two's complement.
+    pub fn signed(x: u64, width: Width) -> i64 {
+        let shift = 64 - 8 * width.bytes() as u32;
+        ((x << shift) as i64) >> shift
     }
 }
 
@@ -317,4 +396,43 @@ pub const fn opcode_has_atomic(opcode: u8) -> bool {
         opcode,
         op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V | op::REDUCE | op::FILTER
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_ids() {
+        assert_eq!(func::by_name("MAX"), Some(func::MAX));
+        assert_eq!(func::by_name(" add "), Some(func::FETCH_ADD));
+        assert_eq!(func::by_name("200"), Some(200));
+        assert_eq!(func::by_name("mul"), None);
+        assert_eq!(func::by_name("256"), None);
+        assert_eq!(pred::by_name("ge"), Some(pred::GE));
+        assert_eq!(pred::by_name("any"), Some(pred::ANY_BITS));
+        // Every built-in has exactly one name.
+        for table in [func::NAMES, pred::NAMES] {
+            let mut ids: Vec<u8> = table.iter().map(|&(_, id)| id).collect();
+            ids.sort_unstable();
+            ids.dedup();
+            assert_eq!(ids.len(), table.len());
+        }
+    }
+
+    #[test]
+    fn elements_round_trip_and_sign_extend() {
+        let v = elems::encode(&[1, 0xffff, 0x1_0002], Width::W2);
+        assert_eq!(v, [1, 0, 0xff, 0xff, 2, 0]);
+        assert_eq!(elems::decode(&v, Width::W2), Some(vec![1, 0xffff, 2]));
+        assert_eq!(
+            elems::decode(&v, Width::W4),
+            None,
+            "6 bytes are no 4-byte vector"
+        );
+        assert_eq!(elems::signed(0xffff, Width::W2), -1);
+        assert_eq!(elems::signed(0x7fff, Width::W2), 0x7fff);
+        assert_eq!(elems::signed(u64::MAX, Width::W8), -1);
+        assert_eq!(elems::decode(&[], Width::W8), Some(vec![]));
+    }
 }

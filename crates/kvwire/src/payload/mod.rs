@@ -48,7 +48,7 @@ mod txn;
 pub use batch_reader::BatchReader;
 pub use batch_writer::BatchWriter;
 pub use kvop::{
-    func, op, opcode_has_atomic, opcode_has_value, param_count, pred, Atomic, KvOp, Width,
+    elems, func, op, opcode_has_atomic, opcode_has_value, param_count, pred, Atomic, KvOp, Width,
     ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE, FLAG_RESERVED, OPCODE_MASK,
 };
 pub use master_hint::{MasterHint, MASTER_HINT_LEN};

@@ -258,6 +258,18 @@ pub enum AbortReason {
 }
 
 impl AbortReason {
+    /// The reason's name as clients show it (`condition_failed`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            AbortReason::ConditionFailed => "condition_failed",
+            AbortReason::OpFailed => "op_failed",
+            AbortReason::WritesRefused => "writes_refused",
+            AbortReason::CrossPartition => "cross_partition",
+            AbortReason::TooLarge => "too_large",
+            AbortReason::Malformed => "malformed",
+        }
+    }
+
     /// Decodes a reason byte.
     pub fn from_u8(v: u8) -> Option<AbortReason> {
         Some(match v {
