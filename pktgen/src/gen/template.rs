@@ -185,13 +185,13 @@ impl Workload {
                 part_ops_k[partition_of_hash(h, *count_k) as usize] += 1;
             }
             if o.op == OpType::Put {
-                let v = super::put_version(model.as_deref());
+                let v = super::plain::put_version(model.as_deref());
                 write_value(k, v, &mut dst[usize::from(o.val_off)..][..val_len]);
             }
             *e = ExpOp {
                 key: k,
                 op: o.op,
-                expect: super::expect_of(o.op, k, sizes, model.as_deref_mut()),
+                expect: super::plain::expect_of(o.op, k, sizes, model.as_deref_mut()),
             };
         }
         Some((len, n))

@@ -3,6 +3,8 @@
 use super::*;
 use crate::qp::tests::params;
 use crate::spec::tests::spec;
+use kvload::write_value;
+use kvwire::KvOp;
 use kvwire::{
     emit_response_headers, finalize, parse_request, request_frame_len, request_payload_capacity,
     response_frame_len, ResponseWriter, DEFAULT_MTU,
