@@ -3,24 +3,44 @@
 `reproduce.sh --quick --out TMP`): every expected figure JSON and PNG exists and
 parses, carries its command, date, machine and the paper's claim, every headline
 number and every plotted value is finite and positive, latency figures carry the
-platform stall probe, peers.json has its three ratios, and README.md lists every
-figure. Usage: check.py OUT. Prints `reproduce-check: N passed, M failed`; exit 1 on
+platform stall probe, peers.json has its three ratios, README.md lists every
+figure, and every passage a claim quotes (in double quotes) is word for word in the
+papers (../shared/papers, or KVD_PAPERS; whitespace aside; skipped, and said so, where
+the papers are not on the machine). Usage: check.py OUT. Prints `reproduce-check: N passed, M failed`; exit 1 on
 any failure.
 """
 import json
 import math
 import os
+import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from readme import FIGURES  # noqa: E402
 
 LATENCY = {"fig15", "fig16", "fig17", "ycsb", "peers"}
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+PAPERS = os.environ.get("KVD_PAPERS", os.path.join(os.path.dirname(ROOT), "shared", "papers"))
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def positive(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+def papers_text():
+    """All the papers' text with whitespace removed, or None without the papers."""
+    try:
+        names = sorted(n for n in os.listdir(PAPERS) if n.endswith((".txt", ".tex")))
+    except OSError:
+        return None
+    return "".join("".join(open(os.path.join(PAPERS, n), encoding="utf-8").read().split())
+                   for n in names) or None
+
+
+def unquoted(claim, papers):
+    """The passages of `claim` in double quotes that are not in the papers."""
+    return [q for q in re.findall(r'"([^"]+)"', claim) if "".join(q.split()) not in papers]
 
 
 def reject_constant(name):
@@ -48,6 +68,9 @@ def check_figure(out, fid, path, readme):
         errs.append(f"{path}: machine {m}")
     if not fig["paper"].get("ref") or not fig["paper"].get("claim"):
         errs.append(f"{path}: paper claim missing")
+    elif PAPER_TEXT is not None:
+        for q in unquoted(fig["paper"]["claim"], PAPER_TEXT):
+            errs.append(f"{path}: quoted as the paper's but not in {PAPERS}: \"{q[:80]}\"")
     if not fig["numbers"]:
         errs.append(f"{path}: no numbers")
     errs += [f"{path}: numbers.{k} = {v!r} is not finite and positive" for k, v in fig["numbers"].items()
@@ -90,6 +113,9 @@ def check_figure(out, fid, path, readme):
     return errs
 
 
+PAPER_TEXT = papers_text()
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: check.py OUT")
@@ -99,6 +125,8 @@ def main():
     except OSError as e:
         readme = ""
         print(f"README.md: {e}")
+    if PAPER_TEXT is None:
+        print(f"SKIP paper quotes: no papers at {PAPERS} (set KVD_PAPERS)")
     passed = failed = 0
     for fid, path in FIGURES:
         errs = check_figure(out, fid, path, readme)
