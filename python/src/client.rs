@@ -13,8 +13,8 @@
 //! captures only `Send` data: the id, the operation, the result slots).
 
 use crate::convert::{self, Kind};
-use crate::vector::{self, Shape};
 use crate::errors::{self, Error as KvError};
+use crate::vector::{self, Shape};
 use kvclient::{kernel_client_config, Endpoint, KernelIo, Op, Reply, Ticket};
 use kvwire::Status;
 use pyo3::exceptions::PyRuntimeError;
@@ -423,7 +423,9 @@ impl Client {
             .detach(move || with_client(id, |c| c.incr(&key, delta)))
             .map_err(|_| KvError::new_err("the client is closed"))?
             .map_err(|e| errors::op_error(py, e))?;
-        Ok((old.wrapping_add(delta) as i64).into_pyobject(py)?.into_any())
+        Ok((old.wrapping_add(delta) as i64)
+            .into_pyobject(py)?
+            .into_any())
     }
 
     /// `cas(key, expected, new) -> int`: atomic compare-and-swap on the 8-byte

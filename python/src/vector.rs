@@ -22,9 +22,7 @@ impl Shape {
     /// From the `width=` (bytes: 1, 2, 4, 8) and `signed=` arguments.
     pub fn new(width: usize, signed: bool, what: &str) -> PyResult<Shape> {
         let width = Width::from_bytes(width).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "{what}: width is 1, 2, 4 or 8 bytes, not {width}"
-            ))
+            PyValueError::new_err(format!("{what}: width is 1, 2, 4 or 8 bytes, not {width}"))
         })?;
         Ok(Shape { width, signed })
     }
@@ -151,4 +149,3 @@ fn named(
         ))
     })
 }
-
