@@ -12,9 +12,9 @@ Exit codes:
      usage error
   3  server unreachable: no ACCEPT within the connect timeout, or a request timed out
 
-Keys and values are text, or hex with a 0x prefix (0x alone is empty). Integers are
-decimal, -decimal or 0x hex. Run without a command (or with -i) for the interactive
-mode. Needs root or CAP_NET_RAW (raw socket). The protocol has no server-statistics
+Keys and values are text, or hex with a 0x prefix (0x alone is empty; \\0x... is the
+text 0x...). Integers are decimal, -decimal or 0x hex. Run without a command (or with
+-i) for the interactive mode. Needs root or CAP_NET_RAW (raw socket). The protocol has no server-statistics
 operation: `stats` shows this client's counters; `ctlplane` shows the server's.";
 
 /// Success.

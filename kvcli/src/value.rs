@@ -16,8 +16,12 @@ fn payload_capacity() -> usize {
 /// Batch header (8 B) + a PUT's op byte, key length and value length (4 B).
 const PUT_OVERHEAD: usize = 8 + 1 + 1 + 2;
 
-/// Parses text or `0x` hex into bytes.
+/// Parses text or `0x` hex into bytes; `\0x…` is the text `0x…` (the backslash
+/// dropped), the way to store text that starts with `0x`.
 pub fn parse_bytes(s: &str) -> Result<Vec<u8>, String> {
+    if let Some(text) = s.strip_prefix('\\').filter(|t| is_hex_prefixed(t)) {
+        return Ok(text.as_bytes().to_vec());
+    }
     let Some(hex) = s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) else {
         return Ok(s.as_bytes().to_vec());
     };
@@ -37,6 +41,11 @@ pub fn parse_bytes(s: &str) -> Result<Vec<u8>, String> {
         .chunks_exact(2)
         .map(|pair| Ok(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
+}
+
+/// Whether `s` starts with `0x` or `0X` (hex input).
+fn is_hex_prefixed(s: &str) -> bool {
+    s.starts_with("0x") || s.starts_with("0X")
 }
 
 /// Parses a key and checks the protocol's length limits (1 to 255 bytes).
@@ -285,6 +294,10 @@ mod tests {
             .contains("'z' is not a hex digit"));
         assert!(parse_bytes("0xabc").unwrap_err().contains("odd number"));
         assert!(parse_bytes("0xé1").is_err());
+        // Text that starts with 0x: a backslash in front, dropped.
+        assert_eq!(parse_bytes("\\0xabc").unwrap(), b"0xabc");
+        assert_eq!(parse_bytes("\\0X").unwrap(), b"0X");
+        assert_eq!(parse_bytes("\\abc").unwrap(), b"\\abc", "only before 0x");
         assert_eq!(show(b"hi", false), ("hi".into(), "text"));
         assert_eq!(show(b"hi", true), ("0x6869".into(), "hex"));
         assert_eq!(show(&[0, 1], false), ("0x0001".into(), "hex"));

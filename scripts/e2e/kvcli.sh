@@ -107,6 +107,9 @@ check put_hex 0 "OK" put bin 0x00ff10
 check get_hex 0 "0x00ff10" get bin
 check put_hex_key 0 "OK" put 0x6b01 v1
 check get_hex_key 0 "v1" get 0x6b01
+# Text that starts with 0x: a backslash in front (dropped); printed back as hex.
+check put_0x_text 0 "OK" put hexlike '\0x12'
+check get_0x_text 0 "0x30783132" get hexlike
 check get_missing 1 "" get no-such-key
 check put_del 0 "OK" put gone x
 check del_present 0 "deleted" del gone

@@ -101,18 +101,34 @@ def finite_positive(x):
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+def spread(runs):
+    """The error bar of repeated runs: [min, max], or None for fewer than two."""
+    runs = [r for r in runs or [] if r is not None]
+    return [min(runs), max(runs)] if len(runs) > 1 else None
+
+
+def _series(s, key, values):
+    """One plotted series: (name, values) or (name, values, [spread per value])."""
+    out = {"name": s[0], key: values}
+    if len(s) > 2 and any(e is not None for e in s[2]):
+        out["errors"] = [e if e is not None else None for e in s[2]]
+    return out
+
+
 def line(title, x_label, y_label, series, x_log2=False, y_log=False, legend="upper_left"):
-    """A line panel: series = [(name, [(x, y), ...]), ...]."""
+    """A line panel: series = [(name, [(x, y), ...][, [[lo, hi] or None per point]]), ...];
+    the optional third item draws error bars (the spread of the reps)."""
     return {"kind": "line", "title": title, "x_label": x_label, "y_label": y_label,
             "x_log2": x_log2, "y_log": y_log, "legend": legend,
-            "series": [{"name": n, "points": [[x, y] for x, y in pts]} for n, pts in series]}
+            "series": [_series(s, "points", [[x, y] for x, y in s[1]]) for s in series]}
 
 
 def bars(title, y_label, categories, series, y_log=False):
-    """A grouped-bar panel: series = [(name, [value per category]), ...]."""
+    """A grouped-bar panel: series = [(name, [value per category][, [[lo, hi] or None
+    per category]]), ...]. On a log axis the values are drawn as dots, not bars."""
     return {"kind": "bar", "title": title, "y_label": y_label, "y_log": y_log,
             "categories": list(categories),
-            "series": [{"name": n, "values": list(v)} for n, v in series]}
+            "series": [_series(s, "values", list(s[1])) for s in series]}
 
 
 def write_figure(ctx, fid, fig, path=None):

@@ -10,7 +10,8 @@ OUT/README.md.
   --only IDS    comma-separated step ids (e.g. fig09,peers): run those, keep the others
   --index-only  rewrite README.md from the files on disk (OUT/paper/run.json is the
                 last run's command, duration and step times), with the paper's claims
-                of scripts/repro/paper.py (also written into each figure's `paper`)
+                of scripts/repro/paper.py (also written into each figure's `paper`),
+                and redraw every PNG from its JSON's `plot` (paper_plot)
 """
 import argparse
 import json
@@ -55,15 +56,16 @@ def main():
     ap.add_argument("--command", default=None, help="the command to record (set by reproduce.sh)")
     ap.add_argument("--index-only", action="store_true")
     a = ap.parse_args()
+    bin_dir = os.environ.get("KVD_BIN_DIR", os.path.join(common.ROOT, "target/release"))
     if a.index_only:
         readme.refresh_claims(os.path.abspath(a.out))
+        readme.redraw(os.path.abspath(a.out), os.path.join(bin_dir, "paper_plot"))
         readme.write(os.path.abspath(a.out))
         return
     only = [s for s in a.only.split(",") if s]
     unknown = [s for s in only if s not in {i for i, _, _ in STEPS}]
     if unknown:
         sys.exit(f"reproduce: unknown step(s) {unknown}; steps: {[i for i, _, _ in STEPS]}")
-    bin_dir = os.environ.get("KVD_BIN_DIR", os.path.join(common.ROOT, "target/release"))
     cmd = a.command or "scripts/reproduce.sh " + " ".join(sys.argv[1:])
     ctx = Ctx(a.quick, os.path.abspath(a.out), bin_dir, cmd)
     ctx.tmp = tempfile.mkdtemp(prefix="kvd-repro-")

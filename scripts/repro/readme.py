@@ -7,6 +7,7 @@ differs. Built from the JSON files on disk, so figures of an earlier run that a
 import glob
 import json
 import os
+import subprocess
 
 from common import stalls_summary
 from paper import claim
@@ -99,6 +100,18 @@ def refresh_claims(out):
             fig["paper"] = claim(fid)
             with open(os.path.join(out, path), "w") as f:
                 json.dump(fig, f, indent=1)
+
+
+def redraw(out, paper_plot):
+    """Redraws every figure's PNG from the `plot` object of its JSON with the
+    `paper_plot` binary (a change of the plotting code needs no new run)."""
+    for _, path in FIGURES:
+        src = os.path.join(out, path)
+        if os.path.exists(src):
+            r = subprocess.run([paper_plot, src, src[:-len(".json")] + ".png"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"{path}: paper_plot failed: {r.stdout}")
 
 
 def write(out):

@@ -8,7 +8,7 @@ import statistics
 import subprocess
 
 import benchlib  # noqa: E402  (scripts/, on the path via common)
-from common import bars, line, log, stall_probe, stalls_summary
+from common import bars, line, log, spread, stall_probe, stalls_summary
 from paper import claim
 
 STORE_MIB = 256  # configs/memif.json engine.mem_mb
@@ -120,12 +120,16 @@ def fig16_17(ctx):
                       "half_p*_calibrated_us subtract the loop-back floor (calibration_us)"}
 
     def chart(field, title, ylabel, y_log=False):
+        # Error bars: the spread of the closed-loop reps (throughput only).
+        err = lambda k: spread(res[k]["mops_runs"]) if field == "mops" else None
         if len(sizes) == 1:
-            return bars(title, ylabel, [names[(w, dn)] for w, _ in mixes for dn, _ in dists],
-                        [(f"{sizes[0]} B KVs", [res[(w, dn, sizes[0])][field] for w, _ in mixes for dn, _ in dists])],
+            ks = [(w, dn, sizes[0]) for w, _ in mixes for dn, _ in dists]
+            return bars(title, ylabel, [names[(w, dn)] for w, dn, _ in ks],
+                        [(f"{sizes[0]} B KVs", [res[k][field] for k in ks], [err(k) for k in ks])],
                         y_log=y_log)
         return line(title, "KV size (bytes)", ylabel,
-                    [(names[(w, dn)], [(kv, res[(w, dn, kv)][field]) for kv in sizes]) for w, _ in mixes for dn, _ in dists],
+                    [(names[(w, dn)], [(kv, res[(w, dn, kv)][field]) for kv in sizes],
+                      [err((w, dn, kv)) for kv in sizes]) for w, _ in mixes for dn, _ in dists],
                     x_log2=True, y_log=y_log)
 
     fig16 = {
@@ -202,7 +206,8 @@ def ycsb_all(ctx):
         "data": dict(res, e=e),
         "plot": {"title": "YCSB A-F presets (E refused: no scan operation)",
                  "panels": [bars("Throughput (closed loop)", "Mops", [w.upper() for w in ws],
-                                 [("Mops", [res[w]["mops"] for w in ws])]),
+                                 [("Mops (median; bars: min-max of the reps)", [res[w]["mops"] for w in ws],
+                                   [spread(res[w]["mops_runs"]) for w in ws])]),
                             bars("Latency (closed loop)", "us", [w.upper() for w in ws],
                                  [("p50", [res[w]["p50_us"] for w in ws]), ("p99", [res[w]["p99_us"] for w in ws])],
                                  y_log=True)]},

@@ -25,11 +25,21 @@ fn series(v: &Value, field: &str) -> Vec<Series> {
     };
     if let Some(kv) = v["kv"].as_object() {
         for (name, s) in kv {
-            add(name, s);
+            add(&workload(name), s);
         }
     }
-    add("echo (I/O limit)", &v["echo"]);
+    // Echo mode bounces frames unparsed: the server idles, the generator sets the pace.
+    add("echo (generator-bound)", &v["echo"]);
     out
+}
+
+/// A workload's name in words (`get95_zipf` → `95 % GET, Zipf 0.99`).
+fn workload(id: &str) -> String {
+    let Some((get, dist)) = id.strip_prefix("get").and_then(|r| r.split_once('_')) else {
+        return id.to_string();
+    };
+    let dist = if dist == "zipf" { "Zipf 0.99" } else { dist };
+    format!("{get} % GET, {dist}")
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -53,13 +63,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let lat = {
         let mut s = series(&v, "p99_raw_us");
         for x in s.iter_mut() {
-            x.0 = format!("{} p99", x.0);
+            x.0 = format!("{}: p99", x.0);
         }
         s.retain(|x| !x.0.starts_with("echo"));
         let mut p50 = series(&v, "p50_raw_us");
-        p50.retain(|x| x.0 == "get95_uniform");
+        p50.retain(|x| x.0 == workload("get95_uniform"));
         for x in p50.iter_mut() {
-            x.0 = format!("{} p50", x.0);
+            x.0 = format!("{}: p50", x.0);
         }
         s.extend(p50);
         s

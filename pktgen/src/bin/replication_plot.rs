@@ -43,7 +43,19 @@ fn linear(
         .x_label_area_size(35)
         .y_label_area_size(55)
         .build_cartesian_2d(xmin..xmax, 0.0..ymax)?;
-    c.configure_mesh().x_desc(xdesc).y_desc(ylabel).draw()?;
+    // Counts (replicas) get a label per integer, never 0.5.
+    let integral = xs().all(|x| x.fract() == 0.0) && xmax - xmin <= 12.0;
+    let mut mesh = c.configure_mesh();
+    mesh.x_desc(xdesc)
+        .y_desc(ylabel)
+        .x_label_formatter(&|x: &f64| chart::num(*x))
+        .y_label_formatter(&|y: &f64| chart::num(*y))
+        .bold_line_style(chart::GRID)
+        .light_line_style(chart::LIGHT_GRID);
+    if integral {
+        mesh.x_labels((xmax - xmin) as usize + 1);
+    }
+    mesh.draw()?;
     for (i, (name, pts)) in data.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
         c.draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))?
@@ -170,7 +182,7 @@ fn summary(v: &Value, path: &str) -> Result<(), Box<dyn std::error::Error>> {
     ];
     chart::panel(&bl, "PUT throughput by value size", xs, "Mops", &sw, ul())?;
     let r = [(
-        "put_async1_vs_none".to_string(),
+        "PUT Mops with 1 async replica / standalone".to_string(),
         sweep(v, "put_async1_vs_none"),
     )];
     chart::panel(&br, "PUT: 1 replica / standalone", xs, "ratio", &r, ul())?;

@@ -1,12 +1,18 @@
 //! Draws `results/tx.json` (from `scripts/bench_tx.py`) in the style of Orca's
 //! latency comparison: per set-up (one node, chains of 2 and 3) and per case, the
 //! average and p99 latency of a transaction in one request (design) and of the
-//! HyperLoop-style baseline (one round trip per op), on a log scale.
+//! HyperLoop-style baseline (one round trip per op), on a log scale: as dots, since a
+//! bar's length means nothing on a log axis.
 //!
 //! Usage: `tx_plot results/tx.json results/tx.png`
 
 use plotters::prelude::*;
 use serde_json::Value;
+
+// Only the tick labels and grid colours of the shared chart code are used here.
+#[allow(dead_code)]
+#[path = "common/chart.rs"]
+mod chart;
 
 /// (JSON key, label) of the cases, in drawing order.
 const CASES: [(&str, &str); 4] = [
@@ -15,7 +21,7 @@ const CASES: [(&str, &str); 4] = [
     ("0_1_1024", "(0,1) 1 KiB"),
     ("4_2_1024", "(4,2) 1 KiB*"),
 ];
-/// (field, label, colour) of the bars of one case.
+/// (field, label, colour) of the values of one case.
 const BARS: [(&str, &str, RGBColor); 4] = [
     ("design_avg_us", "design avg", RGBColor(31, 119, 180)),
     ("design_p99_us", "design p99", RGBColor(120, 170, 220)),
@@ -54,23 +60,23 @@ fn panel(
             }
         })
         .y_desc("latency, us (log)")
+        .y_label_formatter(&|y: &f64| chart::num(*y))
+        .bold_line_style(chart::GRID)
+        .light_line_style(chart::LIGHT_GRID)
         .draw()?;
     let w = 0.8 / BARS.len() as f64;
     for (b, (field, label, colour)) in BARS.iter().enumerate() {
-        let rects: Vec<_> = CASES
+        let dots: Vec<_> = CASES
             .iter()
             .enumerate()
             .filter_map(|(i, (k, _))| {
                 let v = setup[*k][*field].as_f64()?;
-                let x0 = i as f64 + 0.1 + b as f64 * w;
-                Some(Rectangle::new(
-                    [(x0, 0.5), (x0 + w * 0.9, v)],
-                    colour.filled(),
-                ))
+                let x = i as f64 + 0.1 + (b as f64 + 0.5) * w;
+                Some(Circle::new((x, v), 6, colour.filled()))
             })
             .collect();
         chart
-            .draw_series(rects)?
+            .draw_series(dots)?
             .label(*label)
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], colour.filled()));
     }

@@ -1,7 +1,25 @@
-//! The line chart the plot binaries share: series of (log2 x, y) points drawn as lines
-//! with markers, x labelled in powers of two.
+//! What the plot binaries share: tick labels ([`num`]), grid colours, and the line
+//! chart of (log2 x, y) series drawn as lines with markers, x labelled in powers of two.
 
 use plotters::prelude::*;
+
+/// Grid lines at the labelled key points, and the faint ones between.
+pub const GRID: RGBColor = RGBColor(215, 215, 215);
+pub const LIGHT_GRID: RGBColor = RGBColor(240, 240, 240);
+
+/// A tick label: an integer without `.0`, else at most three significant digits
+/// with trailing zeros dropped.
+pub fn num(v: f64) -> String {
+    if !v.is_finite() {
+        return String::new();
+    }
+    if (v - v.round()).abs() <= 1e-9 * v.abs().max(1.0) {
+        return format!("{}", v.round() as i64);
+    }
+    let digits = (2 - v.abs().log10().floor() as i32).clamp(0, 6) as usize;
+    let t = format!("{v:.digits$}");
+    t.trim_end_matches('0').trim_end_matches('.').to_string()
+}
 
 /// A named series of (log2 x, y) points.
 pub type Series = (String, Vec<(f64, f64)>);
@@ -38,6 +56,9 @@ pub fn panel(
         .y_desc(ylabel)
         .x_labels((xmax - xmin) as usize + 1)
         .x_label_formatter(&|x: &f64| format!("{}", 2f64.powf(x.round()) as u32))
+        .y_label_formatter(&|y: &f64| num(*y))
+        .bold_line_style(GRID)
+        .light_line_style(LIGHT_GRID)
         .draw()?;
     for (i, (name, pts)) in data.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();
