@@ -17,6 +17,10 @@ and the scripter's paths cost. Writes results/clients.json.
    on net_tap in a private network namespace (scripts/bench_kernel.sh): whole `kvcli
    get` commands (process start, CONNECT, one GET) p50/p99, and the Python binding's
    get round trip p50/p99 and batched throughput (python/bench/bench_client.py).
+3. exporter_frozen_scrape_s: `ctlplane metrics` (default --timeout-ms) scraped over
+   HTTP while its dataplane is frozen (SIGSTOP): seconds until the answer, which must
+   say kvd_up 0 (the signal to alert on), the median of --reps freezes; the docs
+   configure Prometheus with a 4 s scrape timeout.
 """
 import argparse
 import json
@@ -105,6 +109,48 @@ def kernel():
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def exporter_frozen(tmp, reps):
+    """Seconds a scrape of `ctlplane metrics` takes with the dataplane frozen, per
+    freeze, and whether every frozen scrape said kvd_up 0."""
+    import re
+    import signal
+    import urllib.request
+    dp = Dataplane(tmp, "exporter", [])
+    exp = subprocess.Popen([os.path.join(BIN, "ctlplane"), "metrics", "--listen", "127.0.0.1:0",
+                            "--file-prefix", dp.prefix], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        url = None
+        for _ in range(100):
+            m = re.search(r"serving (http://\S+)", exp.stdout.readline())
+            if m:
+                url = m.group(1)
+                break
+        if not url:
+            raise RuntimeError("ctlplane metrics did not say where it serves")
+        scrape = lambda: urllib.request.urlopen(url, timeout=30).read().decode()
+        up = lambda text: re.search(r"^kvd_up (\S+)", text, re.M).group(1)
+        assert up(scrape()) == "1", "the exporter does not see the running dataplane"
+        secs, downs = [], []
+        for _ in range(reps):
+            dp.proc.send_signal(signal.SIGSTOP)
+            try:
+                t0 = time.monotonic()
+                text = scrape()
+                secs.append(time.monotonic() - t0)
+                downs.append(up(text) == "0")
+            finally:
+                dp.proc.send_signal(signal.SIGCONT)
+            time.sleep(0.5)
+        return {"exporter_frozen_scrape_s": statistics.median(secs),
+                "exporter_frozen_scrape_runs_s": [round(x, 3) for x in secs],
+                "exporter_frozen_kvd_up_0": all(downs)}
+    finally:
+        exp.terminate()
+        exp.wait(5)
+        dp.stop()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -121,6 +167,9 @@ def main():
                                  if ln.startswith("model name")), "")},
         "reps": a.reps,
     }
+    out.update(exporter_frozen(tmp, a.reps))
+    log(f"bench clients: frozen dataplane scraped in {out['exporter_frozen_scrape_s']:.2f} s "
+        f"(kvd_up 0: {out['exporter_frozen_kvd_up_0']})")
     out.update(overhead_server(a.reps, 6))
     out.update(overhead(tmp, a.reps, a.duration))
     log(f"bench clients: sampling overhead (1 in 64) {out['sampling_overhead']:+.4f} "

@@ -122,14 +122,21 @@ impl<'m> Families<'m> {
         let key = series_key(name, labels);
         let mut cumulative = 0u64;
         let mut buckets = Vec::with_capacity(h.le_ns.len());
+        // A dashboard needs a few log-spaced buckets, not the dataplane's four per
+        // octave: only the bounds that are powers of two go out (exact: the counts
+        // are cumulative), all of them if none is. `ctlplane stats` keeps the rest.
+        let any_pow2 = h.le_ns.iter().any(|le| le.is_power_of_two());
         for (i, &c) in h.counts.iter().enumerate() {
             let c = self.mono.clamp(format!("{key}\u{0}#{i}"), c);
             cumulative = cumulative.saturating_add(c);
-            if let Some(&le) = h.le_ns.get(i) {
-                let mut b = Bucket::default();
-                b.set_upper_bound(le as f64 / 1e9);
-                b.set_cumulative_count(cumulative);
-                buckets.push(b);
+            match h.le_ns.get(i) {
+                Some(&le) if le.is_power_of_two() || !any_pow2 => {
+                    let mut b = Bucket::default();
+                    b.set_upper_bound(le as f64 / 1e9);
+                    b.set_cumulative_count(cumulative);
+                    buckets.push(b);
+                }
+                _ => {}
             }
         }
         let sum_ns = self.mono.clamp(format!("{key}\u{0}sum"), h.sum_ns);

@@ -20,7 +20,7 @@ const STATS: &str = r#"{"workers": 2, "tsc": 123456789, "tsc_hz": 2000000000,
             "ops": 8800, "gets": 4400, "get_hits": 4000, "get_misses": 400,
             "drop": {"unknown_qp": 3, "bad_icrc": 0},
             "latency": {"sample_every": 64, "sampled": 17, "sum_ns": 9000,
-                        "le_ns": [256, 304, 362, 430], "counts": [1, 3, 9, 2, 2]}},
+                        "le_ns": [256, 320, 384, 448, 512], "counts": [1, 3, 9, 2, 1, 1]}},
   "per_worker": {
     "1": {"rx_packets": 0, "tx_packets": 0, "requests": 0, "responses": 0,
           "replays": 0, "replayed_frames": 0, "naks_sent": 0, "rnr_naks_sent": 0,
@@ -32,7 +32,7 @@ const STATS: &str = r#"{"workers": 2, "tsc": 123456789, "tsc_hz": 2000000000,
           "handed_in": 0, "echoed": 0, "drops": 0,
           "drop": {"unknown_qp": 0, "bad_icrc": 0},
           "latency": {"sample_every": 64, "sampled": 0, "sum_ns": 0,
-                      "le_ns": [256, 304, 362, 430], "counts": [0, 0, 0, 0, 0]}},
+                      "le_ns": [256, 320, 384, 448, 512], "counts": [0, 0, 0, 0, 0, 0]}},
     "0": {"rx_packets": 1200, "tx_packets": 1190, "requests": 1100, "responses": 1100,
           "replays": 2, "replayed_frames": 9, "naks_sent": 1, "rnr_naks_sent": 4,
           "connects": 4, "accepts_sent": 4, "ops": 8800, "gets": 4400, "get_hits": 4000,
@@ -43,7 +43,7 @@ const STATS: &str = r#"{"workers": 2, "tsc": 123456789, "tsc_hz": 2000000000,
           "handed_in": 0, "echoed": 0, "drops": 3,
           "drop": {"unknown_qp": 3, "bad_icrc": 0},
           "latency": {"sample_every": 64, "sampled": 17, "sum_ns": 9000,
-                      "le_ns": [256, 304, 362, 430], "counts": [1, 3, 9, 2, 2]}}}}"#;
+                      "le_ns": [256, 320, 384, 448, 512], "counts": [1, 3, 9, 2, 1, 1]}}}}"#;
 
 /// A `/kvd/engine` reply of the same two workers.
 const ENGINE: &str = r#"{"workers": 2, "per_worker": {
@@ -229,7 +229,8 @@ fn histogram_is_cumulative_and_counts_the_samples() {
                 (le, *v)
             })
             .collect();
-        assert_eq!(buckets.len(), 5, "4 finite bounds and +Inf");
+        // Of the five finite bounds only the powers of two (256, 512 ns) go out.
+        assert_eq!(buckets.len(), 3, "2 finite bounds and +Inf");
         assert!(buckets
             .windows(2)
             .all(|p| p[0].0 < p[1].0 && p[0].1 <= p[1].1));
@@ -243,7 +244,7 @@ fn histogram_is_cumulative_and_counts_the_samples() {
             .as_f64()
             .unwrap();
         assert_eq!(count, sampled);
-        assert_eq!(buckets[4], (f64::INFINITY, count));
+        assert_eq!(buckets[2], (f64::INFINITY, count));
         let sum = value(
             &samples,
             "kvd_service_latency_seconds_sum",
@@ -254,10 +255,11 @@ fn histogram_is_cumulative_and_counts_the_samples() {
             .unwrap();
         assert!((sum - sum_ns / 1e9).abs() < 1e-12);
     }
-    let w0 = [("worker", "0"), ("le", "0.000000362")];
+    let w0 = [("worker", "0"), ("le", "0.000000512")];
     assert_eq!(
         value(&samples, "kvd_service_latency_seconds_bucket", &w0),
-        13.0
+        16.0,
+        "the buckets left out are counted in the next one"
     );
 }
 
@@ -281,6 +283,14 @@ fn full_scale_bounds_encode_as_seconds() {
         value(&samples, "kvd_service_latency_seconds_bucket", &w0),
         5.0
     );
+    let buckets = samples
+        .iter()
+        .filter(|(n, l, _)| n == "kvd_service_latency_seconds_bucket" && has(l, "worker", "0"))
+        .count();
+    assert_eq!(
+        buckets, 22,
+        "21 powers of two from 256 ns to 2^28 ns, and +Inf"
+    );
     let inf = [("worker", "0"), ("le", "+Inf")];
     assert_eq!(
         value(&samples, "kvd_service_latency_seconds_bucket", &inf),
@@ -303,7 +313,7 @@ fn counters_stay_monotonic_across_scrapes() {
     render(&mut mono, &stats, &engine).unwrap();
     // A racy read of a derived counter dips; the export does not.
     stats["per_worker"]["0"]["get_misses"] = json!(399);
-    stats["per_worker"]["0"]["latency"]["counts"] = json!([1, 3, 8, 2, 2]);
+    stats["per_worker"]["0"]["latency"]["counts"] = json!([1, 3, 8, 2, 1, 1]);
     let (_, samples) = parse(&render(&mut mono, &stats, &engine).unwrap());
     let w0 = [("worker", "0")];
     assert_eq!(value(&samples, "kvd_get_misses_total", &w0), 400.0);
