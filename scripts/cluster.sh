@@ -5,7 +5,7 @@
 #
 #   scripts/cluster.sh up [--replicas N] [--mode async|sync] [--min-replicas K]
 #                         [--topology star|chain] [--etcd] [--etcd-port P] [--dir DIR]
-#                         [--prefix NAME] [--no-huge]
+#                         [--prefix NAME] [--clients memif|tap] [--no-huge]
 #   scripts/cluster.sh status [--dir DIR]
 #   scripts/cluster.sh restart K [--dir DIR]   kill -9 node K (if it runs) and start it
 #                                              again (empty, or from its log file)
@@ -16,6 +16,13 @@
 # Node k's pktgen attaches with: target/release/pktgen --config DIR/nodek.json ...
 # Logs: DIR/nodek.log. Everything runs until `down`. With --etcd, etcd runs on port
 # $KVD_ETCD_PORT (default 23790) with its data in DIR/etcd, and roles are elected.
+#
+# --clients tap: each node serves kernel clients on its own net_tap interface PREFIXtK
+# with its own address, joined by a bridge PREFIXbr (created here, removed by `down`):
+#   target/release/kvcli --config DIR/node0.json --iface PREFIXbr put k v
+# reaches whichever node answers and follows the master through failovers (every
+# node's config lists them all; docs/FAILOVER.md "Clients"). The Python binding too:
+#   kvdirect.Client("PREFIXbr", config="DIR/node0.json")
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,6 +42,7 @@ min_replicas=0
 topology=star
 etcd=0
 etcd_port="${KVD_ETCD_PORT:-23790}"
+clients=memif
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -45,6 +53,7 @@ while [ $# -gt 0 ]; do
     --etcd) etcd=1; shift ;;
     --etcd-port) etcd_port=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
+    --clients) clients=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --no-huge) extra+=(--no-huge); shift ;;
     *) echo "cluster.sh: unknown option $1" >&2; exit 2 ;;
@@ -76,6 +85,34 @@ wait_role() { # node role timeout_s
   return 1
 }
 
+# The bridge of --clients tap: the kernel clients' side of every node's tap. Its MAC
+# is the clients' (the config's pktgen.mac), so the nodes' answers are delivered to the
+# host's raw sockets on it.
+bridge_up() {
+  local br=${prefix}br mac
+  mac=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["pktgen"]["mac"])' "$dir/node0.json")
+  ip link del "$br" 2>/dev/null || true
+  ip link add "$br" type bridge
+  sysctl -qw "net.ipv6.conf.$br.disable_ipv6=1" 2>/dev/null || true
+  ip link set "$br" address "$mac"
+  ip link set "$br" up
+}
+
+# attach_tap K: node K's net_tap interface (made by its dataplane) into the bridge.
+attach_tap() {
+  [ "$(cat "$dir/clients" 2>/dev/null)" = tap ] || return 0
+  local p i
+  p=$(cat "$dir/prefix" 2>/dev/null || echo "$prefix")
+  local br=${p}br tap=${p}t$1
+  for ((i = 0; i < 50; i++)); do
+    ip link show "$tap" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  sysctl -qw "net.ipv6.conf.$tap.disable_ipv6=1" 2>/dev/null || true
+  ip link set "$tap" master "$br"
+  ip link set "$tap" up
+}
+
 up() {
   if [ -f "$dir/pids" ]; then
     echo "cluster.sh: a cluster is already up in $dir (run down first)" >&2
@@ -90,10 +127,13 @@ up() {
   fi
   python3 scripts/cluster_config.py "$dir" "$replicas" --mode "$mode" \
     --min-replicas "$min_replicas" --topology "$topology" ${url:+--etcd "$url"} \
-    --prefix "$prefix" --cluster "$prefix" >/dev/null
-  # What restart needs: the dataplane flags and the etcd port.
+    --prefix "$prefix" --cluster "$prefix" --clients "$clients" >/dev/null
+  # What restart and down need: the dataplane flags, the etcd port, the clients' way in.
   printf '%s\n' "${extra[@]:-}" >"$dir/extra_flags"
   echo "$etcd_port" >"$dir/etcd_port"
+  echo "$clients" >"$dir/clients"
+  echo "$prefix" >"$dir/prefix"
+  if [ "$clients" = tap ]; then bridge_up; fi
   : >"$dir/pids"
   local k
   # One after the other: a node is the memif server of its links to later nodes, and a
@@ -102,6 +142,7 @@ up() {
     "$DP" --config "$dir/node$k.json" "${extra[@]}" >"$dir/node$k.log" 2>&1 &
     echo "node$k $!" >>"$dir/pids"
     wait_ready "$dir/node$k.log" 30
+    attach_tap "$k"
   done
   if [ "$etcd" -eq 1 ]; then
     # The cluster's first election waits for every node; node0, the configured
@@ -109,6 +150,9 @@ up() {
     wait_role 0 master 15
   fi
   echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas"
+  if [ "$clients" = tap ]; then
+    echo "kernel clients: --config $dir/node0.json --iface ${prefix}br"
+  fi
 }
 
 status() {
@@ -141,6 +185,7 @@ restart() {
   echo "node$k $pid" >>"$dir/pids.new"
   mv "$dir/pids.new" "$dir/pids"
   wait_ready_since "$dir/node$k.log" 30
+  attach_tap "$k"
   echo "node$k restarted (pid $pid)"
 }
 
@@ -166,6 +211,9 @@ down() {
       kill -9 "$pid" 2>/dev/null || true
     done <"$dir/pids"
     rm -f "$dir/pids"
+  fi
+  if [ "$(cat "$dir/clients" 2>/dev/null)" = tap ]; then
+    ip link del "$(cat "$dir/prefix")br" 2>/dev/null || true
   fi
   [ -f "$dir/etcd_port" ] && etcd_port=$(cat "$dir/etcd_port")
   [ -x scripts/etcd.sh ] && [ -d "$dir/etcd" ] && scripts/etcd.sh stop --port "$etcd_port" --dir "$dir/etcd" >/dev/null 2>&1 || true

@@ -12,8 +12,17 @@ Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
        [--topology star|chain]
        [--log-fsync always|everysec|no]  (every node but a fixed master logs the
                                           stream it applies to DIR/nodeK.aof)
+       [--clients memif|tap]
 Also writes DIR/follow.json: a pktgen attached to every node's client port, for
 `pktgen --follow-ports net_memif20,net_memif21,...` (follows the master).
+
+--clients tap (for kvcli, the Python binding and other kernel clients): node k serves
+a net_tap interface PREFIXtK instead of a memif client port, with its own MAC and IP
+(02:00:00:00:20:kk, 10.78.0.k+1), and every config lists all of them in
+`replication.client_nodes`, so a client reading any node's config reaches whichever
+node answers and follows NOT_MASTER hints to the master. scripts/cluster.sh joins the
+taps with a bridge PREFIXbr whose MAC is the config's client MAC (`pktgen.mac`): a
+kernel client uses `--iface PREFIXbr`. No follow.json then (pktgen needs memif).
 """
 import argparse
 import copy
@@ -38,6 +47,10 @@ def node_config(base, d, k, n, args):
     memif = "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=11"
     dp["vdevs"] = [memif.format("server", sock)]
     pg["vdevs"] = [memif.format("client", sock)]
+    if args.clients == "tap":
+        dp["vdevs"] = [f"net_tap0,iface={tap_name(args.prefix, k)}"]
+        dp["port"] = "net_tap0"
+        dp["mac"], dp["ip"] = client_addr(k)["mac"], client_addr(k)["ip"]
     c["engine"]["mem_mb"] = 128
     vdevs = []
     for peer in range(n):
@@ -85,8 +98,24 @@ def node_config(base, d, k, n, args):
             # later ones for a quorum of data holders (docs/FAILOVER.md).
             "nodes": n,
         }
+    if args.clients == "tap":
+        repl["client_nodes"] = [client_addr(j) for j in range(n)]
     c["replication"] = repl
     return c
+
+
+def client_addr(k):
+    """Node k's client-facing address with --clients tap."""
+    return {"mac": f"02:00:00:00:20:{k:02x}", "ip": f"10.78.0.{k + 1}"}
+
+
+def tap_name(prefix, k):
+    """Node k's net_tap interface with --clients tap (scripts/cluster.sh bridges them)."""
+    name = f"{prefix}t{k}"
+    if len(name) > 15:
+        raise SystemExit(f"cluster_config.py: interface name {name!r} is over 15 characters: "
+                         "use a shorter --prefix")
+    return name
 
 
 def main():
@@ -115,6 +144,9 @@ def main():
                          "the replication lcore on 2 CPUs)")
     ap.add_argument("--mtu", type=int, default=1500,
                     help="server.mtu of every node (up to 9000: jumbo frames)")
+    ap.add_argument("--clients", default="memif", choices=["memif", "tap"],
+                    help="tap: each node serves kernel clients on its own net_tap interface "
+                         "and address, listed in replication.client_nodes")
     args = ap.parse_args()
     with open(args.base) as f:
         base = json.load(f)
@@ -125,6 +157,8 @@ def main():
         with open(path, "w") as f:
             json.dump(node_config(base, args.dir, k, n, args), f, indent=2)
         print(path)
+    if args.clients == "tap":
+        return
     # A pktgen that follows the master: node0's config with a client port on every
     # node's client socket (`pktgen --config DIR/follow.json --follow-ports
     # net_memif20,net_memif21,...`; no node's own pktgen may run at the same time).

@@ -91,8 +91,9 @@ pub struct ConnArgs {
     /// Server partitions (its worker lcores); default: from the config, or 1.
     #[arg(long, global = true, value_name = "P")]
     pub partitions: Option<String>,
-    /// Another node of a replicated cluster (MAC,IP; repeatable): tried in turn when
-    /// the server does not answer. Writes refused NOT_MASTER go to the master the
+    /// Another node of a replicated cluster (MAC,IP; repeatable), besides the
+    /// config's `replication.client_nodes`: tried in turn when the server does not
+    /// answer. Writes refused NOT_MASTER go to the master the
     /// answer names, whatever this says.
     #[arg(long, global = true, value_name = "MAC,IP")]
     pub node: Vec<String>,

@@ -74,6 +74,7 @@ pub fn endpoint(a: &ConnArgs) -> Result<Endpoint, String> {
             partitions: 1,
             qps: qpns.iter().copied().zip(rkeys.iter().copied()).collect(),
             credentials: None,
+            nodes: Vec::new(),
         }
     } else {
         let mut ep = Endpoint::from_config(&a.config, &a.iface).map_err(|e| e.to_string())?;
@@ -171,28 +172,18 @@ fn dataplane_tap(config: &std::path::Path) -> Option<String> {
     })
 }
 
-/// Builds the endpoint and connects — to the server, else to each `--node` in turn;
-/// on failure, the exit code and message (of the server's attempt).
+/// Builds the endpoint and connects — to the server, else to each node of the
+/// config's cluster and each `--node` in turn; on failure, the exit code and message
+/// (of the server's attempt).
 pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
-    let ep = endpoint(a).map_err(|e| (EXIT_ERROR, e))?;
+    let mut ep = endpoint(a).map_err(|e| (EXIT_ERROR, e))?;
     let cfg = client_config(a).map_err(|e| (EXIT_ERROR, e))?;
-    let nodes = nodes(a).map_err(|e| (EXIT_ERROR, e))?;
-    let server = (ep.server_mac, ep.server_ip);
-    let mut all = vec![server];
-    all.extend(nodes.iter().copied().filter(|&n| n != server));
-    let first = match ep.connect(cfg) {
-        Err(e @ EndpointError::Unreachable(_)) if all.len() > 1 => all[1..]
-            .iter()
-            .find_map(|&(mac, ip)| {
-                let mut other = ep.clone();
-                other.server_mac = mac;
-                other.server_ip = ip;
-                other.connect(cfg).ok()
-            })
-            .ok_or(e),
-        r => r,
-    };
-    let mut c = first.map_err(|e| {
+    for n in nodes(a).map_err(|e| (EXIT_ERROR, e))? {
+        if !ep.nodes.contains(&n) {
+            ep.nodes.push(n);
+        }
+    }
+    let c = ep.connect(cfg).map_err(|e| {
         if let EndpointError::Kernel(kvclient::kernel::KernelError::NoSuchInterface {
             name, ..
         }) = &e
@@ -228,7 +219,6 @@ pub fn connect(a: &ConnArgs) -> Result<Kv, (i32, String)> {
         };
         (code, msg)
     })?;
-    c.set_nodes(&all);
     Ok(c)
 }
 

@@ -143,6 +143,7 @@ impl Overrides<'_, '_> {
             partitions: 1,
             qps: Vec::new(),
             credentials: None,
+            nodes: Vec::new(),
         };
         self.apply(&mut ep)?;
         Ok(ep)

@@ -476,6 +476,9 @@ impl<I: PacketIo> Client<I> {
                     self.requeued[qp] = 0;
                 }
             }
+        } else if self.follow.holding(now) {
+            // The cluster named no master yet: ask again after the pause.
+            return;
         } else if lost {
             // No other node to go to: resume where we are.
             for qp in 0..self.queues.len() {
@@ -601,7 +604,7 @@ impl<I: PacketIo> Client<I> {
                     b.answered = first + j + 1;
                     if r.status == Status::NotMaster
                         && !abandoned.contains(&tk)
-                        && follow.on_not_master(r.value) == Verdict::Requeue
+                        && follow.on_not_master(r.value, now) == Verdict::Requeue
                     {
                         // Refused, nothing changed: it goes to the master, in order.
                         let op = b.ops[first + j].clone();

@@ -36,6 +36,10 @@ pub struct Endpoint {
     pub qps: Vec<(u32, u32)>,
     /// The tenant this client opens its QPs for (`None`: no tenant).
     pub credentials: Option<crate::Credentials>,
+    /// The other nodes of a replicated cluster (client-facing MAC, IPv4): connect to
+    /// the first that answers when the server does not, and follow the master among
+    /// them (docs/FAILOVER.md "Clients"). Empty: one server.
+    pub nodes: Vec<crate::follow::NodeAddr>,
 }
 
 /// Why an [`Endpoint`] could not be built or connected.
@@ -91,9 +95,16 @@ impl Endpoint {
             .map_err(|e| EndpointError::Config(format!("{}: {e}", path.display())))
     }
 
-    /// [`Endpoint::from_config`] of an already loaded config.
+    /// [`Endpoint::from_config`] of an already loaded config; `nodes` = the
+    /// config's `replication.client_nodes`.
     pub fn from_kvconf(cfg: &kvconf::Config, iface: &str) -> Result<Endpoint, String> {
         let mac = |who: &str, s: &str| kvconf::parse_mac(s).map_err(|e| format!("{who}.mac: {e}"));
+        let nodes = cfg
+            .replication
+            .client_nodes
+            .iter()
+            .map(|n| Ok((mac("replication.client_nodes[]", &n.mac)?, n.ip)))
+            .collect::<Result<Vec<_>, String>>()?;
         // A replicated node keeps its last lcore for replication: not a partition.
         let partitions = lcore_count(&cfg.dataplane.lcores)
             .map_err(|e| format!("dataplane.lcores {:?}: {e}", cfg.dataplane.lcores))?
@@ -109,6 +120,7 @@ impl Endpoint {
             partitions,
             qps: cfg.clients.iter().map(|c| (c.qpn, c.rkey)).collect(),
             credentials: None,
+            nodes,
         })
     }
 
@@ -153,9 +165,36 @@ impl Endpoint {
 
     /// Opens the socket and connects every QP — has the server open one per
     /// partition when [`Endpoint::qps`] is empty — (blocking, up to
-    /// `cfg.connect_timeout_ns`). `cfg.partitions` is replaced by
-    /// [`Endpoint::partitions`].
+    /// `cfg.connect_timeout_ns` per node). When the server does not answer, each of
+    /// [`Endpoint::nodes`] is tried in turn; the client then follows the master among
+    /// the server and the nodes. `cfg.partitions` is replaced by
+    /// [`Endpoint::partitions`]. The error is the server's.
     pub fn connect(&self, cfg: ClientConfig) -> Result<Client<KernelIo>, EndpointError> {
+        let server = (self.server_mac, self.server_ip);
+        let mut all = vec![server];
+        all.extend(self.nodes.iter().copied().filter(|&n| n != server));
+        let mut c = match self.connect_one(cfg) {
+            Err(e @ EndpointError::Unreachable(_)) if all.len() > 1 => all[1..]
+                .iter()
+                .find_map(|&(mac, ip)| {
+                    let other = Endpoint {
+                        server_mac: mac,
+                        server_ip: ip,
+                        ..self.clone()
+                    };
+                    other.connect_one(cfg).ok()
+                })
+                .ok_or(e)?,
+            r => r?,
+        };
+        if all.len() > 1 {
+            c.set_nodes(&all);
+        }
+        Ok(c)
+    }
+
+    /// [`Endpoint::connect`] to the server alone.
+    fn connect_one(&self, cfg: ClientConfig) -> Result<Client<KernelIo>, EndpointError> {
         self.validate()?;
         let io = KernelIo::open(&self.iface)?;
         let cfg = ClientConfig {
@@ -328,6 +367,32 @@ mod tests {
         cfg.dataplane.lcores = "x".into();
         let msg = Endpoint::from_kvconf(&cfg, "x").unwrap_err();
         assert!(msg.contains("dataplane.lcores"), "{msg}");
+    }
+
+    #[test]
+    fn cluster_nodes_come_from_the_config() {
+        let text = std::fs::read_to_string(configs().join("tap.json")).unwrap();
+        let mut cfg = kvconf::Config::parse(&text).unwrap();
+        assert!(Endpoint::from_kvconf(&cfg, "x").unwrap().nodes.is_empty());
+        let addr = |mac: &str, ip: [u8; 4]| kvconf::replication::LinkAddr {
+            mac: mac.into(),
+            ip: ip.into(),
+        };
+        cfg.replication.client_nodes = vec![
+            addr("02:00:00:00:20:00", [10, 78, 0, 1]),
+            addr("02:00:00:00:20:01", [10, 78, 0, 2]),
+        ];
+        let e = Endpoint::from_kvconf(&cfg, "x").unwrap();
+        assert_eq!(
+            e.nodes,
+            vec![
+                ([2, 0, 0, 0, 0x20, 0], Ipv4Addr::new(10, 78, 0, 1)),
+                ([2, 0, 0, 0, 0x20, 1], Ipv4Addr::new(10, 78, 0, 2)),
+            ]
+        );
+        cfg.replication.client_nodes[1].mac = "zz".into();
+        let msg = Endpoint::from_kvconf(&cfg, "x").unwrap_err();
+        assert!(msg.contains("client_nodes"), "{msg}");
     }
 
     #[test]

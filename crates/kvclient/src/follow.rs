@@ -19,12 +19,23 @@
 //! runs them if nothing of them arrived — never twice. A node that cannot continue
 //! the connection starts a new one, and the requests fail (`ConnectionLost`: outcome
 //! unknown) without being resent, since a write may have been applied.
+//!
+//! With candidate nodes, a refusal that names **no** master (the cluster is electing
+//! one) is not reported either: nothing was written, so the client holds the operation
+//! and asks again after a pause ([`HOLD_MIN_NS`] doubling to [`HOLD_MAX_NS`]) until a
+//! node names the master or the operation's own deadline passes. Without candidates
+//! (one server) the refusal is reported at once.
 
 use kvwire::{MacAddr, MasterHint};
 use std::net::Ipv4Addr;
 
 /// A node's client-facing address.
 pub type NodeAddr = (MacAddr, Ipv4Addr);
+
+/// First pause before asking again when the cluster named no master.
+pub const HOLD_MIN_NS: u64 = 10_000_000;
+/// Longest such pause.
+pub const HOLD_MAX_NS: u64 = 200_000_000;
 
 /// What to do with an operation answered `NOT_MASTER`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,6 +60,12 @@ pub struct Follower {
     nodes: Vec<NodeAddr>,
     /// Redirects done.
     pub redirects: u64,
+    /// Nothing is sent before this time (the cluster named no master).
+    hold_until: u64,
+    /// The next pause.
+    hold_ns: u64,
+    /// Pauses taken.
+    pub holds: u64,
 }
 
 impl Follower {
@@ -62,6 +79,9 @@ impl Follower {
             pending: None,
             nodes: Vec::new(),
             redirects: 0,
+            hold_until: 0,
+            hold_ns: HOLD_MIN_NS,
+            holds: 0,
         }
     }
 
@@ -80,8 +100,14 @@ impl Follower {
         self.pending.is_some()
     }
 
-    /// An operation was answered `NOT_MASTER` with `value` (the hint, or empty).
-    pub fn on_not_master(&mut self, value: &[u8]) -> Verdict {
+    /// True while sends wait for the cluster to elect a master.
+    pub fn holding(&self, now_ns: u64) -> bool {
+        now_ns < self.hold_until
+    }
+
+    /// An operation was answered `NOT_MASTER` with `value` (the hint, or empty) at
+    /// `now_ns`.
+    pub fn on_not_master(&mut self, value: &[u8], now_ns: u64) -> Verdict {
         if !self.enabled {
             return Verdict::Report;
         }
@@ -89,7 +115,16 @@ impl Follower {
             return Verdict::Requeue;
         }
         let Some(h) = MasterHint::decode(value) else {
-            return Verdict::Report;
+            if self.nodes.is_empty() {
+                return Verdict::Report;
+            }
+            // No master yet: ask again after a pause (one per burst of refusals).
+            if !self.holding(now_ns) {
+                self.hold_until = now_ns + self.hold_ns;
+                self.hold_ns = (self.hold_ns * 2).min(HOLD_MAX_NS);
+                self.holds += 1;
+            }
+            return Verdict::Requeue;
         };
         if h.epoch < self.epoch {
             return Verdict::Report;
@@ -122,6 +157,8 @@ impl Follower {
         let to = self.pending.take()?;
         self.current = Some(to);
         self.redirects += 1;
+        self.hold_until = 0;
+        self.hold_ns = HOLD_MIN_NS;
         Some(to)
     }
 }
@@ -147,20 +184,55 @@ mod tests {
     #[test]
     fn follows_newer_hints_only() {
         let mut f = Follower::new(true, Some(node(1)));
-        assert_eq!(f.on_not_master(&[]), Verdict::Report);
-        assert_eq!(f.on_not_master(&hint(3, 1)), Verdict::Report, "names us");
-        assert_eq!(f.on_not_master(&hint(3, 2)), Verdict::Requeue);
+        assert_eq!(f.on_not_master(&[], 0), Verdict::Report);
+        assert_eq!(f.on_not_master(&hint(3, 1), 0), Verdict::Report, "names us");
+        assert_eq!(f.on_not_master(&hint(3, 2), 0), Verdict::Requeue);
         assert!(f.moving());
         // Everything refused meanwhile goes along.
-        assert_eq!(f.on_not_master(&[]), Verdict::Requeue);
+        assert_eq!(f.on_not_master(&[], 0), Verdict::Requeue);
         assert_eq!(f.take_move(), Some(node(2)));
         assert_eq!(f.take_move(), None);
-        assert_eq!(f.on_not_master(&hint(2, 3)), Verdict::Report, "older epoch");
-        assert_eq!(f.on_not_master(&hint(4, 3)), Verdict::Requeue);
+        assert_eq!(
+            f.on_not_master(&hint(2, 3), 0),
+            Verdict::Report,
+            "older epoch"
+        );
+        assert_eq!(f.on_not_master(&hint(4, 3), 0), Verdict::Requeue);
         assert_eq!(f.take_move(), Some(node(3)));
         assert_eq!(f.redirects, 2);
         let mut off = Follower::new(false, Some(node(1)));
-        assert_eq!(off.on_not_master(&hint(9, 2)), Verdict::Report);
+        assert_eq!(off.on_not_master(&hint(9, 2), 0), Verdict::Report);
+    }
+
+    #[test]
+    fn no_master_named_holds_only_with_candidates() {
+        let ms = 1_000_000;
+        let mut one = Follower::new(true, Some(node(1)));
+        assert_eq!(one.on_not_master(&[], 0), Verdict::Report, "one server");
+        let mut f = Follower::new(true, Some(node(1)));
+        f.set_nodes(&[node(1), node(2)]);
+        assert_eq!(f.on_not_master(&[], 0), Verdict::Requeue);
+        assert!(f.holding(HOLD_MIN_NS - 1) && !f.holding(HOLD_MIN_NS));
+        // More refusals of the same burst do not stretch the pause...
+        assert_eq!(f.on_not_master(&[], ms), Verdict::Requeue);
+        assert!(!f.holding(HOLD_MIN_NS));
+        // ...the next burst's pause is twice as long, up to the cap.
+        let t = HOLD_MIN_NS;
+        f.on_not_master(&[], t);
+        assert!(f.holding(t + 2 * HOLD_MIN_NS - 1) && !f.holding(t + 2 * HOLD_MIN_NS));
+        for i in 0..20 {
+            f.on_not_master(&[], i * HOLD_MAX_NS * 4);
+        }
+        let t = 100 * HOLD_MAX_NS;
+        f.on_not_master(&[], t);
+        assert!(!f.holding(t + HOLD_MAX_NS), "capped");
+        assert_eq!(f.holds, 22);
+        // A master named: move there, and the pauses start small again.
+        assert_eq!(f.on_not_master(&hint(5, 2), t), Verdict::Requeue);
+        assert_eq!(f.take_move(), Some(node(2)));
+        assert!(!f.holding(t));
+        f.on_not_master(&[], t);
+        assert!(!f.holding(t + HOLD_MIN_NS));
     }
 
     #[test]

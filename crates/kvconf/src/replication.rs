@@ -171,6 +171,12 @@ pub struct ReplicationSection {
     /// Membership and leader election (optional: without it roles are fixed).
     #[serde(default)]
     pub etcd: Option<EtcdSection>,
+    /// The client-facing address (the `dataplane` MAC/IP) of every node of the
+    /// cluster, this one included. Not read by the dataplane: a client reading this
+    /// config tries them in turn when the node it uses stops answering
+    /// (docs/FAILOVER.md "Clients"); a `NOT_MASTER` hint names one of them.
+    #[serde(default)]
+    pub client_nodes: Vec<LinkAddr>,
 }
 
 impl Default for ReplicationSection {
@@ -193,6 +199,7 @@ impl Default for ReplicationSection {
             log_file: None,
             fsync: FsyncPolicy::Everysec,
             etcd: None,
+            client_nodes: Vec::new(),
         }
     }
 }
