@@ -27,6 +27,9 @@ cargo test --workspace --release
 echo "== cargo test -p kvengine --features accounting"
 cargo test -p kvengine --release --features accounting
 
+echo "== scripts/tests (pytest: the nemesis's history checker)"
+python3 -m pytest -q scripts/tests
+
 if [ "$quick" -eq 0 ]; then
   echo "== end-to-end"
   scripts/e2e/run.sh
