@@ -118,6 +118,8 @@ class Cluster:
         self.dir = os.path.join(tmp, tag)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.huge = huge
+        # Extra dataplane flags of every node.
+        self.flags = []
         self.n = 1 + replicas
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.dir,
                         str(replicas), "--prefix", PREFIX, "--probe-ms", str(probe_ms),
@@ -151,7 +153,7 @@ class Cluster:
 
     def start(self, k):
         logf = os.path.join(self.dir, f"node{k}.log")
-        cmd = [DP, "--config", self.cfg(k), "--stats-json", self.stats_path(k)]
+        cmd = [DP, "--config", self.cfg(k), "--stats-json", self.stats_path(k)] + self.flags
         if not self.huge:
             cmd.append("--no-huge")
         self.procs[k] = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)

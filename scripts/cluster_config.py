@@ -44,6 +44,8 @@ def node_config(base, d, k, n, args):
     # Jumbo frames take 9 KiB mbufs: half as many keep the pool within the 96 MB.
     dp["mbufs"] = pg["mbufs"] = 8191 if args.mtu <= 1500 else 4095
     c["server"]["mtu"] = args.mtu
+    if args.idle:
+        c["server"]["idle"] = args.idle
     memif = "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=11"
     dp["vdevs"] = [memif.format("server", sock)]
     pg["vdevs"] = [memif.format("client", sock)]
@@ -144,6 +146,9 @@ def main():
                          "the replication lcore on 2 CPUs)")
     ap.add_argument("--mtu", type=int, default=1500,
                     help="server.mtu of every node (up to 9000: jumbo frames)")
+    ap.add_argument("--idle", default="", choices=["", "poll", "yield", "adaptive"],
+                    help="server.idle of every node (docs/OPERATIONS.md 'Idle lcores'); "
+                         "default: the base config's")
     ap.add_argument("--clients", default="memif", choices=["memif", "tap"],
                     help="tap: each node serves kernel clients on its own net_tap interface "
                          "and address, listed in replication.client_nodes")

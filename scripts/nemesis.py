@@ -118,7 +118,8 @@ class Schedule:
                         "--prefix", PREFIX, "--etcd", self.etcd.url, "--cluster", f"nem{self.seed}",
                         "--lease-ms", str(LEASE_MS), "--mode", self.mode, "--min-replicas", "1",
                         "--topology", self.topology, "--probe-ms", "50", "--waiting-ms", "200",
-                        "--backlog-mb", "64"] + (["--clients", "tap"] if self.hist else []),
+                        "--backlog-mb", "64"] + (["--clients", "tap"] if self.hist else [])
+                       + (["--idle", self.a.idle] if self.a.idle else []),
                        check=True, stdout=subprocess.DEVNULL)
         if self.hist:
             self.hist.bridge_up()
@@ -410,6 +411,9 @@ class Schedule:
         for f in self.faults:
             self.fault(f)
             time.sleep(self.rng.uniform(0.5, 1.5))
+        if not self.faults:
+            # The no-fault soak: the load alone, for --soak-minutes.
+            time.sleep(self.a.soak_minutes * 60)
         m = self.heal()
         self.note("healed", master=m.k)
         time.sleep(1)  # the clients find the master and work on the healed cluster
@@ -443,8 +447,20 @@ class Schedule:
             "unavailable_ms": round(sum(b[0] - a[0] for a, b in zip(sm, sm[1:]) if a[1] is None) * 1000),
             "final_master": m.k,
             "operations": h["operations"],
+            # Masters elected after the first: with no fault injected, each is a
+            # failover the load alone caused (leases lapsing on a starved host).
+            "elections_after_first": self.elections() - 1,
         })
         return res
+
+    def elections(self):
+        """How many times a node became master (each node logs BecameMaster)."""
+        n = 0
+        for k in range(3):
+            p = os.path.join(self.d, f"node{k}.log")
+            if os.path.exists(p):
+                n += open(p, errors="replace").read().count("BecameMaster { epoch:")
+        return n
 
     def dump_status(self):
         """Every answering node's /kvd/replication beside its log (statusK.json): what
@@ -594,6 +610,8 @@ def summary(runs, t0, planned):
         **{f: sum(r.get(f) or 0 for r in runs if r.get("mode") == "sync")
            for f in ["stale_reads", "duplicate_incr_results", "non_monotonic_incr"]},
         "wrong_bank_totals": total["wrong_bank_totals"],
+        # Runs with no fault injected (--soak-minutes): masters the load alone changed.
+        "spontaneous_failovers": sum(r.get("elections_after_first") or 0 for r in runs if not r["faults"]),
         # Schedules whose faults took every copy (no member held data at the end).
         "beyond_tolerance": [r["seed"] for r in runs if "beyond_tolerance" in r],
         "failover_ms_p50": statistics.median(fo) if fo else None,
@@ -624,9 +642,16 @@ def main():
                     help="pktgen's acknowledged PUTs and fetch-adds, recorded per-operation "
                          "histories of kernel clients, or a seeded choice per schedule")
     ap.add_argument("--no-huge", dest="huge", action="store_false")
+    ap.add_argument("--idle", default="", choices=["", "poll", "yield", "adaptive"],
+                    help="server.idle of the nodes (default: configs/memif.json's)")
+    ap.add_argument("--soak-minutes", type=float, default=0,
+                    help="instead of fault schedules: one history run with no fault for this "
+                         "long; reports spontaneous_failovers (issue 29, hole 3)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    if a.quick:
+    if a.soak_minutes:
+        todo = [(a.seed or 900, "star", "sync", [], "history")]
+    elif a.quick:
         todo = QUICK
     elif a.seed is not None:
         named = {s[0]: s for s in QUICK}

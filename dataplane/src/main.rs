@@ -64,6 +64,10 @@ struct Args {
     /// docs/OPERATIONS.md "Idle lcores").
     #[arg(long, value_parser = parse_idle)]
     idle: Option<kvconf::IdleMode>,
+    /// With `adaptive`: sleep timed only, without the doorbells between the workers
+    /// and the replication lcore (the A/B baseline of `scripts/bench_idle.py`).
+    #[arg(long)]
+    no_doorbells: bool,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
     #[arg(long)]
     pdump: bool,
@@ -251,10 +255,10 @@ fn start_replication(
         run.cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
     }
     let pool = pool.clone();
-    let (links, logic, status) = (r.links, r.logic, r.status.clone());
+    let (links, logic, status, bell) = (r.links, r.logic, r.status.clone(), r.bell);
     run.handle = Some(dpdk::lcore::launch_on(r.lcore, move || {
         let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
-        replicator::run(rep, &QUIT, deadline, idle)
+        replicator::run(rep, &QUIT, deadline, idle, bell)
     })?);
     Ok(run)
 }
@@ -329,7 +333,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut stores = spec.stores(nw)?;
     let rings = startup::handoff_rings(nw, port.socket_id())?;
     startup::print_banner(&plan, &args, &port, nw, ooo, &registry);
-    let mut repl = replication::setup(cfg, plan.role, repl_lcore, &mut stores, &pool)?;
+    let sleeps = !args.no_doorbells
+        && matches!(
+            startup::idle_policy(&plan, &args),
+            dpdk::IdlePolicy::Sleep { .. }
+        );
+    let mut repl = replication::setup(cfg, plan.role, repl_lcore, &mut stores, &pool, sleeps)?;
     if let Some(r) = &repl {
         let (role, lcore, links) = (plan.role, r.lcore.0, r.links.len());
         println!("dataplane: replication {role:?} on lcore {lcore}, {links} link(s)");

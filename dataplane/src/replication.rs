@@ -54,6 +54,9 @@ pub struct Replication {
     /// A replica's log file writer: stop it (`stop`) and join it after the
     /// replication lcore stopped, so the file ends synced.
     pub log_writer: Option<LogWriter>,
+    /// What the replication lcore sleeps on when idle (`server.idle: adaptive`),
+    /// rung by the workers' log rings.
+    pub bell: Option<Arc<dpdk::Doorbell>>,
 }
 
 /// The EAL lcore the replication lcore runs on: the last one (so the workers keep the
@@ -78,6 +81,7 @@ pub fn setup(
     lcore: Option<LcoreId>,
     stores: &mut [Store],
     pool: &Mempool,
+    sleeps: bool,
 ) -> Result<Option<Replication>, Box<dyn std::error::Error>> {
     let Some(lcore) = lcore else { return Ok(None) };
     let r = &cfg.replication;
@@ -103,6 +107,12 @@ pub fn setup(
         lost: Arc::new(AtomicU64::new(0)),
         apply: Vec::new(),
         log,
+        // Idle lcores sleep (`server.idle: adaptive`): their producers wake them.
+        bell: if sleeps {
+            Some(dpdk::Doorbell::new()?)
+        } else {
+            None
+        },
     };
     let (logic, cluster): (Box<dyn ReplLogic + Send>, _) = match &r.etcd {
         Some(etcd) => {
@@ -115,6 +125,15 @@ pub fn setup(
         },
     };
     register_telemetry(&status, cluster.as_ref().map(|(_, v)| v.clone()))?;
+    let bells = parts
+        .bell
+        .iter()
+        .map(|b| ("replication".to_string(), b.clone()));
+    let worker_bells = stores
+        .iter()
+        .enumerate()
+        .filter_map(|(k, s)| s.bell.as_ref().map(|b| (format!("worker{k}"), b.clone())));
+    let _ = status.bells.set(bells.chain(worker_bells).collect());
     Ok(Some(Replication {
         lcore,
         links,
@@ -125,6 +144,7 @@ pub fn setup(
         cluster,
         ports,
         log_writer,
+        bell: parts.bell,
     }))
 }
 
@@ -220,6 +240,9 @@ struct LogicParts {
     /// Replica workers' apply counters (filled by `replica_rings`).
     apply: Vec<Arc<ApplyStats>>,
     log: Option<LogStart>,
+    /// The replication lcore's doorbell (idle lcores sleep): the workers' log rings
+    /// ring it, and each replica worker gets its own, rung by its apply ring.
+    bell: Option<Arc<dpdk::Doorbell>>,
 }
 
 /// An etcd-managed node: its role decided by etcd. Every worker keeps both a log
@@ -237,8 +260,8 @@ fn cluster_logic(
     for s in stores.iter_mut() {
         s.server.set_completion_records(etcd.completion_records);
     }
-    let (logs, scans) = master_rings(stores, &p.lost, r.mode);
-    let (rings, consumed) = replica_rings(stores, &mut p.apply);
+    let (logs, scans) = master_rings(stores, &p.lost, r.mode, &p.bell);
+    let (rings, consumed) = replica_rings(stores, &mut p.apply, p.bell.is_some())?;
     let addr = kvcluster::NodeAddr {
         mac: kvconf::parse_mac(&cfg.dataplane.mac)?,
         ip: cfg.dataplane.ip,
@@ -313,7 +336,7 @@ fn fixed_logic(
                 keep_foreign: empty,
                 ..p.mc.clone()
             };
-            let (logs, scans) = master_rings(stores, &p.lost, r.mode);
+            let (logs, scans) = master_rings(stores, &p.lost, r.mode, &p.bell);
             let node = MasterNode::new(
                 mc,
                 p.links,
@@ -326,7 +349,7 @@ fn fixed_logic(
             Ok(Some(Box::new(node)))
         }
         ReplRole::Replica => {
-            let (rings, consumed) = replica_rings(stores, &mut p.apply);
+            let (rings, consumed) = replica_rings(stores, &mut p.apply, p.bell.is_some())?;
             let mut node = ReplicaNode::new(
                 p.rc.clone(),
                 p.links,
@@ -357,7 +380,7 @@ fn fixed_relay(
     stores: &mut [Store],
     p: &LogicParts,
 ) -> Result<MasterNode, Box<dyn std::error::Error>> {
-    let (logs, scans) = master_rings(stores, &p.lost, ReplMode::Async);
+    let (logs, scans) = master_rings(stores, &p.lost, ReplMode::Async, &p.bell);
     for s in &scans {
         s.paused.store(true, std::sync::atomic::Ordering::Release);
     }
@@ -568,15 +591,24 @@ fn replica_config(
     })
 }
 
-/// Gives every worker a log ring into the replication lcore (a master's tap).
+/// The waker of a ring whose consumer sleeps on `bell`.
+fn waker(bell: &Option<Arc<dpdk::Doorbell>>) -> Option<kvrepl::log::Waker> {
+    bell.clone()
+        .map(|b| Arc::new(move || b.ring()) as kvrepl::log::Waker)
+}
+
+/// Gives every worker a log ring into the replication lcore (a master's tap); the
+/// rings wake the replication lcore on `bell`.
 fn master_rings(
     stores: &mut [Store],
     lost: &Arc<AtomicU64>,
     mode: ReplMode,
+    bell: &Option<Arc<dpdk::Doorbell>>,
 ) -> (Vec<kvrepl::log::LogConsumer>, Vec<Arc<ScanShared>>) {
     let (mut logs, mut scans) = (Vec::new(), Vec::new());
     for s in stores.iter_mut() {
-        let (p, c) = log_ring(WORKER_RING_BYTES);
+        let (mut p, c) = log_ring(WORKER_RING_BYTES);
+        p.set_waker(waker(bell));
         let shared = Arc::new(ScanShared::default());
         s.server.set_mutation_sink(Some(Box::new(ReplLog::new(
             p,
@@ -592,14 +624,22 @@ fn master_rings(
     (logs, scans)
 }
 
-/// Gives every worker an apply ring from the replication lcore (a replica's).
+/// Gives every worker an apply ring from the replication lcore (a replica's); with
+/// `sleeps`, each worker sleeps on a doorbell its ring rings.
 fn replica_rings(
     stores: &mut [Store],
     apply: &mut Vec<Arc<ApplyStats>>,
-) -> (Vec<kvrepl::log::LogProducer>, Vec<Arc<ApplyStats>>) {
+    sleeps: bool,
+) -> std::io::Result<(Vec<kvrepl::log::LogProducer>, Vec<Arc<ApplyStats>>)> {
     let (mut rings, mut consumed) = (Vec::new(), Vec::new());
     for s in stores.iter_mut() {
-        let (p, c) = log_ring(WORKER_RING_BYTES);
+        let (mut p, c) = log_ring(WORKER_RING_BYTES);
+        if sleeps {
+            if s.bell.is_none() {
+                s.bell = Some(dpdk::Doorbell::new()?);
+            }
+            p.set_waker(waker(&s.bell));
+        }
         let st = Arc::new(ApplyStats::default());
         s.apply = Some(Applier::new(c, st.clone()));
         rings.push(p);
@@ -612,7 +652,7 @@ fn replica_rings(
             a.set_peers(consumed.clone());
         }
     }
-    (rings, consumed)
+    Ok((rings, consumed))
 }
 
 /// Prints the control thread's events (role changes) until `quit`, then leaves the

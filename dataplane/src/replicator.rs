@@ -313,11 +313,13 @@ pub fn run(
     quit: &AtomicBool,
     deadline: Option<Instant>,
     idle: dpdk::IdlePolicy,
+    bell: Option<Arc<dpdk::Doorbell>>,
 ) -> u64 {
     let hz = tsc::hz().max(1);
     let check_ticks = hz / 100;
     let mut next_check = tsc::now() + check_ticks;
-    let mut backoff = IdleBackoff::with_policy(idle);
+    // Sleeping, it wakes when a worker pushed a post-image (the workers ring `bell`).
+    let mut backoff = IdleBackoff::with_policy(idle).with_doorbell(bell);
     loop {
         let busy = r.poll_once();
         let slept = backoff.poll(!busy);

@@ -208,6 +208,7 @@ impl PartitionSpec<'_> {
             apply: None,
             inline_repl: None,
             sync: None,
+            bell: None,
         })
     }
 

@@ -57,6 +57,9 @@ pub struct Store {
     /// Sync replication (`mode: sync` on a master): this worker's shared state with
     /// the replication lcore, whose `durable` position releases held responses.
     pub sync: Option<Arc<ScanShared>>,
+    /// What an idle worker sleeps on (`server.idle: adaptive` on a replicated node):
+    /// rung by the replication lcore when it routed records to this worker.
+    pub bell: Option<Arc<dpdk::Doorbell>>,
 }
 
 /// Responses a sync master worker holds at most (frames); beyond [`HOLD_SLACK`] left,
@@ -433,7 +436,7 @@ pub fn run(
         .maintain((tsc::now() / hz.max(1)) as u32, stats);
     // Snapshots: picked up in the control tick, scanned a little per iteration.
     let mut snap = WorkerSnap::new(handoff.me as usize);
-    let mut idle = IdleBackoff::with_policy(cfg.idle);
+    let mut idle = IdleBackoff::with_policy(cfg.idle).with_doorbell(store.bell.clone());
     let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
     stats
         .latency

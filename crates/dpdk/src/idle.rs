@@ -16,7 +16,17 @@
 //!   the loop's own timers (tx drain, probes, retransmission) are late by at most
 //!   one sleep. DPDK's PMD power management `pause` mode and VPP's adaptive mode
 //!   are the same idea; Rx interrupts (where a port has them) are the next step.
+//!
+//! A loop fed by another lcore through a ring (a replication lcore fed by the workers'
+//! log rings, a replica's worker fed by its replication lcore) can sleep on a
+//! [`Doorbell`] instead: an eventfd its producers ring when they pushed something while
+//! it slept, so it wakes at once instead of at the end of its sleep. Ringing costs the
+//! producer one relaxed load per notification while the consumer is awake, and one
+//! `write(2)` per sleep that a push interrupts — never a syscall per record.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A poll loop's idle policy.
@@ -54,6 +64,8 @@ pub struct IdleBackoff {
     pub sleeps: u64,
     /// Microseconds asked to sleep in total (the kernel may add its timer slack).
     pub slept_us: u64,
+    /// Where sleeps wait to be rung (`None`: a plain timed sleep).
+    doorbell: Option<Arc<Doorbell>>,
 }
 
 impl IdleBackoff {
@@ -82,7 +94,14 @@ impl IdleBackoff {
             quiet_since: None,
             sleeps: 0,
             slept_us: 0,
+            doorbell: None,
         }
+    }
+
+    /// Sleeps on `bell` (rung by the loop's producers) instead of a plain timed sleep.
+    pub fn with_doorbell(mut self, bell: Option<Arc<Doorbell>>) -> Self {
+        self.doorbell = bell;
+        self
     }
 
     /// The policy.
@@ -147,12 +166,122 @@ impl IdleBackoff {
     #[inline(never)]
     fn sleep(&mut self, max_us: u32) -> u32 {
         let us = self.next_us;
-        std::thread::sleep(Duration::from_micros(u64::from(us)));
+        match &self.doorbell {
+            Some(d) => d.sleep(us),
+            None => std::thread::sleep(Duration::from_micros(u64::from(us))),
+        }
         self.sleeps += 1;
         self.slept_us += u64::from(us);
         self.next_us = us.saturating_mul(2).min(max_us.max(1));
         us
     }
+}
+
+/// Wakes a sleeping consumer loop when its producers pushed work (see the module
+/// docs). One consumer; any number of producers.
+///
+/// The protocol: the consumer announces its sleep (`sleeping`), then waits on the
+/// eventfd with its timeout; a producer that notifies sees `sleeping`, clears it
+/// (only the first producer writes) and writes the eventfd. A push that lands between
+/// the consumer's last empty poll and its announcement is not rung: it waits out that
+/// one sleep (at most `idle_sleep_max_us`), as without a doorbell. Nothing is ever
+/// lost either way: the consumer polls its rings after every sleep.
+#[derive(Debug)]
+pub struct Doorbell {
+    fd: OwnedFd,
+    sleeping: AtomicBool,
+    /// When the last ring was written (ns on [`mono_ns`]'s clock).
+    rung_at: AtomicU64,
+    /// Sleeps cut short by a ring.
+    pub wakeups: AtomicU64,
+    /// Sum and maximum of ring-to-wake latencies, ns.
+    pub wake_ns_sum: AtomicU64,
+    /// Largest ring-to-wake latency, ns.
+    pub wake_ns_max: AtomicU64,
+}
+
+impl Doorbell {
+    /// A doorbell on a fresh eventfd.
+    pub fn new() -> std::io::Result<Arc<Doorbell>> {
+        // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Arc::new(Doorbell {
+            // SAFETY: `fd` was just returned by eventfd and is owned by nothing else.
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            sleeping: AtomicBool::new(false),
+            rung_at: AtomicU64::new(0),
+            wakeups: AtomicU64::new(0),
+            wake_ns_sum: AtomicU64::new(0),
+            wake_ns_max: AtomicU64::new(0),
+        }))
+    }
+
+    /// A producer pushed work: wakes the consumer if it sleeps. A relaxed load while it
+    /// is awake.
+    #[inline]
+    pub fn ring(&self) {
+        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
+            self.ring_slow();
+        }
+    }
+
+    #[inline(never)]
+    fn ring_slow(&self) {
+        self.rung_at.store(mono_ns(), Ordering::Relaxed);
+        let one: u64 = 1;
+        // SAFETY: writes the 8 bytes of `one`, which lives across the call, to our
+        // eventfd; a full counter (EAGAIN) means the consumer is already rung.
+        unsafe {
+            libc::write(
+                self.fd.as_raw_fd(),
+                (&one as *const u64).cast(),
+                std::mem::size_of::<u64>(),
+            );
+        }
+    }
+
+    /// The consumer sleeps up to `us` microseconds or until rung.
+    pub fn sleep(&self, us: u32) {
+        self.sleeping.store(true, Ordering::SeqCst);
+        let mut pfd = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: libc::time_t::from(us / 1_000_000),
+            tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
+        };
+        // SAFETY: one valid pollfd and a timespec, both alive across the call; no
+        // signal mask.
+        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        self.sleeping.store(false, Ordering::Relaxed);
+        if r > 0 {
+            let mut v: u64 = 0;
+            // SAFETY: reads 8 bytes into `v` (the eventfd's counter, which resets it).
+            unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    (&mut v as *mut u64).cast(),
+                    std::mem::size_of::<u64>(),
+                );
+            }
+            let lat = mono_ns().saturating_sub(self.rung_at.load(Ordering::Relaxed));
+            self.wakeups.fetch_add(1, Ordering::Relaxed);
+            self.wake_ns_sum.fetch_add(lat, Ordering::Relaxed);
+            self.wake_ns_max.fetch_max(lat, Ordering::Relaxed);
+        }
+    }
+}
+
+/// Nanoseconds since the first call in this process (a monotonic clock the
+/// producers and the consumer of a doorbell share).
+fn mono_ns() -> u64 {
+    static BASE: OnceLock<Instant> = OnceLock::new();
+    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
 /// Sets the calling thread's timer slack to 1 µs: a short sleep then lasts about
@@ -168,7 +297,43 @@ fn fine_timer_slack() {
 
 #[cfg(test)]
 mod tests {
-    use super::{IdleBackoff, IdlePolicy};
+    use super::{Doorbell, IdleBackoff, IdlePolicy};
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn a_ring_wakes_a_sleeper_and_a_ring_to_the_awake_writes_nothing() {
+        let d = Doorbell::new().unwrap();
+        // Awake: a ring writes nothing, so a short sleep is not cut short.
+        d.ring();
+        d.sleep(1);
+        assert_eq!(d.wakeups.load(Ordering::Relaxed), 0);
+        // Asleep for up to an hour: the ring wakes it (the test would hang otherwise).
+        let d2 = d.clone();
+        let sleeper = std::thread::spawn(move || d2.sleep(3_600_000_000));
+        while !d.sleeping.load(Ordering::SeqCst) {
+            std::thread::yield_now();
+        }
+        d.ring();
+        d.ring(); // a second producer: the first already rang
+        sleeper.join().unwrap();
+        assert_eq!(d.wakeups.load(Ordering::Relaxed), 1);
+        assert!(!d.sleeping.load(Ordering::Relaxed));
+    }
+
+    #[test]
+    fn a_backoff_sleeps_on_its_doorbell() {
+        let d = Doorbell::new().unwrap();
+        let mut b = IdleBackoff::with_policy(IdlePolicy::Sleep {
+            after: 0,
+            quiet_us: 0,
+            min_us: 1,
+            max_us: 2,
+        })
+        .with_doorbell(Some(d.clone()));
+        assert_eq!(b.poll(true), 1);
+        assert_eq!(b.poll(true), 2);
+        assert_eq!(b.sleeps, 2);
+    }
 
     #[test]
     fn yields_only_after_enough_empty_polls_in_a_row() {

@@ -42,7 +42,7 @@ pub mod tsc;
 
 pub use eal::Eal;
 pub use error::{DpdkError, Result};
-pub use idle::{IdleBackoff, IdlePolicy};
+pub use idle::{Doorbell, IdleBackoff, IdlePolicy};
 pub use lcore::{LaunchError, LaunchHandle, LcoreId};
 pub use malloc::{DpdkRegion, Memzone};
 pub use mbuf::{Mbuf, MbufBurst};

@@ -89,6 +89,8 @@ pub fn log_ring(capacity: usize) -> (LogProducer, LogConsumer) {
             ring: p,
             pushed: 0,
             scan_pushed: 0,
+            notified: 0,
+            waker: None,
         },
         LogConsumer {
             ring: c,
@@ -98,17 +100,50 @@ pub fn log_ring(capacity: usize) -> (LogProducer, LogConsumer) {
     )
 }
 
+/// Wakes a ring's consumer (e.g. rings its idle loop's doorbell).
+pub type Waker = std::sync::Arc<dyn Fn() + Send + Sync>;
+
 /// The worker's end of a log ring.
-#[derive(Debug)]
 pub struct LogProducer {
     ring: Producer<u8>,
     /// Bytes pushed since creation (records and markers).
     pushed: u64,
     /// Bytes of scan records pushed since creation.
     scan_pushed: u64,
+    /// `pushed` at the last [`LogProducer::notify`].
+    notified: u64,
+    /// Called by `notify` when something was pushed since the last one.
+    waker: Option<Waker>,
+}
+
+impl std::fmt::Debug for LogProducer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LogProducer")
+            .field("pushed", &self.pushed)
+            .field("scan_pushed", &self.scan_pushed)
+            .field("waker", &self.waker.is_some())
+            .finish()
+    }
 }
 
 impl LogProducer {
+    /// Sets what [`LogProducer::notify`] calls (the consumer's doorbell).
+    pub fn set_waker(&mut self, w: Option<Waker>) {
+        self.waker = w;
+    }
+
+    /// Wakes the consumer if anything was pushed since the last call: the producer
+    /// calls it once per loop iteration, not per record.
+    #[inline]
+    pub fn notify(&mut self) {
+        if self.pushed != self.notified {
+            self.notified = self.pushed;
+            if let Some(w) = &self.waker {
+                w();
+            }
+        }
+    }
+
     /// Appends a live post-image record; `Err(Full)` writes nothing.
     pub fn try_push(&mut self, rec: &Record<'_>) -> Result<(), PushError> {
         self.push_with(rec, 0)
@@ -613,6 +648,34 @@ mod tests {
         assert_eq!(c.popped(), pushed);
         assert_eq!(c.pending_bytes(), 0);
         assert!(c.is_abandoned());
+    }
+
+    #[test]
+    fn notify_wakes_once_per_batch_of_pushes() {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        use std::sync::Arc;
+        let (mut p, _c) = log_ring(4096);
+        p.notify(); // no waker: nothing happens
+        let calls = Arc::new(AtomicU64::new(0));
+        let c2 = calls.clone();
+        p.set_waker(Some(Arc::new(move || {
+            c2.fetch_add(1, Ordering::Relaxed);
+        })));
+        p.notify();
+        assert_eq!(calls.load(Ordering::Relaxed), 0, "nothing pushed");
+        for _ in 0..3 {
+            p.try_push(&Record::Delete { key: b"k" }).unwrap();
+        }
+        p.notify();
+        p.notify();
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "one wake for three records"
+        );
+        p.try_push(&Record::Delete { key: b"k" }).unwrap();
+        p.notify();
+        assert_eq!(calls.load(Ordering::Relaxed), 2);
     }
 
     #[test]

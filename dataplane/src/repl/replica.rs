@@ -758,6 +758,11 @@ impl ReplLogic for ReplicaNode {
     }
 
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool {
+        // After this pass's frames were routed (`on_frames` runs first): sleeping
+        // workers wake for the records they got.
+        for r in &mut self.rings {
+            r.notify();
+        }
         self.advance();
         self.publish_data();
         let mut busy = false;

@@ -122,6 +122,10 @@ pub struct ReplStatus {
     pub idle_sleeps: AtomicU64,
     /// Microseconds those sleeps asked for.
     pub idle_sleep_us: AtomicU64,
+    /// The doorbells idle lcores sleep on (`server.idle: adaptive`): the replication
+    /// lcore's ("replication", rung by the workers' log rings) and each replica
+    /// worker's ("worker<k>", rung by the replication lcore); set once at start-up.
+    pub bells: std::sync::OnceLock<Vec<(String, std::sync::Arc<dpdk::Doorbell>)>>,
     /// Link names (set once at start-up).
     pub link_names: std::sync::OnceLock<Vec<String>>,
     /// Times this node became master through an election (etcd).
@@ -159,6 +163,27 @@ pub struct ReplStatus {
 }
 
 impl ReplStatus {
+    /// Per doorbell: sleeps its rings cut short, and the ring-to-wake latency.
+    fn bells_json(&self) -> Value {
+        let Some(bells) = self.bells.get() else {
+            return json!({});
+        };
+        let mut m = serde_json::Map::new();
+        for (name, b) in bells {
+            let n = b.wakeups.load(Relaxed);
+            let sum = b.wake_ns_sum.load(Relaxed);
+            m.insert(
+                name.clone(),
+                json!({
+                    "wakeups": n,
+                    "wake_us_mean": if n == 0 { 0.0 } else { sum as f64 / n as f64 / 1e3 },
+                    "wake_us_max": b.wake_ns_max.load(Relaxed) as f64 / 1e3,
+                }),
+            );
+        }
+        Value::Object(m)
+    }
+
     /// Sets the role.
     pub fn set_role(&self, r: RoleCode) {
         self.role.store(r as u64, Relaxed);
@@ -227,6 +252,7 @@ impl ReplStatus {
                     "links",
                     "idle_sleeps",
                     "idle_sleep_us",
+                    "doorbells",
                 ] {
                     o.remove(k);
                 }
@@ -259,6 +285,7 @@ impl ReplStatus {
             "links": link_states,
             "idle_sleeps": self.idle_sleeps.load(Relaxed),
             "idle_sleep_us": self.idle_sleep_us.load(Relaxed),
+            "doorbells": self.bells_json(),
             "log_file": log,
             "relay": relay,
         })

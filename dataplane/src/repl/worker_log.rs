@@ -101,6 +101,9 @@ impl MutationSink for ReplLog {
     }
 
     fn tick(&mut self, engine: &Engine) -> bool {
+        // Once per worker iteration: a sleeping replication lcore wakes for what this
+        // iteration pushed.
+        self.log.notify();
         self.scan.step(&self.shared, engine, &mut self.log)
     }
 }
