@@ -78,7 +78,8 @@ case "$suite" in
   nemesis)
     # Seeded fault schedules against a real 3-node etcd-managed cluster, with the
     # history checker (issue 29, docs/FAILOVER.md "Election safety"): 100 schedules by
-    # default, about 30 s each (results/nemesis.json).
+    # default, about 30 s each (results/nemesis.json); --workload history for the
+    # per-operation histories only, --soak-minutes M for the loaded run with no fault.
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     cargo build --release -q -p ctlplane
@@ -92,9 +93,15 @@ case "$suite" in
     exec python3 scripts/bench_tenants.py "$@" ;;
   idle)
     # Idle lcores (issue 31): poll vs yield vs adaptive, idle CPU, saturation, half
-    # and sparse load (results/idle.json).
+    # and sparse load (results/idle.json); with --doorbell first: a sync master and
+    # replica under yield, adaptive and adaptive without doorbells
+    # (results/idle_doorbell.json).
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
+    if [ "${1:-}" = --doorbell ]; then
+      shift
+      exec python3 scripts/bench_doorbell.py "$@"
+    fi
     exec python3 scripts/bench_idle.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
   *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|idle|tenants|paper|all}" >&2; exit 2 ;;

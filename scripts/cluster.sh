@@ -5,7 +5,7 @@
 #
 #   scripts/cluster.sh up [--replicas N] [--mode async|sync] [--min-replicas K]
 #                         [--topology star|chain] [--etcd] [--etcd-port P] [--dir DIR]
-#                         [--prefix NAME] [--clients memif|tap] [--no-huge]
+#                         [--prefix NAME] [--clients memif|tap] [--idle MODE] [--no-huge]
 #   scripts/cluster.sh status [--dir DIR]
 #   scripts/cluster.sh restart K [--dir DIR]   kill -9 node K (if it runs) and start it
 #                                              again (empty, or from its log file)
@@ -16,6 +16,11 @@
 # Node k's pktgen attaches with: target/release/pktgen --config DIR/nodek.json ...
 # Logs: DIR/nodek.log. Everything runs until `down`. With --etcd, etcd runs on port
 # $KVD_ETCD_PORT (default 23790) with its data in DIR/etcd, and roles are elected.
+#
+# --idle (default adaptive): server.idle of every node. Several nodes on one host share
+# its cores, so by default their idle lcores sleep (a cluster at rest takes 0.09 of a
+# core instead of all of them, at about 1 ms per sync write at low rates;
+# docs/OPERATIONS.md "Idle lcores"); --idle yield for the lowest latency.
 #
 # --clients tap: each node serves kernel clients on its own net_tap interface PREFIXtK
 # with its own address, joined by a bridge PREFIXbr (created here, removed by `down`):
@@ -43,6 +48,7 @@ topology=star
 etcd=0
 etcd_port="${KVD_ETCD_PORT:-23790}"
 clients=memif
+idle=adaptive
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -54,6 +60,7 @@ while [ $# -gt 0 ]; do
     --etcd-port) etcd_port=$2; shift 2 ;;
     --prefix) prefix=$2; shift 2 ;;
     --clients) clients=$2; shift 2 ;;
+    --idle) idle=$2; shift 2 ;;
     --dir) dir=$2; shift 2 ;;
     --no-huge) extra+=(--no-huge); shift ;;
     *) echo "cluster.sh: unknown option $1" >&2; exit 2 ;;
@@ -127,7 +134,7 @@ up() {
   fi
   python3 scripts/cluster_config.py "$dir" "$replicas" --mode "$mode" \
     --min-replicas "$min_replicas" --topology "$topology" ${url:+--etcd "$url"} \
-    --prefix "$prefix" --cluster "$prefix" --clients "$clients" >/dev/null
+    --prefix "$prefix" --cluster "$prefix" --clients "$clients" --idle "$idle" >/dev/null
   # What restart and down need: the dataplane flags, the etcd port, the clients' way in.
   printf '%s\n' "${extra[@]:-}" >"$dir/extra_flags"
   echo "$etcd_port" >"$dir/etcd_port"
@@ -149,7 +156,7 @@ up() {
     # master, ranks first (docs/FAILOVER.md "Election safety").
     wait_role 0 master 15
   fi
-  echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas"
+  echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas, idle $idle"
   if [ "$clients" = tap ]; then
     echo "kernel clients: --config $dir/node0.json --iface ${prefix}br"
   fi

@@ -453,14 +453,18 @@ class Schedule:
         })
         return res
 
-    def elections(self):
-        """How many times a node became master (each node logs BecameMaster)."""
+    def count_in_logs(self, text):
+        """Occurrences of `text` in the three nodes' logs."""
         n = 0
         for k in range(3):
             p = os.path.join(self.d, f"node{k}.log")
             if os.path.exists(p):
-                n += open(p, errors="replace").read().count("BecameMaster { epoch:")
+                n += open(p, errors="replace").read().count(text)
         return n
+
+    def elections(self):
+        """How many times a node became master (each node logs BecameMaster)."""
+        return self.count_in_logs("BecameMaster { epoch:")
 
     def dump_status(self):
         """Every answering node's /kvd/replication beside its log (statusK.json): what
@@ -528,12 +532,7 @@ class Schedule:
         return {"survivors_differ": len(digests) > 1, "data_wipes": wipes}
 
     def panics(self):
-        n = 0
-        for k in range(3):
-            p = os.path.join(self.d, f"node{k}.log")
-            if os.path.exists(p):
-                n += open(p, errors="replace").read().count("PANIC")
-        return n
+        return self.count_in_logs("PANIC")
 
     def split_brain(self):
         masters = {}

@@ -322,7 +322,12 @@ pub fn run(
     let mut backoff = IdleBackoff::with_policy(idle).with_doorbell(bell);
     loop {
         let busy = r.poll_once();
-        let slept = backoff.poll(!busy);
+        let slept = if !busy && r.logic.waiting() {
+            backoff.poll_waiting();
+            0
+        } else {
+            backoff.poll(!busy)
+        };
         if slept > 0 {
             r.note_sleep(slept);
         }

@@ -238,6 +238,11 @@ impl DurableCursor {
         }
     }
 
+    /// True while a drained batch waits for the quorum (a sync write is held).
+    pub fn waiting(&self) -> bool {
+        self.pending.iter().any(|q| !q.is_empty())
+    }
+
     /// Worker `w`'s ring was drained up to `worker_pos`, and its records are
     /// in the stream below `stream_end`.
     pub fn on_drained(&mut self, w: usize, worker_pos: u64, stream_end: u64) {

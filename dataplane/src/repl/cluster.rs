@@ -387,6 +387,10 @@ impl ClusterNode {
 }
 
 impl ReplLogic for ClusterNode {
+    fn waiting(&self) -> bool {
+        matches!(&self.node, Node::Master(m) if m.waiting())
+    }
+
     fn on_frames(&mut self, link: usize, frames: &[&[u8]], now_ns: u64, tx: &mut dyn LinkTx) {
         match &mut self.node {
             Node::Replica(r) => r.on_frames(link, frames, now_ns, tx),

@@ -36,6 +36,12 @@ pub trait ReplLogic {
     /// Periodic work: drain the workers' logs, ship, acknowledge, probe, time out.
     /// Returns whether there was work (the lcore idles only when there was none).
     fn poll(&mut self, now_ns: u64, tx: &mut dyn LinkTx) -> bool;
+    /// True while a write is held for the replicas' acknowledgement (sync mode): an
+    /// idle lcore then yields instead of sleeping, so the acknowledgement is seen at
+    /// once, as a worker holding responses does.
+    fn waiting(&self) -> bool {
+        false
+    }
 }
 
 /// A [`LinkTx`] that collects frames per link in `Vec`s (tests, examples).

@@ -776,6 +776,10 @@ impl MasterNode {
 }
 
 impl ReplLogic for MasterNode {
+    fn waiting(&self) -> bool {
+        self.durable.as_ref().is_some_and(DurableCursor::waiting)
+    }
+
     fn on_frames(&mut self, link: usize, frames: &[&[u8]], now_ns: u64, tx: &mut dyn LinkTx) {
         if link >= self.peers.len() {
             return;
