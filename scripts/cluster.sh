@@ -120,6 +120,18 @@ attach_tap() {
   ip link set "$tap" up
 }
 
+wait_replicas() { # count timeout_s: node0 counts `count` good replicas
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do
+    "$CTL" replication status --json --config "$dir/node0.json" 2>/dev/null \
+      | python3 -c 'import json,sys; sys.exit(json.load(sys.stdin).get("good_replicas", 0) < int(sys.argv[1]))' "$1" \
+      && return 0
+    sleep 0.1
+  done
+  echo "cluster.sh: node0 does not count $1 replica(s) in sync after $2 s" >&2
+  return 1
+}
+
 up() {
   if [ -f "$dir/pids" ]; then
     echo "cluster.sh: a cluster is already up in $dir (run down first)" >&2
@@ -155,6 +167,10 @@ up() {
     # The cluster's first election waits for every node; node0, the configured
     # master, ranks first (docs/FAILOVER.md "Election safety").
     wait_role 0 master 15
+  fi
+  # Writable: the master counts min_replicas replicas in sync.
+  if [ "$min_replicas" -gt 0 ]; then
+    wait_replicas "$min_replicas" 30
   fi
   echo "cluster up in $dir: node0 master, $replicas replicas ($topology), mode $mode, min_replicas $min_replicas, idle $idle"
   if [ "$clients" = tap ]; then
