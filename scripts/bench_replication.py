@@ -44,7 +44,6 @@ results/replica_fail_timeline.png (pktgen's replication_plot binary).
 """
 import argparse
 import contextlib
-import copy
 import fcntl
 import glob
 import json

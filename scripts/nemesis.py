@@ -17,7 +17,10 @@ Per schedule (each a fresh cluster and a fresh etcd; `--seed S` reruns one exact
      then SIGCONT; etcd paused (SIGSTOP); etcd killed and restarted with its data
      wiped while the master is killed and a replica lags; the issue's schedule: kill a
      node, freeze the two others past their leases, restart the killed one empty, thaw
-     (which is also "SIGSTOP while the memif peer restarted").
+     (which is also "SIGSTOP while the memif peer restarted"); with --partitions (and
+     the short form's schedule 6) also the master cut from etcd but not from its
+     clients or replicas: each node reaches etcd through scripts/tcp_proxy.py, whose
+     SIGSTOP blackholes that node's etcd traffic past the lease.
   5. Heal: every node running and thawed, etcd up; wait for a master with both
      replicas in sync.
   6. Check: the master's snapshot holds every key of S0 with its value (but the counter
@@ -46,7 +49,7 @@ two acknowledged increments with one result or out of real-time order, the count
 within [acknowledged, acknowledged + unknown], every audit's bank total conserved.
 
 Usage:
-  scripts/nemesis.py --quick                 # CI's short form: the 5 named schedules
+  scripts/nemesis.py --quick                 # CI's short form: the 6 named schedules
   scripts/nemesis.py --schedules 100         # the long form (scripts/bench.sh nemesis)
   scripts/nemesis.py --seed 17               # rerun one schedule exactly
 Writes --out (results/nemesis.json by default; --quick: a scratch file). Exits 1 when a
@@ -71,7 +74,7 @@ import bench_failover as bf  # noqa: E402
 import bench_replication as br  # noqa: E402
 import nemesis_history  # noqa: E402
 import snapshot_dump  # noqa: E402
-from nemesis_cluster import PREFIX, Etcd, Node, Sampler  # noqa: E402
+from nemesis_cluster import PREFIX, Etcd, EtcdProxy, Node, Sampler  # noqa: E402
 
 LEASE_MS = 1000
 CTL = os.path.join(ROOT, "target/release/ctlplane")
@@ -82,9 +85,13 @@ QUICK = [
     (3, "chain", "sync", ["kill_master", "etcd_pause", "freeze"], "counter"),
     (4, "star", "async", ["kill_replica", "freeze_master"], "counter"),
     (5, "star", "sync", ["kill_master", "freeze_master"], "history"),
+    (6, "star", "sync", ["etcd_cut_master"], "history"),
 ]
 FAULTS = ["kill_master", "kill_replica", "freeze", "freeze_master", "etcd_pause",
           "freeze_empty_restart", "etcd_wipe_master_killed"]
+# Drawn as well with --partitions (not by default, so earlier seeds keep their faults):
+# the master cut from etcd, not from its clients or replicas.
+PARTITION_FAULTS = ["etcd_cut_master"]
 
 
 class BeyondTolerance(Exception):
@@ -98,6 +105,8 @@ class Schedule:
         self.d = os.path.join(tmp, f"s{seed}")
         shutil.rmtree(self.d, ignore_errors=True)
         self.hist = nemesis_history.History(self.d, PREFIX, seed) if workload == "history" else None
+        # Per node, its way to etcd when a fault cuts it (else the nodes dial etcd).
+        self.proxies = []
         self.etcd = Etcd(os.path.join(self.d, "etcd"))
         self.nodes = []
         self.events = []
@@ -123,6 +132,13 @@ class Schedule:
                        check=True, stdout=subprocess.DEVNULL)
         if self.hist:
             self.hist.bridge_up()
+        if any(f in PARTITION_FAULTS for f in self.faults):
+            self.proxies = [EtcdProxy(self.d, k, self.etcd.port) for k in range(3)]
+            for k, p in enumerate(self.proxies):
+                cfg = os.path.join(self.d, f"node{k}.json")
+                c = json.load(open(cfg))
+                c["replication"]["etcd"]["endpoints"] = [p.url]
+                json.dump(c, open(cfg, "w"), indent=2)
         attach = self.hist.attach if self.hist else None
         self.nodes = [Node(self.d, k, self.a.huge, attach) for k in range(3)]
         for n in self.nodes:
@@ -186,6 +202,14 @@ class Schedule:
             time.sleep(lease + self.rng.uniform(0.3, 2))
             n.freeze(False)
             self.note("SIGCONT", node=n.k)
+        elif name == "etcd_cut_master":
+            p = self.proxies[m.k]
+            p.cut(True)
+            self.note("cut from etcd", node=m.k, master=True)
+            self.failovers.append((time.monotonic(), m.k))
+            time.sleep(lease + self.rng.uniform(1, 2.5))
+            p.cut(False)
+            self.note("etcd reachable again", node=m.k)
         elif name == "etcd_pause":
             self.etcd.signal(signal.SIGSTOP)
             self.note("etcd SIGSTOP")
@@ -240,6 +264,8 @@ class Schedule:
             raise ValueError(name)
 
     def heal(self):
+        for p in self.proxies:
+            p.cut(False)
         if self.etcd.proc is None:
             self.etcd.start()
         self.etcd.signal(signal.SIGCONT)
@@ -391,6 +417,8 @@ class Schedule:
         for n in self.nodes:
             n.stop()
         self.etcd.kill()
+        for p in self.proxies:
+            p.kill()
         if self.hist:
             self.hist.bridge_down()
         res["crashes"] = len(crashes) + self.panics()
@@ -622,11 +650,12 @@ def summary(runs, t0, planned):
     return res
 
 
-def plan(seed, workload):
+def plan(seed, workload, partitions=False):
     """A seed's schedule (the workload drawn last: earlier seeds keep their faults)."""
     rng = random.Random(seed)
+    faults = FAULTS + (PARTITION_FAULTS if partitions else [])
     p = (rng.choice(["star", "chain"]), rng.choice(["sync", "sync", "async"]),
-         [rng.choice(FAULTS) for _ in range(rng.randint(2, 3))])
+         [rng.choice(faults) for _ in range(rng.randint(2, 3))])
     return p + (rng.choice(["counter", "history"]) if workload == "mixed" else workload,)
 
 
@@ -643,6 +672,9 @@ def main():
     ap.add_argument("--no-huge", dest="huge", action="store_false")
     ap.add_argument("--idle", default="", choices=["", "poll", "yield", "adaptive"],
                     help="server.idle of the nodes (default: configs/memif.json's)")
+    ap.add_argument("--partitions", action="store_true",
+                    help="also draw etcd_cut_master (a node cut from etcd through a proxy "
+                         "SIGSTOPped; its clients and links go on)")
     ap.add_argument("--soak-minutes", type=float, default=0,
                     help="instead of fault schedules: one history run with no fault for this "
                          "long; reports spontaneous_failovers (issue 29, hole 3)")
@@ -654,9 +686,10 @@ def main():
         todo = QUICK
     elif a.seed is not None:
         named = {s[0]: s for s in QUICK}
-        todo = [named.get(a.seed) or (a.seed, *plan(a.seed, a.workload))]
+        todo = [named.get(a.seed) or (a.seed, *plan(a.seed, a.workload, a.partitions))]
     else:
-        todo = [(s, *plan(s, a.workload)) for s in range(a.first_seed, a.first_seed + a.schedules)]
+        todo = [(s, *plan(s, a.workload, a.partitions))
+                for s in range(a.first_seed, a.first_seed + a.schedules)]
     out = a.out or (os.path.join(tempfile.gettempdir(), "kvd-nemesis-quick.json") if a.quick
                     else os.path.join(ROOT, "results/nemesis.json"))
     tmp = tempfile.mkdtemp(prefix="kvd-nemesis-")

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -154,3 +155,31 @@ class Sampler(threading.Thread):
             if ts >= t and m is not None and m != other_than:
                 return ts
         return None
+
+
+class EtcdProxy:
+    """A node's way to etcd through scripts/tcp_proxy.py: `cut(True)` (SIGSTOP of the
+    proxy) blackholes that node's etcd traffic — a partition between it and etcd —
+    while its clients and replication links go on."""
+
+    def __init__(self, d, k, etcd_port):
+        self.port = bf.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.join(here, "tcp_proxy.py"), str(self.port), str(etcd_port)],
+            stdout=open(os.path.join(d, f"proxy{k}.log"), "w"), stderr=subprocess.STDOUT,
+            start_new_session=True)
+        self.cut_now = False
+
+    def cut(self, on):
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
+            self.cut_now = on
+
+    def kill(self):
+        if self.proc:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None

@@ -6,7 +6,13 @@
 //! `NOT_MASTER`, naming the master when it knows it; a master refuses writes with
 //! `NOT_MASTER` once it may no longer acknowledge them (its etcd lease may lapse), and
 //! with `NOT_ENOUGH_REPLICAS` while fewer than `min_replicas` replicas are in sync.
-//! Reads are never refused. Only atomics: the workers never wait on the writers.
+//! With [`WriteGate::set_reads_follow_writes`] (the nodes of an etcd-managed cluster,
+//! unless `replication.replica_reads`), a node that refuses writes `NOT_MASTER` refuses
+//! reads the same way: a replica's data lags the master's acknowledgements (it
+//! acknowledges a segment once it is in its workers' rings, before they apply it), and a
+//! fenced master's may lag a newer master's, so only the master answers reads and a
+//! client's read never returns less than a write acknowledged before it. Otherwise
+//! reads are never refused. Only atomics: the workers never wait on the writers.
 //!
 //! **The fence.** A master elected through etcd may acknowledge writes only until its
 //! lease could expire (docs/FAILOVER.md, "Write fencing"). The control side copies
@@ -18,7 +24,7 @@
 
 use kvwire::{MasterHint, Status, MASTER_HINT_LEN};
 use std::net::Ipv4Addr;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const WRITABLE: u32 = 0;
 const NOT_MASTER: u32 = 1;
@@ -37,6 +43,8 @@ pub struct WriteGate {
     /// CLOCK_MONOTONIC ns from which writes are refused with `NOT_MASTER`; 0: no
     /// fence (a node without etcd).
     fence_deadline_ns: AtomicU64,
+    /// Reads are refused whenever writes are refused `NOT_MASTER`.
+    reads_follow_writes: AtomicBool,
 }
 
 impl WriteGate {
@@ -83,6 +91,17 @@ impl WriteGate {
         }
     }
 
+    /// Makes reads refused `NOT_MASTER` whenever writes are (see the module docs).
+    pub fn set_reads_follow_writes(&self, on: bool) {
+        self.reads_follow_writes.store(on, Ordering::Release);
+    }
+
+    /// Whether reads are refused when `write_status` (this burst's) is `NOT_MASTER`.
+    #[inline]
+    pub fn refuses_reads(&self, write_status: Status) -> bool {
+        write_status == Status::NotMaster && self.reads_follow_writes.load(Ordering::Relaxed)
+    }
+
     /// Records where the master is (`None`: unknown).
     pub fn set_master_hint(&self, hint: Option<MasterHint>) {
         self.hint_epoch.store(0, Ordering::Release);
@@ -124,6 +143,24 @@ impl WriteGate {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_follow_writes_only_when_asked_and_only_not_master() {
+        let g = WriteGate::writable();
+        g.refuse_not_master();
+        assert!(!g.refuses_reads(g.write_status()), "off by default");
+        g.set_reads_follow_writes(true);
+        assert!(g.refuses_reads(g.write_status()), "a replica refuses reads");
+        g.refuse_not_enough_replicas();
+        assert!(!g.refuses_reads(g.write_status()), "the master reads on");
+        g.open();
+        assert!(!g.refuses_reads(g.write_status()));
+        g.set_fence_deadline(1);
+        assert!(
+            g.refuses_reads(g.write_status()),
+            "a fenced master refuses reads"
+        );
+    }
 
     #[test]
     fn states_and_hint() {

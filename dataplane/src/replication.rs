@@ -260,6 +260,8 @@ fn cluster_logic(
     for s in stores.iter_mut() {
         s.server.set_completion_records(etcd.completion_records);
     }
+    // Only the master answers reads (docs/FAILOVER.md "What clients do").
+    p.gate.set_reads_follow_writes(!r.replica_reads);
     let (logs, scans) = master_rings(stores, &p.lost, r.mode, &p.bell);
     let (rings, consumed) = replica_rings(stores, &mut p.apply, p.bell.is_some())?;
     let addr = kvcluster::NodeAddr {

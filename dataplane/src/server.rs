@@ -113,6 +113,9 @@ pub struct Server {
     gate: Option<Arc<WriteGate>>,
     /// The gate's status for writes, read once per burst (`Ok`: writes go through).
     write_status: Status,
+    /// Reads are refused with `write_status` too this burst (a replica of an
+    /// etcd-managed cluster: `WriteGate::set_reads_follow_writes`).
+    refuse_reads: bool,
     /// The `NOT_MASTER` value of this burst (`hint[..hint_len]`).
     hint: [u8; MASTER_HINT_LEN],
     hint_len: usize,
@@ -217,6 +220,7 @@ impl Server {
             deps: Box::new(ChunkDeps::new()),
             gate: None,
             write_status: Status::Ok,
+            refuse_reads: false,
             hint: [0; MASTER_HINT_LEN],
             hint_len: 0,
             tap: None,
@@ -388,6 +392,7 @@ impl Server {
         let frames = &frames[..frames.len().min(MAX_BURST)];
         if let Some(g) = &self.gate {
             self.write_status = g.write_status();
+            self.refuse_reads = g.refuses_reads(self.write_status);
             self.hint_len = if self.write_status == Status::NotMaster {
                 g.master_hint(&mut self.hint)
             } else {
@@ -602,7 +607,7 @@ impl Server {
     /// comes from: the engine/station, or `WRONG_PARTITION` for another partition's key.
     #[inline(always)]
     fn stage<'f>(&mut self, chunk: &mut Chunk<'f>, op: KvOp<'f>) -> Source {
-        if self.write_status != Status::Ok && op.is_write() {
+        if self.write_status != Status::Ok && (self.refuse_reads || op.is_write()) {
             return Source::Immediate(self.write_status);
         }
         let (bop, rich) = match op {

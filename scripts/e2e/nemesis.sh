@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The nemesis suite's short form (issue 29): five named seeded schedules against a
+# The nemesis suite's short form (issue 29): six named seeded schedules against a
 # real 3-node etcd-managed cluster — freeze + empty restart, etcd wiped with the
 # master killed while a replica lags, kill/etcd stall/freeze on a chain, async mode
 # with a killed replica and a frozen master, and the history workload (kernel clients
 # recording every operation; scripts/history_check.py) through a master kill and a
-# master freeze — each checked for lost acknowledged writes, stale reads, wipes, split
+# master freeze, and through the master cut from etcd (not from its clients) — each
+# checked for lost acknowledged writes, stale reads, wipes, split
 # brain, crashes, duplicate effects and bank totals (scripts/nemesis.py; the long form
 # is scripts/bench.sh nemesis). The history schedule needs the kvdirect wheel
 # (scripts/e2e/python.sh installs it).

@@ -171,6 +171,11 @@ pub struct ReplicationSection {
     /// Membership and leader election (optional: without it roles are fixed).
     #[serde(default)]
     pub etcd: Option<EtcdSection>,
+    /// An etcd-managed node that is not master (a replica, or a master fenced by its
+    /// lease) serves reads anyway (stale by its replication lag) instead of refusing
+    /// them `NOT_MASTER` like writes. Default false: only the master answers reads.
+    #[serde(default)]
+    pub replica_reads: bool,
     /// The client-facing address (the `dataplane` MAC/IP) of every node of the
     /// cluster, this one included. Not read by the dataplane: a client reading this
     /// config tries them in turn when the node it uses stops answering
@@ -200,6 +205,7 @@ impl Default for ReplicationSection {
             fsync: FsyncPolicy::Everysec,
             etcd: None,
             client_nodes: Vec::new(),
+            replica_reads: false,
         }
     }
 }
