@@ -35,6 +35,10 @@ struct Node {
     syncing: bool,
     /// Checkpoints of the log file: (hist, log length).
     file: Vec<(u64, usize)>,
+    /// The node's `fsync` policy is `always`: set by its first restart from the file
+    /// and kept (a node's policy is its config's; a file written under a weaker one and
+    /// reloaded as `always` is an operator's change the model does not make).
+    durable: Option<bool>,
 }
 
 impl Node {
@@ -48,6 +52,7 @@ impl Node {
             following: false,
             syncing: false,
             file: Vec::new(),
+            durable: None,
         }
     }
 
@@ -189,9 +194,11 @@ impl World {
         *n = Node {
             file: std::mem::take(&mut n.file),
             log: std::mem::take(&mut n.log),
+            durable: n.durable,
             ..Node::fresh()
         };
         let loaded = from_file.and_then(|(pick, durable)| {
+            let durable = *n.durable.get_or_insert(durable);
             let c = if durable {
                 *n.file.last()?
             } else {
@@ -439,6 +446,23 @@ fn known_schedules() {
         Op::Elect,
     ];
     run(3, 1, true, false, &ops).unwrap();
+    // Found by the random search (CI, 2026-11-27) while the model let one node's file
+    // be reloaded under `everysec` (a prefix) and then under `always` (trusted whole):
+    // min_replicas 2; node 2 restarts from a prefix, is killed, restarts "durable" and
+    // is elected without write 2. A node keeps one policy now: its second restart is
+    // `everysec` too, its data Loaded, and the cluster waits.
+    let found = [
+        Op::Write([0, 0, 15, 0, 0]),
+        Op::Write([0, 189, 165, 0, 0]),
+        Op::Freeze(255),
+        Op::Kill(53),
+        Op::RestartFromFile(11, 190, false),
+        Op::Kill(16),
+        Op::Kill(119),
+        Op::RestartFromFile(80, 0, true),
+        Op::Elect,
+    ];
+    run(3, 2, true, false, &found).unwrap();
     // The same under `fsync: always`: node 1 keeps all three and is elected.
     let mut ops = ops;
     ops[4] = Op::RestartFromFile(1, 0, true);
