@@ -66,7 +66,8 @@ class Workload:
             return f, "ctr", 1, lambda: self.c.incr("ctr", 1)
         if f == "transfer":
             i, j = self.rng.sample(range(a.accounts), 2)
-            return f, [f"a{i}", f"a{j}"], self.rng.randint(1, 5), None
+            keys, amount = [f"a{i}", f"a{j}"], self.rng.randint(1, 5)
+            return f, keys, amount, lambda: self.transfer(keys, amount)
         return f, None, None, self.audit
 
     def transfer(self, keys, amount):
@@ -87,11 +88,9 @@ class Workload:
         return [as_int(v) for v in tx.execute()]
 
 
-def run_one(w, f, k, v, fn):
+def run_one(fn):
     """Runs one operation; returns its outcome and result."""
     try:
-        if f == "transfer":
-            return "ok", w.transfer(k, v)
         return "ok", fn()
     except kvdirect.TransactionAborted as e:
         return "fail", f"aborted: {e.reason}"
@@ -120,7 +119,7 @@ def main():
         while not os.path.exists(a.stop_file):
             f, k, v, fn = w.step()
             t0 = time.monotonic_ns()
-            r, res = run_one(w, f, k, v, fn)
+            r, res = run_one(fn)
             t1 = time.monotonic_ns()
             out.write(json.dumps({"p": a.client, "f": f, "k": k, "v": v, "t0": t0, "t1": t1,
                                   "r": r, "out": res}) + "\n")

@@ -452,8 +452,6 @@ class Schedule:
         self.wait_synced(m, 30)
         self.wait_all_applied(m, 60)
         h = self.hist.check(self.hist.final())
-        fo = [sampler.first_master_after(t, k) for t, k in self.failovers]
-        sm = sampler.samples
         res.update({
             "acked_keys": len(s0),
             "history": {k: v for k, v in h.items() if k != "examples"},
@@ -468,12 +466,7 @@ class Schedule:
             "non_monotonic_incr": h["non_monotonic_incr"],
             "wrong_bank_totals": h["wrong_bank_totals"],
             "acked_increments": h["acked_increments"],
-            "empty_node_elected": self.empty_elected,
-            "stale_node_elected": self.stale_elected,
-            "forced_elections": self.forced,
-            "failover_ms": [round((t2 - t) * 1000) for (t, _), t2 in zip(self.failovers, fo) if t2],
-            "unavailable_ms": round(sum(b[0] - a[0] for a, b in zip(sm, sm[1:]) if a[1] is None) * 1000),
-            "final_master": m.k,
+            **self.elections_and_timing(sampler, m),
             "operations": h["operations"],
             # Masters elected after the first: with no fault injected, each is a
             # failover the load alone caused (leases lapsing on a starved host).
@@ -513,11 +506,6 @@ class Schedule:
         acked = r["results_ok"] if r else 0
         unknown = (r.get("outcome_unknown", 0) + r.get("timeouts", 0)) if r else 0
         bounded = r is not None and not self.interrupted
-        fo = [sampler.first_master_after(t, k) for t, k in self.failovers]
-        # Time-weighted: a sample stands until the next one (a sample may take long
-        # while a node starts or etcd is paused).
-        sm = sampler.samples
-        unavailable = sum(b[0] - a[0] for a, b in zip(sm, sm[1:]) if a[1] is None)
         return {
             "acked_keys": len(s0),
             "acked_increments": acked,
@@ -532,6 +520,18 @@ class Schedule:
             "duplicate_effects": max(0, growth - acked - unknown) if bounded else None,
             "client_interrupted": self.interrupted,
             "client_report": r is not None,
+            **self.elections_and_timing(sampler, m),
+            "operations": len(s0) + acked,
+        }
+
+    def elections_and_timing(self, sampler, m):
+        """What both workloads report of the elections, failovers and availability."""
+        fo = [sampler.first_master_after(t, k) for t, k in self.failovers]
+        # Time-weighted: a sample stands until the next one (a sample may take long
+        # while a node starts or etcd is paused).
+        sm = sampler.samples
+        unavailable = sum(b[0] - a[0] for a, b in zip(sm, sm[1:]) if a[1] is None)
+        return {
             "empty_node_elected": self.empty_elected,
             # Informational: the replica frozen first may still hold the most (a chain's
             # middle, whose freeze stops the head's acknowledgements; or a holder that
@@ -541,7 +541,6 @@ class Schedule:
             "failover_ms": [round((t2 - t) * 1000) for (t, _), t2 in zip(self.failovers, fo) if t2],
             "unavailable_ms": round(unavailable * 1000),
             "final_master": m.k,
-            "operations": len(s0) + acked,
         }
 
     def survivors(self, res):

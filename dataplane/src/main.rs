@@ -65,7 +65,7 @@ struct Args {
     #[arg(long, value_parser = parse_idle)]
     idle: Option<kvconf::IdleMode>,
     /// With `adaptive`: sleep timed only, without the doorbells between the workers
-    /// and the replication lcore (the A/B baseline of `scripts/bench_idle.py`).
+    /// and the replication lcore (the A/B baseline of `scripts/bench_doorbell.py`).
     #[arg(long)]
     no_doorbells: bool,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.

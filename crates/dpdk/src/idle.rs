@@ -194,7 +194,7 @@ pub struct Doorbell {
     rung_at: AtomicU64,
     /// Sleeps cut short by a ring.
     pub wakeups: AtomicU64,
-    /// Sum and maximum of ring-to-wake latencies, ns.
+    /// Sum of ring-to-wake latencies, ns.
     pub wake_ns_sum: AtomicU64,
     /// Largest ring-to-wake latency, ns.
     pub wake_ns_max: AtomicU64,
@@ -232,8 +232,8 @@ impl Doorbell {
     fn ring_slow(&self) {
         self.rung_at.store(mono_ns(), Ordering::Relaxed);
         let one: u64 = 1;
-        // SAFETY: writes the 8 bytes of `one`, which lives across the call, to our
-        // eventfd; a full counter (EAGAIN) means the consumer is already rung.
+        // A full counter (EAGAIN) means the consumer is already rung: nothing to do.
+        // SAFETY: writes the 8 bytes of `one` (alive across the call) to our eventfd.
         unsafe {
             libc::write(
                 self.fd.as_raw_fd(),
@@ -255,8 +255,7 @@ impl Doorbell {
             tv_sec: libc::time_t::from(us / 1_000_000),
             tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
         };
-        // SAFETY: one valid pollfd and a timespec, both alive across the call; no
-        // signal mask.
+        // SAFETY: one valid pollfd and a timespec alive across the call; no sigmask.
         let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
         self.sleeping.store(false, Ordering::Relaxed);
         if r > 0 {

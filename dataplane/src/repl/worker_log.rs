@@ -101,9 +101,10 @@ impl MutationSink for ReplLog {
     }
 
     fn tick(&mut self, engine: &Engine) -> bool {
+        let busy = self.scan.step(&self.shared, engine, &mut self.log);
         // Once per worker iteration: a sleeping replication lcore wakes for what this
-        // iteration pushed.
+        // iteration pushed (its requests' post-images and this scan step's records).
         self.log.notify();
-        self.scan.step(&self.shared, engine, &mut self.log)
+        busy
     }
 }
