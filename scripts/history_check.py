@@ -126,7 +126,25 @@ def check_counter(ops, final):
     floor = max([len(acked)] + outs)
     res["lost_acked_increments"] = max(0, floor - final) if final is not None else len(acked)
     res["duplicate_effects"] = max(0, (final or 0) - len(acked) - unknown)
+    if res["duplicate_effects"]:
+        res["examples"] += explain_extra_effects(ops, set(outs), final)
     return res
+
+
+def explain_extra_effects(ops, seen, final):
+    """Names the counter values no acknowledged increment returned (an effect nobody was
+    told of) and the failed increments that completed nearest to them: the suspects."""
+    failed = sorted((op for op in ops if op["f"] == "incr" and op["r"] == "fail"), key=lambda o: o["t1"])
+    by_out = {op["out"]: op for op in ops if op["f"] == "incr" and op["r"] == "ok"}
+    notes = []
+    for v in [v for v in range(1, final + 1) if v not in seen][:3]:
+        before, after = by_out.get(v - 1), by_out.get(v + 1)
+        t = (before or after or {}).get("t1", 0)
+        near = sorted(failed, key=lambda o: abs(o["t1"] - t))[:2]
+        notes.append(f"no acknowledged increment returned {v} (neighbours done at "
+                     f"{before and before['t1']} / {after and after['t1']}); nearest failed: "
+                     + "; ".join(f"p{o['p']} {o['t0']}..{o['t1']} {o['out']}" for o in near))
+    return notes
 
 
 def check_bank(ops, final_accounts, accounts, start):

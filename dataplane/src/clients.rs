@@ -222,6 +222,20 @@ impl ClientTable {
         self.restored.get_mut(i)
     }
 
+    /// The restored state of client `i` (`None` unless kept).
+    #[inline]
+    pub fn restored(&self, i: usize) -> Option<&RestoredQp> {
+        self.restored.get(i)
+    }
+
+    /// Forgets every client's restored state (a full sync replaces what the master's
+    /// records said, as it replaces the data). Allocates nothing.
+    pub fn forget_restored(&mut self) {
+        for r in &mut self.restored {
+            r.forget();
+        }
+    }
+
     /// A client and its restored state together.
     #[inline]
     pub fn with_restored(&mut self, i: usize) -> (&mut Client, Option<&RestoredQp>) {

@@ -60,6 +60,29 @@ const PAYLOAD_PREFIX: usize = 4;
 /// `RestoredQp::resume_until` / `Client::resume_until` when not resuming.
 pub const NOT_RESUMING: u32 = u32::MAX;
 
+/// The completion records of a worker's client QPs (`crate::completion`), which a
+/// full sync carries ahead of the engine's KVs: the synced node then knows every
+/// request whose effects the scan carries, as a node that followed the stream does.
+pub trait ClientRecords {
+    /// Client slots (indices `0..slots()`).
+    fn slots(&self) -> usize;
+    /// Client `i`'s records as (QPN, blob) through `emit`, in the order a replica
+    /// applies them (its incarnation first); with `frames` false only its
+    /// incarnation and one INTENT per request (answered `OUTCOME_UNKNOWN` on the
+    /// synced node, never executed twice): for a client whose responses exceed a step.
+    fn emit(&mut self, i: usize, frames: bool, emit: &mut dyn FnMut(u32, &[u8]));
+}
+
+/// A worker without clients (tests, a sink with no server).
+pub struct NoClients;
+
+impl ClientRecords for NoClients {
+    fn slots(&self) -> usize {
+        0
+    }
+    fn emit(&mut self, _: usize, _: bool, _: &mut dyn FnMut(u32, &[u8])) {}
+}
+
 /// One decoded completion blob.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Blob<'a> {
@@ -235,12 +258,27 @@ impl RestoredQp {
         &mut self.entries[p as usize & mask]
     }
 
+    /// Nothing known any more.
+    pub fn forget(&mut self) {
+        self.nonce = 0;
+        self.end = None;
+        self.next_resp = 0;
+        self.entries.fill(Entry::EMPTY);
+    }
+
+    /// A new incarnation `nonce`: the old one's requests are forgotten.
     fn begin(&mut self, nonce: u64) {
-        if self.nonce != nonce {
-            self.nonce = nonce;
-            self.end = None;
-            self.entries.fill(Entry::EMPTY);
-        }
+        self.forget();
+        self.nonce = nonce;
+    }
+
+    /// Whether a request record of incarnation `nonce` is to be kept: only for the
+    /// incarnation this node saw begin. One it did not (it joined, was synced or
+    /// restarted since) may have requests before it saw any, whose effects it holds:
+    /// entries from the later ones alone would have it run an earlier one again, so
+    /// that incarnation stays unknown here (a RESUME of it starts a new one).
+    fn follows(&self, nonce: u64) -> bool {
+        nonce != 0 && nonce == self.nonce
     }
 
     fn note(&mut self, p: u32) {
@@ -259,12 +297,15 @@ impl RestoredQp {
             Some(Blob::Incarnation { nonce } | Blob::Opened { nonce, .. }) => {
                 // A new incarnation forgets the old one's requests, even with an equal
                 // nonce (never sent twice by a master).
-                self.nonce = 0;
                 self.begin(nonce);
                 true
             }
-            Some(Blob::Intent { nonce, psn: p }) => {
-                self.begin(nonce);
+            Some(Blob::Intent { nonce, .. } | Blob::Frame { nonce, .. })
+                if !self.follows(nonce) =>
+            {
+                true
+            }
+            Some(Blob::Intent { psn: p, .. }) => {
                 *self.entry_mut(p) = Entry {
                     psn: p,
                     ..Entry::pending(p)
@@ -273,14 +314,13 @@ impl RestoredQp {
                 true
             }
             Some(Blob::Frame {
-                nonce,
                 psn: p,
                 index,
                 last,
                 resp_psn,
                 payload,
+                ..
             }) => {
-                self.begin(nonce);
                 let e = *self.entry(p);
                 let fresh = index == 0;
                 if !fresh && (e.psn != p || e.state != EntryState::Pending || e.frames != index) {
@@ -306,9 +346,7 @@ impl RestoredQp {
                 true
             }
             Some(Blob::Closed { .. }) => {
-                self.nonce = 0;
-                self.end = None;
-                self.entries.fill(Entry::EMPTY);
+                self.forget();
                 true
             }
             None => false,
@@ -398,6 +436,10 @@ mod tests {
     fn a_response_is_restored_frame_by_frame() {
         let mut ring = Arena::new(4096, 256);
         let mut r = RestoredQp::new(8);
+        // Records of an incarnation not seen beginning are not kept.
+        assert!(r.apply(&intent(5, 99), &mut ring));
+        assert_eq!((r.nonce, r.entry(99).state), (0, EntryState::Empty));
+        assert!(r.apply(&incarnation(5), &mut ring));
         assert!(r.apply(&intent(5, 100), &mut ring));
         assert_eq!(r.entry(100).state, EntryState::Pending);
         assert_eq!(r.end, Some(101));
@@ -421,9 +463,12 @@ mod tests {
             (EntryState::Pending, Some(102))
         );
         assert!(frames(&ring, r.entry(101)).is_none());
-        // Another incarnation forgets the old one's requests.
+        // Another incarnation forgets the old one's requests; the old one's late
+        // records change nothing.
         assert!(r.apply(&incarnation(6), &mut ring));
         assert_eq!((r.nonce, r.entry(100).state), (6, EntryState::Empty));
+        assert!(r.apply(&intent(5, 102), &mut ring));
+        assert_eq!(r.entry(102).state, EntryState::Empty);
         assert!(!r.apply(&[0u8; 3], &mut ring));
     }
 
@@ -431,6 +476,7 @@ mod tests {
     fn overwritten_payloads_are_not_replayed() {
         let mut ring = Arena::new(64, 40);
         let mut r = RestoredQp::new(4);
+        r.apply(&incarnation(1), &mut ring);
         r.apply(&frame(1, 0, 0, true, 0, &[1u8; 30]), &mut ring);
         let e = *r.entry(0);
         assert!(frames(&ring, &e).is_some());

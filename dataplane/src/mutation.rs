@@ -38,6 +38,7 @@
 //! Users: the snapshot writer (one SPSC ring per worker, `crate::snapshot`) and the
 //! replication log (the replication lcore's per-worker ring); [`Tee`] feeds two.
 
+use crate::completion::ClientRecords;
 use crate::stage::EngineStage;
 use kvengine::{BatchOp, Engine, OpKind};
 use kvops::MemoryStage;
@@ -111,10 +112,10 @@ pub trait MutationSink: Send {
         self.delete(key)
     }
 
-    /// Called by the worker between bursts with read access to its engine: a sink
-    /// that walks the engine (a full sync's scan) does a bounded step here. Returns
-    /// whether it did work. The default does nothing.
-    fn tick(&mut self, _engine: &Engine) -> bool {
+    /// Called by the worker between bursts with read access to its engine and its
+    /// clients' completion records: a sink that walks them (a full sync's scan) does a
+    /// bounded step here. Returns whether it did work. The default does nothing.
+    fn tick(&mut self, _engine: &Engine, _clients: &mut dyn ClientRecords) -> bool {
         false
     }
 
@@ -183,9 +184,9 @@ impl<A: MutationSink, B: MutationSink> MutationSink for Tee<A, B> {
         self.0.local_delete(key);
         self.1.local_delete(key);
     }
-    fn tick(&mut self, engine: &Engine) -> bool {
-        let a = self.0.tick(engine);
-        self.1.tick(engine) || a
+    fn tick(&mut self, engine: &Engine, clients: &mut dyn ClientRecords) -> bool {
+        let a = self.0.tick(engine, clients);
+        self.1.tick(engine, clients) || a
     }
     fn position(&self) -> u64 {
         self.0.position().max(self.1.position())
@@ -223,8 +224,8 @@ impl<S: MutationSink + ?Sized> MutationSink for Box<S> {
     fn local_delete(&mut self, key: &[u8]) {
         (**self).local_delete(key)
     }
-    fn tick(&mut self, engine: &Engine) -> bool {
-        (**self).tick(engine)
+    fn tick(&mut self, engine: &Engine, clients: &mut dyn ClientRecords) -> bool {
+        (**self).tick(engine, clients)
     }
     fn position(&self) -> u64 {
         (**self).position()

@@ -5,7 +5,7 @@
 use crate::replicator::Link;
 use crate::worker::Store;
 use dataplane::gate::WriteGate;
-use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
 use dataplane::repl::cluster::{ClusterNode, ClusterParts};
 use dataplane::repl::link::ReplLogic;
 use dataplane::repl::master::{MasterConfig, MasterNode};
@@ -88,6 +88,12 @@ pub fn setup(
     let link_addr = r.link.as_ref().ok_or("replication.link is missing")?;
     let mac = kvconf::parse_mac(&link_addr.mac)?;
     let status = Arc::new(ReplStatus::default());
+    // Completion records before the log file, which may hold some.
+    if let Some(etcd) = &r.etcd {
+        for s in stores.iter_mut() {
+            s.server.set_completion_records(etcd.completion_records);
+        }
+    }
     // The log file first: a corrupt one stops the start before any link is up.
     let (log, log_writer) = replica_log_setup(cfg, role, stores, &status)?;
     let (links, names, ports) = open_links(&r.vdevs, pool)?;
@@ -248,7 +254,8 @@ struct LogicParts {
 /// An etcd-managed node: its role decided by etcd. Every worker keeps both a log
 /// ring (master) and an apply ring (replica); the node starts as a replica with no
 /// master. A node that can fail over logs (as master) and keeps (as replica)
-/// completion records, so a client's retry across a failover is not executed twice.
+/// completion records (turned on by [`setup`]), so a client's retry across a failover
+/// is not executed twice.
 fn cluster_logic(
     cfg: &Config,
     etcd: &kvconf::EtcdSection,
@@ -257,9 +264,6 @@ fn cluster_logic(
     p: &mut LogicParts,
 ) -> Result<(Box<dyn ReplLogic + Send>, Cluster), Box<dyn std::error::Error>> {
     let r = &cfg.replication;
-    for s in stores.iter_mut() {
-        s.server.set_completion_records(etcd.completion_records);
-    }
     // Only the master answers reads (docs/FAILOVER.md "What clients do").
     p.gate.set_reads_follow_writes(!r.replica_reads);
     let (logs, scans) = master_rings(stores, &p.lost, r.mode, &p.bell);
@@ -467,9 +471,22 @@ fn replica_log_setup(
     let mut current = None;
     if let Some(o) = opened {
         let t0 = std::time::Instant::now();
-        let mut engines: Vec<&mut kvengine::Engine> =
-            stores.iter_mut().map(|s| s.server.engine_mut()).collect();
-        let rep = dataplane::snapshot::load_log_into(path, &mut engines)
+        // Completion records go to the worker serving their QP, as the replication
+        // lcore routes them (`repl::group_route`).
+        let (mut engines, mut keepers): (Vec<_>, Vec<_>) = stores
+            .iter_mut()
+            .map(|s| {
+                let (engine, _, keeper) = s.server.apply_parts();
+                (engine, keeper)
+            })
+            .unzip();
+        let n = keepers.len() as u32;
+        let mut restore = |qpn: u32, blob: &[u8]| {
+            if let Some(k) = keepers.get_mut((qpn % n.max(1)) as usize) {
+                k.record(qpn, blob);
+            }
+        };
+        let rep = dataplane::snapshot::load_log_into(path, &mut engines, &mut restore)
             .map_err(|e| format!("replica log: {e}"))?;
         let (id, epoch, offset) = o.position;
         println!(

@@ -32,11 +32,13 @@ mod conn;
 mod cross;
 mod open;
 mod resume;
+mod sync_records;
 mod tenants;
 mod txn;
 
 pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, RNR_TIMER};
 pub use cross::{PartitionTable, MAX_PARTITIONS};
+pub use resume::Keeper;
 use resume::ServeMark;
 pub use tenants::{TenantRule, FAILED_OPENS_PER_S};
 
@@ -289,15 +291,6 @@ impl Server {
     /// The mutation tap's position ([`MutationSink::position`]; 0 without a tap).
     pub fn write_position(&self) -> u64 {
         self.tap.as_ref().map_or(0, |t| t.position())
-    }
-
-    /// Lets the mutation tap do its between-bursts work (`MutationSink::tick`);
-    /// returns whether it did any.
-    pub fn tick_mutation_sink(&mut self) -> bool {
-        match self.tap.as_deref_mut() {
-            Some(t) => t.tick(&self.engine),
-            None => false,
-        }
     }
 
     /// The installed mutation tap.

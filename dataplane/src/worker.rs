@@ -567,8 +567,8 @@ fn apply_replicated(store: &mut Store) -> usize {
         return 0;
     };
     let k = {
-        let (engine, tap, mut restore) = store.server.apply_parts();
-        a.apply_with(engine, tap, APPLY_PER_LOOP, &mut restore)
+        let (engine, tap, mut keeper) = store.server.apply_parts();
+        a.apply_with(engine, tap, APPLY_PER_LOOP, &mut keeper)
     };
     k + a.pending_span().map_or(0, |parts| {
         store

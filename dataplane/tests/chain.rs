@@ -15,7 +15,7 @@ use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
-use dataplane::repl::scan::{ScanDriver, ScanShared};
+use dataplane::repl::scan::{NoClients, ScanDriver, ScanShared};
 use dataplane::repl::status::ReplStatus;
 use kvengine::{Engine, EngineConfig, Region};
 use kvrepl::log::{log_ring, LogProducer};
@@ -377,7 +377,8 @@ impl World {
             }
             // A worker loops many times per step: several scan steps.
             for _ in 0..SCAN_STEPS {
-                node.scan.step(&node.shared, &node.engine, &mut node.log);
+                node.scan
+                    .step(&node.shared, &node.engine, &mut NoClients, &mut node.log);
             }
             node.logic.poll(self.now, &mut node.out);
         }

@@ -19,7 +19,7 @@ use dataplane::repl::cluster::{ClusterNode, ClusterParts};
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::MasterConfig;
 use dataplane::repl::replica::ReplicaConfig;
-use dataplane::repl::scan::ScanShared;
+use dataplane::repl::scan::{NoClients, ScanShared};
 use dataplane::repl::status::ReplStatus;
 use dataplane::repl::worker_log::ReplLog;
 use kvcluster::records::DataState;
@@ -157,7 +157,7 @@ impl Node {
 
     /// The worker's between-bursts work.
     fn worker(&mut self) {
-        self.tap.tick(&self.engine);
+        self.tap.tick(&self.engine, &mut NoClients);
         self.applier
             .apply(&mut self.engine, Some(&mut self.tap), 1024);
     }

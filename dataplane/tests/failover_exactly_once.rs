@@ -9,6 +9,10 @@
 //! * all but the response frames: each is answered `OUTCOME_UNKNOWN`, none runs again;
 //! * nothing past the connections: each runs once, on the replica.
 //!
+//! * a full sync instead of the stream (the replica had only the connections): the
+//!   sync carries the master's completion records with its data, so each fetch-add
+//!   is answered with its original result, none runs again.
+//!
 //! In every case the counter on the replica counts each fetch-add exactly once.
 //! Without completion records the client's resends would either run again (double
 //! counting) or be reported lost (`ConnectionLost`): each test fails then.
@@ -18,6 +22,9 @@ mod common;
 use common::{engine, identity, request_params, VecSink, RKEY, SERVER_MAC};
 use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
+use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::scan::ScanShared;
+use dataplane::repl::worker_log::ReplLog;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvclient::{Client, ClientConfig, Config, Error, Op, PacketIo, Ticket};
@@ -25,6 +32,7 @@ use kvwire::{Atomic, MasterHint, Status};
 use std::cell::Cell;
 use std::net::Ipv4Addr;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 const STEP_NS: u64 = 10_000;
@@ -254,6 +262,42 @@ fn failover_on(
     (outcomes, ctr, c)
 }
 
+/// The master (alive, its answers lost) hands the replica its state by a full sync
+/// after the replica heard only of the connections (`connections`) or of nothing.
+fn full_sync_to_replica(c: &mut Client<Switch>, stream: &Arc<Mutex<Vec<Rec>>>, connections: bool) {
+    let sw = c.io_mut();
+    let heard = stream.lock().unwrap().clone();
+    for r in heard.iter().filter(|r| connections && kind(r) == Some(1)) {
+        if let Rec::Qp(q, b) = r {
+            assert!(sw.nodes[0].server.restore_completion(*q, b));
+        }
+    }
+    let (replica, master) = sw.nodes.split_at_mut(1);
+    full_sync(&mut master[0].server, &mut replica[0].server);
+}
+
+/// A full sync from `src` to `dst` through the real path: `src`'s worker scan
+/// (`repl::scan`, fed the worker's completion records) into a log ring, `dst`'s
+/// applier draining it.
+fn full_sync(src: &mut Server, dst: &mut Server) {
+    let (p, ring) = kvrepl::log::log_ring(8 << 20);
+    let shared = Arc::new(ScanShared::default());
+    shared.grant.store(u64::MAX / 2, Ordering::Release);
+    shared.request.store(1, Ordering::Release);
+    let log = ReplLog::new(p, shared.clone(), Arc::new(AtomicU64::new(0)));
+    let before = src.set_mutation_sink(Some(Box::new(log)));
+    for _ in 0..10_000 {
+        src.tick_mutation_sink();
+    }
+    src.set_mutation_sink(before);
+    let mut a = Applier::new(ring, Arc::new(ApplyStats::default()));
+    let (e, t, mut keeper) = dst.apply_parts();
+    assert!(
+        a.apply_with(e, t, usize::MAX, &mut keeper) > 0,
+        "the sync arrived"
+    );
+}
+
 /// Kind byte of a completion blob (crate::completion: 1 incarnation, 2 intent,
 /// 3 response frame).
 fn kind(r: &Rec) -> Option<u8> {
@@ -328,6 +372,104 @@ fn requests_the_replica_never_heard_of_run_there_once() {
     assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
     assert_eq!(ctr, ADDS);
     assert_eq!(c.io_mut().stats.restored_replays.get(), 0);
+}
+
+/// The nemesis's seed 409: a node that took a full sync (from a chain relay) after
+/// requests ran on the master was elected; it had their effects (in the scan) and
+/// the client's connection (from before) but no record of the requests, and ran a
+/// resent fetch-add again. The full sync now carries the records with the data.
+#[test]
+fn a_full_sync_carries_the_completion_records_with_the_data() {
+    full_sync_failover(false);
+}
+
+/// The synced node never heard of an opened QP (it joined after the OPEN): the sync
+/// installs it (R_Key, secret) with its records, and the client resumes there.
+#[test]
+fn a_full_sync_carries_opened_qps() {
+    full_sync_failover(true);
+}
+
+fn full_sync_failover(opened: bool) {
+    let stream = Arc::new(Mutex::new(Vec::new()));
+    let mut c = world(&stream, opened);
+    c.io_mut().nodes[1].mute = true;
+    let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
+    c.flush();
+    for _ in 0..4 {
+        let _ = c.poll();
+    }
+    assert_eq!(c.io_mut().counter(1), ADDS);
+    full_sync_to_replica(&mut c, &stream, !opened);
+    let sw = c.io_mut();
+    assert_eq!(sw.counter(0), ADDS, "the data came with the sync");
+    sw.nodes[1].dead = true;
+    sw.nodes[0].gate.set_master_hint(None);
+    sw.nodes[0].gate.open();
+    let mut originals: Vec<u64> = tickets
+        .into_iter()
+        .map(|t| {
+            let r = c.wait(t).expect("answered");
+            assert_eq!(r.status, Status::Ok, "answered from the synced records");
+            u64::from_le_bytes(r.value[..8].try_into().unwrap())
+        })
+        .collect();
+    originals.sort_unstable();
+    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_eq!(
+        c.io_mut().counter(0),
+        ADDS,
+        "not one applied twice on the synced node"
+    );
+    assert!(c.io_mut().stats.restored_replays.get() >= ADDS / 10);
+}
+
+/// A chain relay's full sync carries what it restored from its master: the replica
+/// that followed the stream syncs a fresh node (its records, not a live cache, are
+/// the source), which is then elected; every resend gets its original answer.
+#[test]
+fn a_relay_full_sync_carries_the_records_it_restored() {
+    let stream = Arc::new(Mutex::new(Vec::new()));
+    let mut c = world(&stream, false);
+    c.io_mut().nodes[1].mute = true;
+    let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
+    c.flush();
+    for _ in 0..4 {
+        let _ = c.poll();
+    }
+    let sw = c.io_mut();
+    sw.nodes[1].dead = true;
+    for r in stream.lock().unwrap().iter() {
+        match r {
+            Rec::Put(k, v) => assert_eq!(
+                sw.nodes[0].server.engine_mut().put(k, v),
+                kvengine::Status::Ok
+            ),
+            Rec::Delete(k) => drop(sw.nodes[0].server.engine_mut().delete(k)),
+            Rec::Qp(q, b) => assert!(sw.nodes[0].server.restore_completion(*q, b)),
+        }
+    }
+    let mut id = identity();
+    id.mac = SERVER_MAC;
+    let mut fresh = Server::new(id, &QPS, engine(8 << 20));
+    fresh.set_completion_records(true);
+    fresh.set_write_gate(sw.nodes[0].gate.clone());
+    full_sync(&mut sw.nodes[0].server, &mut fresh);
+    sw.nodes[0].server = fresh;
+    assert_eq!(sw.counter(0), ADDS, "the data came with the sync");
+    sw.nodes[0].gate.set_master_hint(None);
+    sw.nodes[0].gate.open();
+    let mut originals: Vec<u64> = tickets
+        .into_iter()
+        .map(|t| {
+            let r = c.wait(t).expect("answered");
+            assert_eq!(r.status, Status::Ok, "answered from the relayed records");
+            u64::from_le_bytes(r.value[..8].try_into().unwrap())
+        })
+        .collect();
+    originals.sort_unstable();
+    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_eq!(c.io_mut().counter(0), ADDS, "not one applied twice");
 }
 
 #[test]

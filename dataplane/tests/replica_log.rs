@@ -48,6 +48,15 @@ fn feed_live(
             feed.record(&Record::Delete { key: &key });
             model.remove(&key);
         }
+        if i % 10 == 3 {
+            // A completion record: loaded back for the node's transport, not its data.
+            let qpn = base + i;
+            feed.record(&Record::QpState {
+                qpn,
+                bytes: &qpn.to_le_bytes(),
+            });
+            model.insert(format!("qp:{qpn}").into_bytes(), qpn.to_le_bytes().to_vec());
+        }
         if i % 10 == 9 {
             *offset += 100;
             feed.commit(*offset);
@@ -77,10 +86,24 @@ fn check_file(path: &Path, model: &HashMap<Vec<u8>, Vec<u8>>) -> (u64, u64, u64)
         .unwrap()
         .expect("a log file");
     let mut e = engine();
-    let rep = dataplane::snapshot::load_log_into(path, &mut [&mut e]).unwrap();
-    assert_eq!(rep.keys as usize, model.len());
+    let mut qps = HashMap::new();
+    let mut keep = |qpn: u32, blob: &[u8]| {
+        qps.insert(format!("qp:{qpn}").into_bytes(), blob.to_vec());
+    };
+    let rep = dataplane::snapshot::load_log_into(path, &mut [&mut e], &mut keep).unwrap();
+    let (want_qps, kvs): (HashMap<_, _>, HashMap<_, _>) =
+        model.iter().partition(|(k, _)| k.starts_with(b"qp:"));
+    let want_qps: HashMap<Vec<u8>, Vec<u8>> = want_qps
+        .into_iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    assert_eq!(
+        qps, want_qps,
+        "completion records come back for the transport"
+    );
+    assert_eq!(rep.keys as usize, kvs.len());
     let mut out = vec![0u8; 4096];
-    for (k, v) in model {
+    for (k, v) in kvs {
         let n = e
             .get(k, &mut out)
             .unwrap_or_else(|s| panic!("{k:?}: {s:?}"));

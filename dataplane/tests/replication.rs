@@ -10,11 +10,11 @@ mod common;
 
 use common::Rng;
 use dataplane::gate::WriteGate;
-use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
-use dataplane::repl::scan::{ScanDriver, ScanShared};
+use dataplane::repl::scan::{NoClients, ScanDriver, ScanShared};
 use dataplane::repl::status::ReplStatus;
 use kvengine::{Engine, EngineConfig, Region};
 use kvrepl::log::{log_ring, LogProducer};
@@ -27,6 +27,16 @@ use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// The completion records the replica's applier hands over, in order.
+struct QpSeen(Vec<(u32, Vec<u8>)>);
+
+impl CompletionKeeper for QpSeen {
+    fn record(&mut self, q: u32, b: &[u8]) {
+        self.0.push((q, b.to_vec()));
+    }
+    fn full_sync(&mut self) {}
+}
 
 const MS: u64 = 1_000_000;
 const STEP_NS: u64 = 100_000;
@@ -222,7 +232,7 @@ struct World {
     /// Records the replica's worker applies per step (a slow worker: few).
     apply_per_step: usize,
     /// The completion records (`QP_STATE`) the replica's worker was handed, in order.
-    qp_seen: Vec<(u32, Vec<u8>)>,
+    qp_seen: QpSeen,
 }
 
 impl World {
@@ -237,7 +247,7 @@ impl World {
             to_r: VecLinks::new(1600),
             to_m: VecLinks::new(1600),
             apply_per_step: 1024,
-            qp_seen: Vec::new(),
+            qp_seen: QpSeen(Vec::new()),
         }
     }
 
@@ -247,20 +257,22 @@ impl World {
         for _ in 0..writes {
             self.m.write(&mut self.rng, keys);
         }
-        self.m
-            .scan
-            .step(&self.m.shared, &self.m.engine, &mut self.m.log);
+        self.m.scan.step(
+            &self.m.shared,
+            &self.m.engine,
+            &mut NoClients,
+            &mut self.m.log,
+        );
         if let Some((e, log, scan, shared)) = self.m.second.as_mut() {
-            scan.step(shared, e, log);
+            scan.step(shared, e, &mut NoClients, log);
         }
         self.m.node.poll(self.now, &mut self.to_r);
         self.r.node.poll(self.now, &mut self.to_m);
-        let seen = &mut self.qp_seen;
         self.r.applier.apply_with(
             &mut self.r.engine,
             None,
             self.apply_per_step,
-            &mut |q, b| seen.push((q, b.to_vec())),
+            &mut self.qp_seen,
         );
         for (to_r, frames) in [
             (true, std::mem::take(&mut self.to_r.frames)),
@@ -431,7 +443,7 @@ fn completion_records_reach_the_replica_worker_in_order_under_loss() {
     }
     w.loss = 0;
     w.settle(50_000);
-    assert_eq!(w.qp_seen, sent);
+    assert_eq!(w.qp_seen.0, sent);
     assert_eq!(w.r.contents(), w.m.contents());
 }
 

@@ -78,6 +78,10 @@ def test_counter_rules():
     assert hc.check_counter(clean, 3)["duplicate_effects"] == 0  # the unknown one did not land
     assert hc.check_counter(clean, 2)["lost_acked_increments"] == 1
     assert hc.check_counter(clean, 5)["duplicate_effects"] == 1
+    # A refused increment that landed anyway: the value nobody was told of is named.
+    refused = [incr(0, 1, 1), incr(2, 3, None, r="fail"), incr(4, 5, 3)]
+    r = hc.check_counter(refused, 3)
+    assert r["duplicate_effects"] == 1 and "returned 2" in r["examples"][0]
     # Rolled back and redone: two acknowledged increments saw the same new value.
     rolled = [incr(0, 1, 1), incr(2, 3, 2), incr(4, 5, 2)]
     r = hc.check_counter(rolled, 2)

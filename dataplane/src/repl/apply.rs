@@ -39,6 +39,22 @@ pub struct ApplyStats {
     pub spans: AtomicU64,
 }
 
+/// Where a replica worker's applier hands what its master's stream says about client
+/// connections (`crate::completion`; `Server::apply_parts`).
+pub trait CompletionKeeper {
+    /// One `QP_STATE` record: its QPN and blob.
+    fn record(&mut self, qpn: u32, blob: &[u8]);
+    /// A full sync begins: what earlier records said is dropped, as the data is (the
+    /// sync carries the records that go with its data).
+    fn full_sync(&mut self);
+}
+
+/// No keeper: completion records are skipped.
+impl CompletionKeeper for () {
+    fn record(&mut self, _: u32, _: &[u8]) {}
+    fn full_sync(&mut self) {}
+}
+
 /// A replica worker's inbound record ring.
 pub struct Applier {
     ring: LogConsumer,
@@ -84,18 +100,19 @@ impl Applier {
         tap: Option<&mut (dyn MutationSink + 'static)>,
         max: usize,
     ) -> usize {
-        self.apply_with(engine, tap, max, &mut |_, _| {})
+        self.apply_with(engine, tap, max, &mut ())
     }
 
     /// [`Applier::apply`], handing each completion record (a `QP_STATE` record's
-    /// QPN and blob) to `qp_state` in ring order (`Server::apply_parts`).
+    /// QPN and blob) and each full sync's start to `keeper`, in ring order
+    /// (`Server::apply_parts`).
     #[inline]
     pub fn apply_with(
         &mut self,
         engine: &mut Engine,
         mut tap: Option<&mut (dyn MutationSink + 'static)>,
         max: usize,
-        qp_state: &mut dyn FnMut(u32, &[u8]),
+        keeper: &mut dyn CompletionKeeper,
     ) -> usize {
         if self.ring.pending_bytes() == 0 || self.span.is_some() {
             return 0;
@@ -141,6 +158,7 @@ impl Applier {
                 // A full sync begins: the replica's data is replaced by the master's.
                 LogItem::ScanBegin(_) => {
                     clear(engine);
+                    keeper.full_sync();
                     return true;
                 }
                 LogItem::ScanEnd(_) | LogItem::Wait { .. } | LogItem::Span { .. } => return true,
@@ -151,7 +169,7 @@ impl Applier {
             let status = match Record::decode(bytes) {
                 // Completion records are the transport's (`crate::completion`).
                 Ok((Record::QpState { qpn, bytes }, _)) => {
-                    qp_state(qpn, bytes);
+                    keeper.record(qpn, bytes);
                     kvengine::Status::Ok
                 }
                 Ok((rec, _)) => apply_kv(engine, tap.as_deref_mut(), rec),
@@ -373,7 +391,7 @@ mod tests {
     }
 
     #[test]
-    fn completion_records_go_to_the_transport_in_ring_order() {
+    fn completion_records_and_full_syncs_go_to_the_keeper_in_ring_order() {
         let mut e = engine();
         let (mut p, c) = log_ring(4096);
         let mut a = Applier::new(c, Arc::new(ApplyStats::default()));
@@ -392,11 +410,31 @@ mod tests {
             bytes: b"frame",
         })
         .unwrap();
-        let mut seen = Vec::new();
-        let n = a.apply_with(&mut e, None, 100, &mut |q, b| seen.push((q, b.to_vec())));
+        struct Seen(Vec<(u32, Vec<u8>)>);
+        impl CompletionKeeper for Seen {
+            fn record(&mut self, q: u32, b: &[u8]) {
+                self.0.push((q, b.to_vec()));
+            }
+            fn full_sync(&mut self) {
+                self.0.push((0, b"full sync".to_vec()));
+            }
+        }
+        p.try_push_scan_begin(1).unwrap();
+        let mut seen = Seen(Vec::new());
+        let n = a.apply_with(&mut e, None, 100, &mut seen);
         assert_eq!(n, 3);
-        assert_eq!(seen, vec![(7, b"intent".to_vec()), (8, b"frame".to_vec())]);
-        assert_eq!(e.get(b"k", &mut [0u8; 4]), Ok(1));
+        assert_eq!(
+            seen.0,
+            vec![
+                (7, b"intent".to_vec()),
+                (8, b"frame".to_vec()),
+                (0, b"full sync".to_vec())
+            ]
+        );
+        assert!(
+            e.get(b"k", &mut [0u8; 4]).is_err(),
+            "a full sync starts empty"
+        );
     }
 
     #[test]

@@ -111,11 +111,9 @@ impl Route<'_> {
     }
 
     fn copy_out(&mut self, rec: &Record<'_>) {
-        // Completion records are not in the log file (docs/REPLICATION.md §2).
-        if let (Some(l), false) = (
-            self.log.as_deref_mut(),
-            matches!(rec, Record::QpState { .. }),
-        ) {
+        // Completion records too: a node restarted from its log file must know the
+        // requests whose effects it loads (docs/REPLICATION.md §2).
+        if let Some(l) = self.log.as_deref_mut() {
             l.record(rec);
         }
         if let Some(r) = self.relay.as_deref_mut() {

@@ -3,6 +3,7 @@
 //! full sync (the scan, `repl::scan`) into the same ring.
 
 use super::scan::{ScanDriver, ScanShared};
+use crate::completion::ClientRecords;
 use crate::mutation::MutationSink;
 use kvengine::Engine;
 use kvrepl::log::LogProducer;
@@ -100,8 +101,8 @@ impl MutationSink for ReplLog {
         self.live_end
     }
 
-    fn tick(&mut self, engine: &Engine) -> bool {
-        let busy = self.scan.step(&self.shared, engine, &mut self.log);
+    fn tick(&mut self, engine: &Engine, clients: &mut dyn ClientRecords) -> bool {
+        let busy = self.scan.step(&self.shared, engine, clients, &mut self.log);
         // Once per worker iteration: a sleeping replication lcore wakes for what this
         // iteration pushed (its requests' post-images and this scan step's records).
         self.log.notify();

@@ -8,6 +8,7 @@ use crate::clients::ClientTable;
 use crate::completion::{self, RestoredQp, INTENT_LEN, NOT_RESUMING};
 use crate::mutation::record_cost;
 use crate::packet::{Identity, PktCtx};
+use crate::repl::apply::CompletionKeeper;
 use crate::replay::{Arena, Entry, EntryState};
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
@@ -135,16 +136,15 @@ impl Server {
             )
     }
 
-    /// The engine, the mutation tap and a sink for completion records together: what
-    /// a replica worker applying its master's records needs
+    /// The engine, the mutation tap and the keeper of completion records together:
+    /// what a replica worker applying its master's records needs
     /// (`repl::apply::Applier::apply_with`).
-    #[allow(clippy::type_complexity)]
     pub fn apply_parts(
         &mut self,
     ) -> (
         &mut kvengine::Engine,
         Option<&mut (dyn crate::mutation::MutationSink + 'static)>,
-        impl FnMut(u32, &[u8]) + '_,
+        Keeper<'_>,
     ) {
         let Server {
             engine,
@@ -155,13 +155,13 @@ impl Server {
             now_s,
             ..
         } = self;
-        let (on, now) = (*completions, *now_s);
-        let restore = move |qpn: u32, blob: &[u8]| {
-            if on {
-                restore(clients, restored_ring, qpn, blob, now);
-            }
+        let keeper = Keeper {
+            clients,
+            ring: restored_ring,
+            on: *completions,
+            now: *now_s,
         };
-        (engine, tap.as_deref_mut(), restore)
+        (engine, tap.as_deref_mut(), keeper)
     }
 
     /// Logs the INTENT of request `p` of client `ci` (its room was reserved).
@@ -308,6 +308,26 @@ impl Server {
             _ => NOT_RESUMING,
         };
         Some(true)
+    }
+}
+
+/// A replica worker's clients as the keeper of its master's completion records.
+pub struct Keeper<'a> {
+    clients: &'a mut ClientTable,
+    ring: &'a mut Arena,
+    on: bool,
+    now: u32,
+}
+
+impl CompletionKeeper for Keeper<'_> {
+    fn record(&mut self, qpn: u32, blob: &[u8]) {
+        if self.on {
+            restore(self.clients, self.ring, qpn, blob, self.now);
+        }
+    }
+
+    fn full_sync(&mut self) {
+        self.clients.forget_restored();
     }
 }
 

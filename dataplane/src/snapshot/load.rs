@@ -34,19 +34,25 @@ pub fn load_into(path: &Path, engines: &mut [&mut Engine]) -> Result<LoadReport,
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let reader = SnapshotReader::open(BufReader::with_capacity(1 << 20, file))
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    apply(reader, path, engines)
+    apply(reader, path, engines, &mut |_, _| {})
 }
 
 /// [`load_into`] for a replica's log file (`kvrepl::aof`: recover it first, so a torn
-/// tail is already cut); the same checks, the same errors.
-pub fn load_log_into(path: &Path, engines: &mut [&mut Engine]) -> Result<LoadReport, String> {
+/// tail is already cut); the same checks, the same errors. Its completion records
+/// (`QP_STATE`) go to `qp_state` in file order: a node elected after its restart
+/// must know the requests whose effects it loaded (`crate::completion`).
+pub fn load_log_into(
+    path: &Path,
+    engines: &mut [&mut Engine],
+    qp_state: &mut dyn FnMut(u32, &[u8]),
+) -> Result<LoadReport, String> {
     if engines.is_empty() {
         return Err("no engine to load into".into());
     }
     let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let reader = kvrepl::aof::open_reader(BufReader::with_capacity(1 << 20, file))
         .map_err(|e| format!("{}: {e}", path.display()))?;
-    apply(reader, path, engines)
+    apply(reader, path, engines, qp_state)
 }
 
 /// Applies a verified file's records in order.
@@ -54,6 +60,7 @@ fn apply(
     reader: SnapshotReader<BufReader<File>>,
     path: &Path,
     engines: &mut [&mut Engine],
+    qp_state: &mut dyn FnMut(u32, &[u8]),
 ) -> Result<LoadReport, String> {
     let n = engines.len() as u32;
     let what = |e: SnapshotError| format!("{}: {e}", path.display());
@@ -71,8 +78,11 @@ fn apply(
                 // A key deleted after the scan missed it: nothing to remove.
                 (key, if s == Status::NotFound { Status::Ok } else { s })
             }
-            // Per-QP transport state belongs to a replication stream, not a store.
-            Record::QpState { .. } => (&[][..], Status::Ok),
+            // Per-QP transport state: a replica log's, for its node's transport.
+            Record::QpState { qpn, bytes } => {
+                qp_state(qpn, bytes);
+                (&[][..], Status::Ok)
+            }
             // Transaction boundaries matter to a live replica only.
             Record::Group { .. } => (&[][..], Status::Ok),
         };

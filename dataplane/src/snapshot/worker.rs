@@ -2,6 +2,7 @@
 //! the engine a few buckets per loop iteration, finish.
 
 use super::{Job, SnapshotCtl, WorkerState, RING_BYTES};
+use crate::completion::ClientRecords;
 use crate::mutation::{record_cost, MutationSink};
 use crate::server::Server;
 use kvengine::{ScanCursor, ScanStep};
@@ -134,8 +135,8 @@ impl MutationSink for SnapTee {
         }
     }
 
-    fn tick(&mut self, engine: &kvengine::Engine) -> bool {
-        self.inner.as_mut().is_some_and(|i| i.tick(engine))
+    fn tick(&mut self, engine: &kvengine::Engine, clients: &mut dyn ClientRecords) -> bool {
+        self.inner.as_mut().is_some_and(|i| i.tick(engine, clients))
     }
 
     fn position(&self) -> u64 {
