@@ -42,7 +42,7 @@ use crate::completion::ClientRecords;
 use crate::stage::EngineStage;
 use kvengine::{BatchOp, Engine, OpKind};
 use kvops::MemoryStage;
-use kvwire::{BatchReader, KvOp, Status};
+use kvwire::{BatchReader, Status};
 
 /// Bytes a sink is charged per post-image on top of its key and value: the record
 /// header of `kvrepl::record` (kind, key length, value length).
@@ -267,14 +267,8 @@ pub fn worst_case(payload: &[u8], max_value_len: usize) -> usize {
     let mut total = 0usize;
     for op in reader {
         let Ok(op) = op else { break };
-        let cost = match op {
-            KvOp::Put { key, value } => record_cost(key.len(), value.len()),
-            KvOp::Delete { key } => record_cost(key.len(), 0),
-            KvOp::UpdateS2S { key, atomic, .. } => record_cost(key.len(), atomic.width.bytes()),
-            KvOp::UpdateV2V { key, delta, .. } => record_cost(key.len(), delta.len()),
-            KvOp::UpdateS2V { key, .. } => record_cost(key.len(), max_value_len),
-            KvOp::Get { .. } | KvOp::Reduce { .. } | KvOp::Filter { .. } => 0,
-        };
+        let cost = kvops::semantics::post_image_bound(&op, max_value_len)
+            .map_or(0, |n| record_cost(op.key().len(), n));
         total = total.saturating_add(cost);
     }
     total
@@ -364,6 +358,7 @@ impl<T: MutationSink + ?Sized> MemoryStage for TapStage<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kvwire::KvOp;
     use kvwire::{func, Atomic, BatchWriter, Width};
 
     fn payload(ops: &[KvOp<'_>]) -> Vec<u8> {

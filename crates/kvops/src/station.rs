@@ -55,10 +55,10 @@
 //! All pools (slots, chain links, the value cache and the result buffer) are allocated
 //! by [`Station::new`]; `process_batch` allocates nothing.
 
-use kvwire::{op, KvOp, Status};
+use kvwire::{KvOp, Status};
 
-use crate::functions::{filter, reduce, store_le, update_s2v, update_v2v, ElemFn, Predicate};
 use crate::registry::FunctionRegistry;
+use crate::semantics::Rmw;
 
 /// Number of hash slots, as in the paper.
 pub const SLOTS: usize = 1024;
@@ -485,82 +485,19 @@ impl Exec {
                     Err(s)
                 }
             }
-            KvOp::UpdateS2S {
-                atomic,
-                param,
-                param2,
-                ..
-            } => {
-                let f = self.function(op::UPDATE_S2S, atomic.func)?;
+            // Read-modify-write: its meaning is `semantics::Rmw`'s, on the cached value.
+            _ => {
+                let rmw = Rmw::resolve(op, &self.registry).ok_or(Status::Internal)??;
                 let n = self.load(key, st, store)?;
-                let w = atomic.width;
-                if n != w.bytes() {
-                    return Err(Status::BadLength);
+                let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
+                let done = rmw.apply(value, &mut self.out)?;
+                if done.wrote {
+                    st.dirty = true;
+                    st.updates += 1;
                 }
-                // Fast path: one element, updated in the cache.
-                let (Some(elem), Some(orig)) = (self.cache.get_mut(..n), self.out.get_mut(..n))
-                else {
-                    return Err(Status::ValueTooLarge);
-                };
-                orig.copy_from_slice(elem);
-                f.apply(w, atomic.signed, elem, param, param2)?;
-                st.dirty = true;
-                st.updates += 1;
-                Ok(Out::Result(n))
-            }
-            KvOp::UpdateS2V {
-                atomic,
-                param,
-                param2,
-                ..
-            } => {
-                let f = self.function(op::UPDATE_S2V, atomic.func)?;
-                let n = self.load(key, st, store)?;
-                let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
-                let (w, signed) = (atomic.width, atomic.signed);
-                let len = update_s2v(f, w, signed, value, param, param2, &mut self.out)?;
-                st.dirty = true;
-                st.updates += 1;
-                Ok(Out::Result(len))
-            }
-            KvOp::UpdateV2V { atomic, delta, .. } => {
-                let f = self.function(op::UPDATE_V2V, atomic.func)?;
-                let n = self.load(key, st, store)?;
-                let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
-                let (w, signed) = (atomic.width, atomic.signed);
-                // The wire carries no second parameter here: user functions get 0.
-                let len = update_v2v(f, w, signed, value, delta, 0, &mut self.out)?;
-                st.dirty = true;
-                st.updates += 1;
-                Ok(Out::Result(len))
-            }
-            KvOp::Reduce { atomic, init, .. } => {
-                let f = self.function(op::REDUCE, atomic.func)?;
-                let n = self.load(key, st, store)?;
-                let value = self.cache.get(..n).ok_or(Status::ValueTooLarge)?;
-                let w = atomic.width;
-                // No second parameter on the wire: user functions get 0.
-                let sigma = reduce(f, w, atomic.signed, value, init, 0)?;
-                let dst = self.out.get_mut(..w.bytes()).ok_or(Status::ValueTooLarge)?;
-                store_le(dst, sigma);
-                Ok(Out::Result(w.bytes()))
-            }
-            KvOp::Filter { atomic, param, .. } => {
-                let p = Predicate::from_id(atomic.func)?;
-                let n = self.load(key, st, store)?;
-                let value = self.cache.get(..n).ok_or(Status::ValueTooLarge)?;
-                let len = filter(p, atomic.width, atomic.signed, param, value, &mut self.out)?;
-                Ok(Out::Result(len))
+                Ok(Out::Result(done.len))
             }
         }
-    }
-
-    /// The element function `id` names for `opcode` (the function × opcode matrix of
-    /// docs/PROTOCOL.md §3.2; an undefined cell is `UnknownFunction`). Checked before the
-    /// key is read, so an undefined op neither reads nor changes anything.
-    #[inline]
-    fn function(&self, opcode: u8, id: u8) -> Result<ElemFn, Status> {
-        Ok(self.registry.resolve_for(opcode, id)?)
     }
 }
 

@@ -1,10 +1,7 @@
 //! [`TxExecutor`]: runs one transaction on one partition's store, all or nothing.
 
 use arrayvec::ArrayVec;
-use kvops::functions::{filter, reduce, store_le, update_s2v, update_v2v, Predicate};
-use kvops::FunctionRegistry;
-use kvwire::payload::op;
-use kvwire::payload::Atomic;
+use kvops::{FunctionRegistry, Rmw};
 use kvwire::payload::{AbortReason, CondKind, Condition, TxAbort, TxReader, MAX_TX_OPS};
 use kvwire::{KvOp, Status};
 
@@ -321,25 +318,14 @@ impl TxExecutor {
                     self.result(Status::Ok, Span::default());
                 }
             }
-            KvOp::UpdateS2S {
-                atomic,
-                param,
-                param2,
-                ..
-            } => self.step_update(i, t, cur, op::UPDATE_S2S, atomic, (param, param2), registry)?,
-            KvOp::UpdateS2V {
-                atomic,
-                param,
-                param2,
-                ..
-            } => self.step_update(i, t, cur, op::UPDATE_S2V, atomic, (param, param2), registry)?,
-            KvOp::UpdateV2V { atomic, delta, .. } => {
-                self.step_v2v(i, t, cur, atomic, delta, registry)?;
+            // Read-modify-write: its meaning is `kvops::semantics::Rmw`'s, on a copy.
+            _ => {
+                let rmw = Rmw::resolve(o, registry)
+                    .ok_or_else(|| failed(Status::Internal))?
+                    .map_err(failed)?;
+                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
+                self.step_rmw(i, t, cur, &rmw)?;
             }
-            KvOp::Reduce { atomic, init, .. } => {
-                self.step_reduce(i, cur, atomic, init, registry)?
-            }
-            KvOp::Filter { atomic, param, .. } => self.step_filter(i, cur, atomic, param)?,
         }
         Ok(())
     }
@@ -374,121 +360,34 @@ impl TxExecutor {
         Ok(())
     }
 
-    /// UPDATE_S2S / UPDATE_S2V: function `atomic.func` of the parameters on the value
-    /// (an element, or each element); the result is the original value.
-    #[allow(clippy::too_many_arguments)]
-    fn step_update(
-        &mut self,
-        i: usize,
-        t: usize,
-        cur: Option<Span>,
-        opcode: u8,
-        atomic: Atomic,
-        (param, param2): (u64, u64),
-        registry: &FunctionRegistry,
-    ) -> Result<(), Abort> {
+    /// A read-modify-write op on touched key `t` (current value `cur`): an update
+    /// changes a copy, which becomes the key's post-image, and answers the original; a
+    /// read answers what it computed into the arena.
+    fn step_rmw(&mut self, i: usize, t: usize, cur: Span, rmw: &Rmw<'_>) -> Result<(), Abort> {
         let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        let f = registry
-            .resolve_for(opcode, atomic.func)
-            .map_err(|e| failed(e.into()))?;
-        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-        if opcode == op::UPDATE_S2S && cur.len as usize != atomic.width.bytes() {
-            return Err(failed(Status::BadLength));
-        }
-        // The original stays where it is (the result); the new value is a copy.
-        let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
-        self.arena.copy_within(cur.range(), new.off as usize);
-        let value = &mut self.arena[new.range()];
-        let (w, signed) = (atomic.width, atomic.signed);
-        let done = if opcode == op::UPDATE_S2S {
-            f.apply(w, signed, value, param, param2).map(|_| ())
+        if rmw.writes() {
+            // The original stays where it is (the result); the new value is a copy.
+            let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
+            self.arena.copy_within(cur.range(), new.off as usize);
+            rmw.apply(&mut self.arena[new.range()], &mut self.scratch)
+                .map_err(failed)?;
+            self.write(t, Some(new));
+            self.result(Status::Ok, cur);
         } else {
-            update_s2v(f, w, signed, value, param, param2, &mut self.scratch[..]).map(|_| ())
-        };
-        done.map_err(|e| failed(e.into()))?;
-        self.write(t, Some(new));
-        self.result(Status::Ok, cur);
-        Ok(())
-    }
-
-    /// UPDATE_V2V: the function element-wise with the delta vector; the result is
-    /// the original value.
-    fn step_v2v(
-        &mut self,
-        i: usize,
-        t: usize,
-        cur: Option<Span>,
-        atomic: Atomic,
-        delta: &[u8],
-        registry: &FunctionRegistry,
-    ) -> Result<(), Abort> {
-        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        let f = registry
-            .resolve_for(op::UPDATE_V2V, atomic.func)
-            .map_err(|e| failed(e.into()))?;
-        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-        let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
-        self.arena.copy_within(cur.range(), new.off as usize);
-        let value = &mut self.arena[new.range()];
-        let (w, signed) = (atomic.width, atomic.signed);
-        update_v2v(f, w, signed, value, delta, 0, &mut self.scratch)
-            .map_err(|e| failed(e.into()))?;
-        self.write(t, Some(new));
-        self.result(Status::Ok, cur);
-        Ok(())
-    }
-
-    /// REDUCE: the function folded over the elements from `init`.
-    fn step_reduce(
-        &mut self,
-        i: usize,
-        cur: Option<Span>,
-        atomic: Atomic,
-        init: u64,
-        registry: &FunctionRegistry,
-    ) -> Result<(), Abort> {
-        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        let f = registry
-            .resolve_for(op::REDUCE, atomic.func)
-            .map_err(|e| failed(e.into()))?;
-        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-        let (w, signed) = (atomic.width, atomic.signed);
-        let sigma = reduce(f, w, signed, &self.arena[cur.range()], init, 0)
-            .map_err(|e| failed(e.into()))?;
-        let out = self.alloc(w.bytes()).ok_or_else(|| too_large(i))?;
-        store_le(&mut self.arena[out.range()], sigma);
-        self.result(Status::Ok, out);
-        Ok(())
-    }
-
-    /// FILTER: the elements the predicate keeps.
-    fn step_filter(
-        &mut self,
-        i: usize,
-        cur: Option<Span>,
-        atomic: Atomic,
-        param: u64,
-    ) -> Result<(), Abort> {
-        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        let p = Predicate::from_id(atomic.func).map_err(|e| failed(e.into()))?;
-        let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-        let out = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
-        let (src, dst) = self.arena.split_at_mut(out.off as usize);
-        let (w, signed) = (atomic.width, atomic.signed);
-        let n = filter(
-            p,
-            w,
-            signed,
-            param,
-            &src[cur.range()],
-            &mut dst[..out.len as usize],
-        )
-        .map_err(|e| failed(e.into()))?;
-        let kept = Span {
-            off: out.off,
-            len: n as u32,
-        };
-        self.result(Status::Ok, kept);
+            // Room for the value's length and a reduction's element.
+            let out = self
+                .alloc((cur.len as usize).max(8))
+                .ok_or_else(|| too_large(i))?;
+            let (src, dst) = self.arena.split_at_mut(out.off as usize);
+            let done = rmw
+                .apply(&mut src[cur.range()], &mut dst[..out.len as usize])
+                .map_err(failed)?;
+            let res = Span {
+                off: out.off,
+                len: done.len as u32,
+            };
+            self.result(Status::Ok, res);
+        }
         Ok(())
     }
 

@@ -54,9 +54,9 @@ pub use frame::{
 };
 pub use icrc::ICRC_LEN;
 pub use payload::{
-    copy_small, func, op, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvResult,
-    MasterHint, PayloadError, ResponseReader, ResponseWriter, Status, Width, MASTER_HINT_LEN,
-    MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN,
+    copy_small, func, op, ops, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvResult,
+    MasterHint, OpSpec, PayloadError, ResponseReader, ResponseWriter, Status, Width,
+    MASTER_HINT_LEN, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN, OPS,
 };
 pub use psn::{PsnClass, PsnTracker};
 pub use transport::{

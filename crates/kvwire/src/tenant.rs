@@ -18,7 +18,6 @@ use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 use crate::ethernet::MacAddr;
-use crate::payload::op;
 use core::net::Ipv4Addr;
 
 /// First byte of every tenant namespace (a key of a client without a tenant may not
@@ -53,11 +52,9 @@ pub const CATEGORY_NAMES: [(&str, u8); 4] = [
 
 /// The ACL category of a KV opcode (0 for an undefined one).
 pub const fn category(opcode: u8) -> u8 {
-    match opcode {
-        op::GET | op::REDUCE | op::FILTER => READ,
-        op::PUT | op::DELETE => WRITE,
-        op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V => ATOMIC,
-        _ => 0,
+    match crate::payload::ops::spec(opcode) {
+        Some(s) => s.category,
+        None => 0,
     }
 }
 
@@ -209,6 +206,7 @@ mod tests {
 
     #[test]
     fn categories_and_acl_names() {
+        use crate::payload::op;
         assert_eq!(category(op::GET), READ);
         assert_eq!(category(op::FILTER), READ);
         assert_eq!(category(op::DELETE), WRITE);

@@ -347,10 +347,10 @@ impl<'a> KvOp<'a> {
     /// Whether the op may change the store (PUT, DELETE, the three updates): the ops
     /// a replica or a fenced master refuses (`NOT_MASTER`).
     pub const fn is_write(&self) -> bool {
-        !matches!(
-            self,
-            KvOp::Get { .. } | KvOp::Reduce { .. } | KvOp::Filter { .. }
-        )
+        match super::optable::spec(self.opcode()) {
+            Some(s) => s.writes,
+            None => true,
+        }
     }
     /// The value bytes of PUT, the Δ vector of UPDATE_V2V, `None` otherwise.
     pub const fn value(&self) -> Option<&'a [u8]> {
@@ -376,7 +376,10 @@ impl<'a> KvOp<'a> {
 /// Whether an opcode carries a value (value length + value bytes).
 #[inline]
 pub const fn opcode_has_value(opcode: u8) -> bool {
-    matches!(opcode, op::PUT | op::UPDATE_V2V)
+    match super::optable::spec(opcode) {
+        Some(s) => s.value,
+        None => false,
+    }
 }
 
 /// Number of scalar parameters an opcode/function carries.
@@ -392,10 +395,10 @@ pub const fn param_count(opcode: u8, func: u8) -> usize {
 /// Whether an opcode carries the func/attr bytes.
 #[inline]
 pub const fn opcode_has_atomic(opcode: u8) -> bool {
-    matches!(
-        opcode,
-        op::UPDATE_S2S | op::UPDATE_S2V | op::UPDATE_V2V | op::REDUCE | op::FILTER
-    )
+    match super::optable::spec(opcode) {
+        Some(s) => s.atomic,
+        None => false,
+    }
 }
 
 #[cfg(test)]

@@ -26,6 +26,7 @@
 //!
 //! * `kvop` — opcodes, op-byte flags, function and predicate ids, [`Width`],
 //!   [`Atomic`] and the decoded op [`KvOp`];
+//! * `optable` — every opcode's properties, declared once ([`OPS`]);
 //! * `status` — result [`Status`] codes and [`PayloadError`];
 //! * `batch_reader` — [`BatchReader`], the request decoder;
 //! * `batch_writer` — [`BatchWriter`], the request encoder;
@@ -41,6 +42,7 @@ mod batch_writer;
 mod cursor;
 mod kvop;
 mod master_hint;
+mod optable;
 mod response;
 mod status;
 mod txn;
@@ -52,6 +54,11 @@ pub use kvop::{
     ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE, FLAG_RESERVED, OPCODE_MASK,
 };
 pub use master_hint::{MasterHint, MASTER_HINT_LEN};
+pub use optable::{OpSpec, OPS};
+/// An opcode's properties ([`OpSpec`]) and its lookup by name.
+pub mod ops {
+    pub use super::optable::{by_name, spec};
+}
 pub use response::{copy_small, put_result, KvResult, ResponseReader, ResponseWriter};
 pub use status::{PayloadError, Status};
 pub use txn::{
