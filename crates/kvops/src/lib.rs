@@ -10,8 +10,8 @@
 //!   `filter`) and the filter [`Predicate`]s.
 //! * [`registry`]: maps function IDs to built-in or user functions; user functions are
 //!   registered at start-up.
-//! * [`semantics`]: what each read-modify-write op does to a value ([`Rmw`]), the one
-//!   interpreter of op meaning the station and the transaction executor share.
+//! * [`semantics`]: what each read-modify-write op does to a value ([`semantics::run`]),
+//!   the one interpreter of op meaning the station and the transaction executor share.
 //! * [`station`]: the per-lcore reservation station that orders dependent operations,
 //!   forwards cached values to operations on the same key and merges their updates into
 //!   one write-back; or, with `ooo = false`, stalls on every conflict (the baseline).
@@ -30,7 +30,6 @@ pub mod station;
 
 pub use functions::{ElemFn, OpError, Predicate};
 pub use registry::{FunctionRegistry, RegistryError, UserFn};
-pub use semantics::Rmw;
 pub use station::{
     CompletionSink, MemoryStage, Station, StationConfig, StationConfigError, StationStats,
 };

@@ -1,41 +1,18 @@
 //! What each read-modify-write op does to a value, written once: UPDATE_S2S,
 //! UPDATE_S2V, UPDATE_V2V, REDUCE and FILTER (docs/PROTOCOL.md §3.2). The
 //! reservation station (on its cached value, `crate::station`) and the transaction
-//! executor (on its copy, `kvtx`) both run an op through [`Rmw`]; they differ only in
+//! executor (on its copy, `kvtx`) both run an op through [`run`]; they differ only in
 //! where the value lives and how it is written back.
 //!
-//! The checks run in the protocol's order: the function or predicate
-//! ([`Rmw::resolve`], before the key is read, so an undefined op neither reads nor
-//! changes anything), then the key's existence (the caller's), then the lengths
-//! ([`Rmw::apply`]). An error changes nothing.
+//! The checks run in the protocol's order: the function or predicate (before the key
+//! is read, so an undefined op neither reads nor changes anything), then the key's
+//! existence (the caller's loader), then the lengths. An error changes nothing.
 
-use crate::functions::{filter, reduce, store_le, update_s2v, update_v2v, ElemFn, Predicate};
+use crate::functions::{filter, reduce, store_le, update_s2v, update_v2v, Predicate};
 use crate::registry::FunctionRegistry;
-use kvwire::{op, KvOp, Status, Width};
+use kvwire::{op, KvOp, Status};
 
-/// A read-modify-write op with its function or predicate resolved.
-#[derive(Clone, Copy, Debug)]
-pub struct Rmw<'a> {
-    kind: Kind<'a>,
-    width: Width,
-    signed: bool,
-}
-
-#[derive(Clone, Copy, Debug)]
-enum Kind<'a> {
-    /// One element, `f(x, p, p2)`.
-    Scalar { f: ElemFn, p: u64, p2: u64 },
-    /// Every element, `f(x, p, p2)`.
-    Vector { f: ElemFn, p: u64, p2: u64 },
-    /// Element-wise with `delta` (no second parameter on the wire: user functions get 0).
-    Delta { f: ElemFn, delta: &'a [u8] },
-    /// Σ = f(Σ, x) from `init` (no second parameter: 0).
-    Reduce { f: ElemFn, init: u64 },
-    /// The elements `pred(x, p)` keeps.
-    Filter { pred: Predicate, p: u64 },
-}
-
-/// What [`Rmw::apply`] did.
+/// What [`run`] did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Done {
     /// Bytes of the result in `out`.
@@ -44,103 +21,93 @@ pub struct Done {
     pub wrote: bool,
 }
 
-impl<'a> Rmw<'a> {
-    /// `op`'s function or predicate resolved in `registry` (the function × opcode
-    /// matrix: an undefined cell is `UnknownFunction`); `None` for an op that is not a
-    /// read-modify-write (GET, PUT, DELETE).
-    pub fn resolve(op: &KvOp<'a>, registry: &FunctionRegistry) -> Option<Result<Rmw<'a>, Status>> {
-        let f = |opcode: u8, id: u8| registry.resolve_for(opcode, id).map_err(Status::from);
-        let (kind, a) = match *op {
-            KvOp::UpdateS2S {
-                atomic,
-                param,
-                param2,
-                ..
-            } => (
-                f(op::UPDATE_S2S, atomic.func).map(|f| Kind::Scalar {
-                    f,
-                    p: param,
-                    p2: param2,
-                }),
-                atomic,
-            ),
-            KvOp::UpdateS2V {
-                atomic,
-                param,
-                param2,
-                ..
-            } => (
-                f(op::UPDATE_S2V, atomic.func).map(|f| Kind::Vector {
-                    f,
-                    p: param,
-                    p2: param2,
-                }),
-                atomic,
-            ),
-            KvOp::UpdateV2V { atomic, delta, .. } => (
-                f(op::UPDATE_V2V, atomic.func).map(|f| Kind::Delta { f, delta }),
-                atomic,
-            ),
-            KvOp::Reduce { atomic, init, .. } => (
-                f(op::REDUCE, atomic.func).map(|f| Kind::Reduce { f, init }),
-                atomic,
-            ),
-            KvOp::Filter { atomic, param, .. } => (
-                Predicate::from_id(atomic.func)
-                    .map(|pred| Kind::Filter { pred, p: param })
-                    .map_err(Status::from),
-                atomic,
-            ),
-            KvOp::Get { .. } | KvOp::Put { .. } | KvOp::Delete { .. } => return None,
-        };
-        Some(kind.map(|kind| Rmw {
-            kind,
-            width: a.width,
-            signed: a.signed,
-        }))
-    }
+/// Whether `op` is a read-modify-write op that changes the value (an update) rather
+/// than only reading it (REDUCE, FILTER); `false` for GET, PUT, DELETE.
+#[inline]
+pub const fn updates(op: &KvOp<'_>) -> bool {
+    matches!(
+        op,
+        KvOp::UpdateS2S { .. } | KvOp::UpdateS2V { .. } | KvOp::UpdateV2V { .. }
+    )
+}
 
-    /// Whether it changes the value (an update) rather than only reading it.
-    pub fn writes(&self) -> bool {
-        matches!(
-            self.kind,
-            Kind::Scalar { .. } | Kind::Vector { .. } | Kind::Delta { .. }
-        )
-    }
-
-    /// Runs it on the key's current `value`, changed in place when it
-    /// [`writes`](Rmw::writes); the result goes to `out` — the original value for an
-    /// update, Σ for REDUCE, the kept elements for FILTER. `out` must hold the value's
-    /// length and 8 bytes, else `ValueTooLarge`. On an error (a length the op does not
-    /// fit) nothing is changed.
-    pub fn apply(&self, value: &mut [u8], out: &mut [u8]) -> Result<Done, Status> {
-        let (w, signed) = (self.width, self.signed);
-        let updated = |len: usize| Done { len, wrote: true };
-        let read = |len: usize| Done { len, wrote: false };
-        match self.kind {
-            Kind::Scalar { f, p, p2 } => {
-                let n = value.len();
-                if n != w.bytes() {
-                    return Err(Status::BadLength);
-                }
-                out.get_mut(..n)
-                    .ok_or(Status::ValueTooLarge)?
-                    .copy_from_slice(value);
-                f.apply(w, signed, value, p, p2)?;
-                Ok(updated(n))
+/// Runs the read-modify-write `op`: resolves its function or predicate in `registry`
+/// (the function × opcode matrix: an undefined cell is `UnknownFunction`, and nothing
+/// is read), then asks `value` for the key's current value — with whether it will be
+/// changed ([`updates`]); `Err(NotFound)` there for a missing key — and runs the op on
+/// it, in place for an update. The result goes to `out`: the original value for an
+/// update, Σ for REDUCE, the kept elements for FILTER; `out` must hold the value's
+/// length and 8 bytes, else `ValueTooLarge`. On an error (a length the op does not fit)
+/// nothing is changed. GET, PUT and DELETE are not read-modify-write: `Internal`.
+#[inline]
+pub fn run<'v>(
+    op: &KvOp<'_>,
+    registry: &FunctionRegistry,
+    value: impl FnOnce(bool) -> Result<&'v mut [u8], Status>,
+    out: &mut [u8],
+) -> Result<Done, Status> {
+    let f = |opcode: u8, id: u8| registry.resolve_for(opcode, id).map_err(Status::from);
+    let updated = |len: usize| Done { len, wrote: true };
+    let read = |len: usize| Done { len, wrote: false };
+    match *op {
+        KvOp::UpdateS2S {
+            atomic: a,
+            param,
+            param2,
+            ..
+        } => {
+            let f = f(op::UPDATE_S2S, a.func)?;
+            let value = value(true)?;
+            let n = value.len();
+            if n != a.width.bytes() {
+                return Err(Status::BadLength);
             }
-            Kind::Vector { f, p, p2 } => Ok(updated(update_s2v(f, w, signed, value, p, p2, out)?)),
-            Kind::Delta { f, delta } => {
-                Ok(updated(update_v2v(f, w, signed, value, delta, 0, out)?))
-            }
-            Kind::Reduce { f, init } => {
-                let sigma = reduce(f, w, signed, value, init, 0)?;
-                let dst = out.get_mut(..w.bytes()).ok_or(Status::ValueTooLarge)?;
-                store_le(dst, sigma);
-                Ok(read(w.bytes()))
-            }
-            Kind::Filter { pred, p } => Ok(read(filter(pred, w, signed, p, value, out)?)),
+            out.get_mut(..n)
+                .ok_or(Status::ValueTooLarge)?
+                .copy_from_slice(value);
+            f.apply(a.width, a.signed, value, param, param2)?;
+            Ok(updated(n))
         }
+        KvOp::UpdateS2V {
+            atomic: a,
+            param,
+            param2,
+            ..
+        } => {
+            let f = f(op::UPDATE_S2V, a.func)?;
+            let v = value(true)?;
+            Ok(updated(update_s2v(
+                f, a.width, a.signed, v, param, param2, out,
+            )?))
+        }
+        KvOp::UpdateV2V {
+            atomic: a, delta, ..
+        } => {
+            let f = f(op::UPDATE_V2V, a.func)?;
+            // No second parameter on the wire: user functions get 0.
+            let v = value(true)?;
+            Ok(updated(update_v2v(f, a.width, a.signed, v, delta, 0, out)?))
+        }
+        KvOp::Reduce {
+            atomic: a, init, ..
+        } => {
+            let f = f(op::REDUCE, a.func)?;
+            let v = value(false)?;
+            let sigma = reduce(f, a.width, a.signed, v, init, 0)?;
+            let dst = out
+                .get_mut(..a.width.bytes())
+                .ok_or(Status::ValueTooLarge)?;
+            store_le(dst, sigma);
+            Ok(read(a.width.bytes()))
+        }
+        KvOp::Filter {
+            atomic: a, param, ..
+        } => {
+            let p = Predicate::from_id(a.func)?;
+            let v = value(false)?;
+            Ok(read(filter(p, a.width, a.signed, param, v, out)?))
+        }
+        KvOp::Get { .. } | KvOp::Put { .. } | KvOp::Delete { .. } => Err(Status::Internal),
     }
 }
 
@@ -162,7 +129,7 @@ pub const fn post_image_bound(op: &KvOp<'_>, max_value_len: usize) -> Option<usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kvwire::{func, pred, Atomic};
+    use kvwire::{func, pred, Atomic, Width};
 
     fn atomic(id: u8, width: Width) -> Atomic {
         Atomic {
@@ -170,6 +137,10 @@ mod tests {
             width,
             signed: false,
         }
+    }
+
+    fn on<'v>(v: &'v mut [u8]) -> impl FnOnce(bool) -> Result<&'v mut [u8], Status> {
+        move |_| Ok(v)
     }
 
     #[test]
@@ -181,11 +152,12 @@ mod tests {
             param: 5,
             param2: 0,
         };
-        let rmw = Rmw::resolve(&op, &reg).unwrap().unwrap();
+        assert!(updates(&op));
         let mut v = 7u64.to_le_bytes();
         let mut out = [0u8; 16];
+        let done = run(&op, &reg, on(&mut v), &mut out);
         assert_eq!(
-            rmw.apply(&mut v, &mut out),
+            done,
             Ok(Done {
                 len: 8,
                 wrote: true
@@ -197,7 +169,10 @@ mod tests {
         );
         // A value that is not one element: BadLength, nothing changed.
         let mut long = [1u8; 9];
-        assert_eq!(rmw.apply(&mut long, &mut out), Err(Status::BadLength));
+        assert_eq!(
+            run(&op, &reg, on(&mut long), &mut out),
+            Err(Status::BadLength)
+        );
         assert_eq!(long, [1u8; 9]);
     }
 
@@ -212,10 +187,10 @@ mod tests {
             init: 0,
         };
         let mut out = [0u8; 16];
-        let rmw = Rmw::resolve(&sum, &reg).unwrap().unwrap();
-        assert!(!rmw.writes());
+        assert!(!updates(&sum));
+        let done = run(&sum, &reg, on(&mut v), &mut out);
         assert_eq!(
-            rmw.apply(&mut v, &mut out),
+            done,
             Ok(Done {
                 len: 4,
                 wrote: false
@@ -227,9 +202,9 @@ mod tests {
             atomic: atomic(pred::GT, Width::W4),
             param: 3,
         };
-        let rmw = Rmw::resolve(&gt, &reg).unwrap().unwrap();
+        let done = run(&gt, &reg, on(&mut v), &mut out);
         assert_eq!(
-            rmw.apply(&mut v, &mut out),
+            done,
             Ok(Done {
                 len: 8,
                 wrote: false
@@ -240,18 +215,28 @@ mod tests {
     }
 
     #[test]
-    fn the_function_is_checked_first_and_plain_ops_are_not_rmw() {
+    fn the_function_is_checked_before_the_key_is_read() {
         let reg = FunctionRegistry::new();
         let cas_reduce = KvOp::Reduce {
             key: b"k",
             atomic: atomic(func::CAS, Width::W8),
             init: 0,
         };
+        let mut out = [0u8; 8];
+        let unread = |_| -> Result<&mut [u8], Status> { panic!("the key was read") };
         assert_eq!(
-            Rmw::resolve(&cas_reduce, &reg).map(|r| r.err()),
-            Some(Some(Status::UnknownFunction))
+            run(&cas_reduce, &reg, unread, &mut out),
+            Err(Status::UnknownFunction)
         );
-        assert!(Rmw::resolve(&KvOp::Get { key: b"k" }, &reg).is_none());
+        let missing = |_| -> Result<&mut [u8], Status> { Err(Status::NotFound) };
+        let add = KvOp::Reduce {
+            key: b"k",
+            atomic: atomic(func::FETCH_ADD, Width::W8),
+            init: 0,
+        };
+        assert_eq!(run(&add, &reg, missing, &mut out), Err(Status::NotFound));
+        let get = KvOp::Get { key: b"k" };
+        assert_eq!(run(&get, &reg, unread, &mut out), Err(Status::Internal));
     }
 
     #[test]
@@ -295,6 +280,7 @@ mod tests {
             };
             let bound = post_image_bound(&op, 100);
             assert_eq!(bound.is_some(), spec.writes, "{}", spec.name);
+            assert_eq!(updates(&op), spec.writes && spec.atomic, "{}", spec.name);
         }
     }
 }

@@ -58,7 +58,7 @@
 use kvwire::{KvOp, Status};
 
 use crate::registry::FunctionRegistry;
-use crate::semantics::Rmw;
+use crate::semantics;
 
 /// Number of hash slots, as in the paper.
 pub const SLOTS: usize = 1024;
@@ -407,41 +407,6 @@ impl Exec {
         self.stats.merged += st.updates.saturating_sub(wrote);
     }
 
-    /// The key's value, from the cache or (once per chain) from the memory stage.
-    fn load<M: MemoryStage>(
-        &mut self,
-        key: &[u8],
-        st: &mut ChainState,
-        store: &mut M,
-    ) -> Result<usize, Status> {
-        match st.cached {
-            Cached::Present(n) => {
-                self.stats.forwarded += 1;
-                Ok(n)
-            }
-            Cached::Absent => {
-                self.stats.forwarded += 1;
-                Err(Status::NotFound)
-            }
-            Cached::Unknown => {
-                self.stats.reads += 1;
-                match store.read(key, &mut self.cache) {
-                    Ok(n) if n <= self.cache.len() => {
-                        st.cached = Cached::Present(n);
-                        Ok(n)
-                    }
-                    // The memory stage broke its contract (a length beyond `out`).
-                    Ok(_) => Err(Status::Internal),
-                    Err(Status::NotFound) => {
-                        st.cached = Cached::Absent;
-                        Err(Status::NotFound)
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-        }
-    }
-
     fn exec_op<M: MemoryStage>(
         &mut self,
         op: &KvOp<'_>,
@@ -450,7 +415,9 @@ impl Exec {
         store: &mut M,
     ) -> Result<Out, Status> {
         match *op {
-            KvOp::Get { .. } => self.load(key, st, store).map(Out::Cache),
+            KvOp::Get { .. } => {
+                load(&mut self.cache, &mut self.stats, key, st, store).map(Out::Cache)
+            }
             KvOp::Put { value, .. } => {
                 self.stats.writes_through += 1;
                 let s = store.write(key, value);
@@ -485,17 +452,66 @@ impl Exec {
                     Err(s)
                 }
             }
-            // Read-modify-write: its meaning is `semantics::Rmw`'s, on the cached value.
+            // Read-modify-write: its meaning is `semantics::run`'s, on the cached value.
             _ => {
-                let rmw = Rmw::resolve(op, &self.registry).ok_or(Status::Internal)??;
-                let n = self.load(key, st, store)?;
-                let value = self.cache.get_mut(..n).ok_or(Status::ValueTooLarge)?;
-                let done = rmw.apply(value, &mut self.out)?;
+                let Exec {
+                    cache,
+                    out,
+                    registry,
+                    stats,
+                } = self;
+                let (chain, mem) = (&mut *st, &mut *store);
+                let done = semantics::run(
+                    op,
+                    registry,
+                    move |_| {
+                        let n = load(cache, stats, key, chain, mem)?;
+                        cache.get_mut(..n).ok_or(Status::ValueTooLarge)
+                    },
+                    out,
+                )?;
                 if done.wrote {
                     st.dirty = true;
                     st.updates += 1;
                 }
                 Ok(Out::Result(done.len))
+            }
+        }
+    }
+}
+
+/// The key's value into `cache`, from it or (once per chain) from the memory stage;
+/// its length.
+fn load<M: MemoryStage>(
+    cache: &mut [u8],
+    stats: &mut StationStats,
+    key: &[u8],
+    st: &mut ChainState,
+    store: &mut M,
+) -> Result<usize, Status> {
+    match st.cached {
+        Cached::Present(n) => {
+            stats.forwarded += 1;
+            Ok(n)
+        }
+        Cached::Absent => {
+            stats.forwarded += 1;
+            Err(Status::NotFound)
+        }
+        Cached::Unknown => {
+            stats.reads += 1;
+            match store.read(key, cache) {
+                Ok(n) if n <= cache.len() => {
+                    st.cached = Cached::Present(n);
+                    Ok(n)
+                }
+                // The memory stage broke its contract (a length beyond `out`).
+                Ok(_) => Err(Status::Internal),
+                Err(Status::NotFound) => {
+                    st.cached = Cached::Absent;
+                    Err(Status::NotFound)
+                }
+                Err(e) => Err(e),
             }
         }
     }

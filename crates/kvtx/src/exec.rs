@@ -1,7 +1,7 @@
 //! [`TxExecutor`]: runs one transaction on one partition's store, all or nothing.
 
 use arrayvec::ArrayVec;
-use kvops::{FunctionRegistry, Rmw};
+use kvops::{semantics, FunctionRegistry};
 use kvwire::payload::{AbortReason, CondKind, Condition, TxAbort, TxReader, MAX_TX_OPS};
 use kvwire::{KvOp, Status};
 
@@ -92,6 +92,19 @@ impl Default for TxExecutor {
 type Abort = TxAbort;
 
 /// The abort of op `i` whose result would not fit the transaction's arena.
+/// `len` bytes of an arena of `cap` bytes whose first `used` are taken.
+fn bump(cap: usize, used: &mut usize, len: usize) -> Option<Span> {
+    let off = *used;
+    if len > cap - off {
+        return None;
+    }
+    *used += len;
+    Some(Span {
+        off: off as u32,
+        len: len as u32,
+    })
+}
+
 fn too_large(i: usize) -> Abort {
     abort(AbortReason::TooLarge, i, Status::ResponseTooLarge)
 }
@@ -193,15 +206,7 @@ impl TxExecutor {
     }
 
     fn alloc(&mut self, len: usize) -> Option<Span> {
-        let off = self.used;
-        if len > self.arena.len() - off {
-            return None;
-        }
-        self.used += len;
-        Some(Span {
-            off: off as u32,
-            len: len as u32,
-        })
+        bump(self.arena.len(), &mut self.used, len)
     }
 
     fn copy_in(&mut self, bytes: &[u8]) -> Option<Span> {
@@ -318,14 +323,8 @@ impl TxExecutor {
                     self.result(Status::Ok, Span::default());
                 }
             }
-            // Read-modify-write: its meaning is `kvops::semantics::Rmw`'s, on a copy.
-            _ => {
-                let rmw = Rmw::resolve(o, registry)
-                    .ok_or_else(|| failed(Status::Internal))?
-                    .map_err(failed)?;
-                let cur = cur.ok_or_else(|| failed(Status::NotFound))?;
-                self.step_rmw(i, t, cur, &rmw)?;
-            }
+            // Read-modify-write: its meaning is `kvops::semantics::run`'s, on a copy.
+            _ => self.step_rmw(i, t, cur, o, registry)?,
         }
         Ok(())
     }
@@ -362,31 +361,55 @@ impl TxExecutor {
 
     /// A read-modify-write op on touched key `t` (current value `cur`): an update
     /// changes a copy, which becomes the key's post-image, and answers the original; a
-    /// read answers what it computed into the arena.
-    fn step_rmw(&mut self, i: usize, t: usize, cur: Span, rmw: &Rmw<'_>) -> Result<(), Abort> {
-        let failed = |s: Status| abort(AbortReason::OpFailed, i, s);
-        if rmw.writes() {
-            // The original stays where it is (the result); the new value is a copy.
-            let new = self.alloc(cur.len as usize).ok_or_else(|| too_large(i))?;
-            self.arena.copy_within(cur.range(), new.off as usize);
-            rmw.apply(&mut self.arena[new.range()], &mut self.scratch)
-                .map_err(failed)?;
-            self.write(t, Some(new));
-            self.result(Status::Ok, cur);
-        } else {
-            // Room for the value's length and a reduction's element.
-            let out = self
-                .alloc((cur.len as usize).max(8))
-                .ok_or_else(|| too_large(i))?;
-            let (src, dst) = self.arena.split_at_mut(out.off as usize);
-            let done = rmw
-                .apply(&mut src[cur.range()], &mut dst[..out.len as usize])
-                .map_err(failed)?;
-            let res = Span {
-                off: out.off,
-                len: done.len as u32,
-            };
-            self.result(Status::Ok, res);
+    /// read answers what it computed, copied into the arena.
+    fn step_rmw(
+        &mut self,
+        i: usize,
+        t: usize,
+        cur: Option<Span>,
+        o: &KvOp<'_>,
+        registry: &FunctionRegistry,
+    ) -> Result<(), Abort> {
+        let TxExecutor {
+            arena,
+            used,
+            scratch,
+            ..
+        } = self;
+        let (mut new, mut no_room) = (None, false);
+        let ran = semantics::run(
+            o,
+            registry,
+            |writes| {
+                let cur = cur.ok_or(Status::NotFound)?;
+                if !writes {
+                    return Ok(&mut arena[cur.range()]);
+                }
+                // The original stays where it is (the result); the new value is a copy.
+                let Some(n) = bump(arena.len(), used, cur.len as usize) else {
+                    no_room = true;
+                    return Err(Status::ValueTooLarge);
+                };
+                arena.copy_within(cur.range(), n.off as usize);
+                new = Some(n);
+                Ok(&mut arena[n.range()])
+            },
+            scratch,
+        );
+        if no_room {
+            return Err(too_large(i));
+        }
+        let done = ran.map_err(|s| abort(AbortReason::OpFailed, i, s))?;
+        match (new, cur) {
+            (Some(n), Some(c)) => {
+                self.write(t, Some(n));
+                self.result(Status::Ok, c);
+            }
+            _ => {
+                let s = self.alloc(done.len).ok_or_else(|| too_large(i))?;
+                self.arena[s.range()].copy_from_slice(&self.scratch[..done.len]);
+                self.result(Status::Ok, s);
+            }
         }
         Ok(())
     }
