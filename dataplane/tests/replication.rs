@@ -176,6 +176,16 @@ impl Replica {
 
     /// A replica whose worker ring holds `ring_bytes`.
     fn with_ring(ring_bytes: usize) -> Replica {
+        Replica::build(ring_bytes, true)
+    }
+
+    /// A replica that asks by broadcast (no configured master: an etcd-managed node
+    /// that was the configured head, or whose master the election named).
+    fn asking_by_broadcast() -> Replica {
+        Replica::build(1 << 20, false)
+    }
+
+    fn build(ring_bytes: usize, configured_master: bool) -> Replica {
         let (p, c) = log_ring(ring_bytes);
         let stats = Arc::new(ApplyStats::default());
         let status = Arc::new(ReplStatus::default());
@@ -183,7 +193,8 @@ impl Replica {
             node_id: 2,
             mac: [2, 0, 0, 0, 0x10, 1],
             ip: Ipv4Addr::new(10, 77, 0, 2),
-            master: Some(([2, 0, 0, 0, 0x10, 0], Ipv4Addr::new(10, 77, 0, 1))),
+            master: configured_master
+                .then_some(([2, 0, 0, 0, 0x10, 0], Ipv4Addr::new(10, 77, 0, 1))),
             fallback: Vec::new(),
             waiting_time_ns: 60 * MS,
             ack_interval_ns: 2 * MS,
@@ -227,6 +238,8 @@ struct World {
     loss: u64,
     /// While set, nothing crosses the link (an outage).
     cut: bool,
+    /// While set, nothing goes from the replica to the master (a one-way outage).
+    cut_to_master: bool,
     to_r: VecLinks,
     to_m: VecLinks,
     /// Records the replica's worker applies per step (a slow worker: few).
@@ -244,6 +257,7 @@ impl World {
             rng: Rng(seed | 1),
             loss: 0,
             cut: false,
+            cut_to_master: false,
             to_r: VecLinks::new(1600),
             to_m: VecLinks::new(1600),
             apply_per_step: 1024,
@@ -279,7 +293,7 @@ impl World {
             (false, std::mem::take(&mut self.to_m.frames)),
         ] {
             for (_, f) in frames {
-                if self.cut || self.rng.below(1000) < self.loss {
+                if self.cut || (!to_r && self.cut_to_master) || self.rng.below(1000) < self.loss {
                     continue;
                 }
                 if to_r {
@@ -515,6 +529,33 @@ fn partial_resync_after_an_outage_and_the_min_replicas_gate() {
     );
     assert_eq!(w.r.contents(), w.m.contents());
     let _ = Ordering::Relaxed;
+}
+
+/// A one-way outage: the replica's answers are lost for longer than the waiting time
+/// while the master's frames (its probes) still reach it. The master declares it
+/// invalid; once its answers get through again it is back online (by a partial
+/// resync) and holds the master's data. The replica asks by broadcast, as an
+/// etcd-managed node does — the nemesis's unhealed chains (seeds 315, 317) had such a
+/// node that heard its upstream's probes while the upstream held it invalid; this
+/// star-shaped case heals, the chain's is open (docs/FAILOVER.md).
+#[test]
+fn a_one_way_outage_heals() {
+    let mut w = World::new(21, 1);
+    w.r = Replica::asking_by_broadcast();
+    w.settle(20_000);
+    for _ in 0..200 {
+        w.step(10, 500);
+    }
+    w.cut_to_master = true;
+    for _ in 0..2000 {
+        w.step(10, 500);
+    }
+    let st = w.m.status.to_json();
+    assert_eq!(st["peers"]["0"]["state"], "invalid", "{st}");
+    w.cut_to_master = false;
+    w.settle(20_000);
+    assert_eq!(w.m.gate.write_status(), Status::Ok);
+    assert_eq!(w.r.contents(), w.m.contents());
 }
 
 #[test]
