@@ -535,9 +535,7 @@ fn partial_resync_after_an_outage_and_the_min_replicas_gate() {
 /// while the master's frames (its probes) still reach it. The master declares it
 /// invalid; once its answers get through again it is back online (by a partial
 /// resync) and holds the master's data. The replica asks by broadcast, as an
-/// etcd-managed node does — the nemesis's unhealed chains (seeds 315, 317) had such a
-/// node that heard its upstream's probes while the upstream held it invalid; this
-/// star-shaped case heals, the chain's is open (docs/FAILOVER.md).
+/// etcd-managed node does.
 #[test]
 fn a_one_way_outage_heals() {
     let mut w = World::new(21, 1);
@@ -556,6 +554,62 @@ fn a_one_way_outage_heals() {
     w.settle(20_000);
     assert_eq!(w.m.gate.write_status(), Status::Ok);
     assert_eq!(w.r.contents(), w.m.contents());
+}
+
+/// A replica that follows the master over a connection the master does not know
+/// (its HELLO was another one, or lost: the state the nemesis's unhealed chain of seed
+/// 317 left, a node hearing its upstream's probes while the upstream held it invalid)
+/// is told to join again: its PROGRESS or PROBE_REPLY is answered with a WELCOME
+/// `Refused` for its nonce. Before, the master ignored it and the two stayed so.
+#[test]
+fn a_progress_over_an_unknown_connection_is_refused() {
+    use kvrepl::messages::{Control, Progress, ReplicaReport, WelcomeMode};
+    let mut w = World::new(23, 1);
+    w.settle(20_000);
+    let params = kvwire::FrameParams::new(
+        [2, 0, 0, 0, 0x10, 1],
+        [2, 0, 0, 0, 0x10, 0],
+        Ipv4Addr::new(10, 77, 0, 2),
+        Ipv4Addr::new(10, 77, 0, 1),
+        kvwire::repl::REPL_UDP_PORT,
+    );
+    let progress = |nonce| {
+        Control::Progress(Progress {
+            nonce,
+            repl_id: 0xabcd,
+            epoch: 1,
+            applied: 0,
+            sync_applied: 0,
+            state: ReplicaReport::Streaming,
+        })
+    };
+    let refusals = |w: &mut World, nonce| {
+        let mut inbox = VecLinks::new(1600);
+        dataplane::repl::link::send_control(&mut inbox, 0, &params, &progress(nonce));
+        let mut out = VecLinks::new(1600);
+        let frames: Vec<&[u8]> = inbox.frames.iter().map(|(_, f)| f.as_slice()).collect();
+        w.m.node.on_frames(0, &frames, w.now, &mut out);
+        out.frames
+            .iter()
+            .filter(|(_, f)| match kvwire::repl::parse_repl_frame(f) {
+                Ok(kvwire::repl::ReplFrame::Send(s)) => matches!(
+                    Control::decode(s.payload),
+                    Ok(Control::Welcome(x)) if x.nonce == nonce && x.mode == WelcomeMode::Refused
+                ),
+                _ => false,
+            })
+            .count()
+    };
+    assert_eq!(
+        refusals(&mut w, 0x5eed),
+        1,
+        "an unknown connection is told to join again"
+    );
+    let st = w.m.status.to_json();
+    assert_eq!(
+        st["peers"]["0"]["state"], "online",
+        "the known one goes on: {st}"
+    );
 }
 
 #[test]

@@ -300,6 +300,20 @@ impl MasterNode {
         (self.logs, self.scans)
     }
 
+    /// A WELCOME `Refused` for connection `nonce`, to `params` (no HELLO of it here).
+    fn refuse(&self, tx: &mut dyn LinkTx, link: usize, nonce: u64, params: &FrameParams) {
+        let w = Control::Welcome(Welcome {
+            nonce,
+            mode: WelcomeMode::Refused,
+            repl_id: self.cfg.ids.current,
+            epoch: self.cfg.epoch,
+            offset: 0,
+            first_psn: 0,
+            node_id: self.cfg.node_id,
+        });
+        send_control(tx, link, params, &w);
+    }
+
     fn welcome(&self, tx: &mut dyn LinkTx, link: usize, mode: WelcomeMode, offset: u64) {
         let p = &self.peers[link];
         let (Some(h), Some(params)) = (p.hello, p.params) else {
@@ -727,11 +741,16 @@ impl MasterNode {
         nonce: u64,
         applied: u64,
         now_ns: u64,
+        params: &FrameParams,
         tx: &mut dyn LinkTx,
     ) {
         let p = &mut self.peers[link];
-        let Some(h) = p.hello else { return };
-        if nonce != h.nonce {
+        if p.hello.is_none_or(|h| h.nonce != nonce) {
+            // A replica following this node over a connection it does not know (its
+            // HELLO was another, or never arrived): it takes this node for its live
+            // upstream — it hears its probes — and would never ask again, while this
+            // node never ships to it. Tell it to join again.
+            self.refuse(tx, link, nonce, params);
             return;
         }
         p.liveness.on_heard(now_ns);
@@ -812,10 +831,11 @@ impl ReplLogic for MasterNode {
                     match Control::decode(s.payload) {
                         Ok(Control::Hello(h)) => self.on_hello(link, h, params, now_ns, tx),
                         Ok(Control::Progress(p)) => {
-                            self.on_progress(link, p.nonce, p.applied, now_ns, tx)
+                            self.on_progress(link, p.nonce, p.applied, now_ns, &params, tx)
                         }
                         Ok(Control::ProbeReply(r)) => {
-                            self.on_progress(link, r.progress.nonce, r.progress.applied, now_ns, tx)
+                            let (nonce, applied) = (r.progress.nonce, r.progress.applied);
+                            self.on_progress(link, nonce, applied, now_ns, &params, tx)
                         }
                         _ => {}
                     }
