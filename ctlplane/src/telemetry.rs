@@ -170,6 +170,15 @@ impl Telemetry {
     /// `null` value (unknown command, or the callback failed) is an error; so is a
     /// dict with an `error` entry (the dataplane's refusals).
     pub fn query(&mut self, cmd: &str) -> Result<Value, String> {
+        let name = cmd.split(',').next().unwrap_or(cmd);
+        self.query_opt(cmd)?.ok_or_else(|| {
+            format!("{name}: no data (unknown command: is this a KV-Direct dataplane?)")
+        })
+    }
+
+    /// [`Telemetry::query`] for a command the dataplane may not have (`/kvd/replication`
+    /// on a node without replication): `None` for a `null` value.
+    pub fn query_opt(&mut self, cmd: &str) -> Result<Option<Value>, String> {
         self.sock
             .write_all(cmd.as_bytes())
             .map_err(|e| format!("send: {e}"))?;
@@ -180,14 +189,12 @@ impl Telemetry {
             .map(Value::take)
             .ok_or_else(|| format!("unexpected reply to {name}: {reply}"))?;
         if v.is_null() {
-            return Err(format!(
-                "{name}: no data (unknown command: is this a KV-Direct dataplane?)"
-            ));
+            return Ok(None);
         }
         if let Some(e) = v.get("error").and_then(Value::as_str) {
             return Err(format!("{name}: {e}"));
         }
-        Ok(v)
+        Ok(Some(v))
     }
 }
 

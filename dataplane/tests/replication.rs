@@ -612,6 +612,46 @@ fn a_progress_over_an_unknown_connection_is_refused() {
     );
 }
 
+/// Every frame a link brings is taken or counted under a drop reason, on the master
+/// and on the replica (`link_drops` in `/kvd/replication`).
+#[test]
+fn frames_a_link_drops_are_counted_by_reason() {
+    use dataplane::repl::status::LinkDrop;
+    use kvrepl::messages::{Control, Probe};
+    let mut w = World::new(29, 0);
+    w.settle(20_000);
+    let mut out = VecLinks::new(1600);
+    // Not a replication frame at all.
+    w.m.node.on_frames(0, &[&[0u8; 60][..]], w.now, &mut out);
+    w.r.node.on_frames(0, &[&[0xffu8; 80][..]], w.now, &mut out);
+    // A control message for another node.
+    let elsewhere = kvwire::FrameParams::new(
+        [2, 0, 0, 0, 0x10, 1],
+        [2, 0, 0, 0, 0x10, 9],
+        Ipv4Addr::new(10, 77, 0, 2),
+        Ipv4Addr::new(10, 77, 0, 9),
+        kvwire::repl::REPL_UDP_PORT,
+    );
+    let mut inbox = VecLinks::new(1600);
+    let probe = Control::Probe(Probe {
+        seq: 1,
+        sent_ns: 0,
+        epoch: 1,
+    });
+    dataplane::repl::link::send_control(&mut inbox, 0, &elsewhere, &probe);
+    let frames: Vec<&[u8]> = inbox.frames.iter().map(|(_, f)| f.as_slice()).collect();
+    w.m.node.on_frames(0, &frames, w.now, &mut out);
+    assert_eq!(w.m.status.dropped(LinkDrop::Malformed), 1);
+    assert_eq!(w.m.status.dropped(LinkDrop::WrongDestination), 1);
+    assert_eq!(w.r.status.dropped(LinkDrop::Malformed), 1);
+    let st = w.r.status.to_json();
+    assert_eq!(st["link_drops"]["malformed"], 1, "{st}");
+    assert_eq!(
+        st["link_drops"].as_object().unwrap().len(),
+        LinkDrop::ALL.len()
+    );
+}
+
 #[test]
 fn a_slow_replica_worker_is_paced_by_rnr_without_breaking_the_link() {
     let mut w = World::new(5, 0);

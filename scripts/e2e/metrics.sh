@@ -123,6 +123,9 @@ d = json.load(open(sys.argv[1]))
 exported = {re.split(r"[{ ]", l, 1)[0] for l in open(sys.argv[2]) if not l.startswith("#")}
 exported |= {re.sub(r"_(bucket|sum|count)$", "", n) for n in exported}
 used = {m for p in d["panels"] for t in p.get("targets", []) for m in re.findall(r"kvd_\w+", t["expr"])}
+# The replication panels' metrics come from replicated nodes only (this one is
+# standalone): ctlplane's unit test renders them from a /kvd/replication reply.
+used = {m for m in used if not m.startswith("kvd_repl_")}
 assert d["templating"]["list"][0]["type"] == "datasource", "no datasource variable"
 missing = used - exported
 assert used and not missing, f"dashboard uses metrics not exported: {missing}"

@@ -270,6 +270,9 @@ pub fn collect(f: &mut Families<'_>, stats: &Value, engine: &Value) -> Result<()
     if let Some(t) = stats.get("tenant_stats").filter(|t| !t.is_null()) {
         tenant_stats(f, t).map_err(|e| format!("/kvd/tenants/stats: {e}"))?;
     }
+    if let Some(r) = stats.get("replication").filter(|r| !r.is_null()) {
+        super::replication::collect(f, r).map_err(|e| format!("/kvd/replication: {e}"))?;
+    }
     Ok(())
 }
 

@@ -3,13 +3,14 @@
 //! A small HTTP server (`tiny_http`) answers `GET /metrics` with the Prometheus text
 //! exposition format, written by the `prometheus` crate's text encoder from metric
 //! families built on each scrape from a fresh `/kvd/stats` and `/kvd/engine` reply
-//! ([`collect`]); `GET /` points there. Requests are served one at a time over one
+//! ([`collect`]) and, on a replicated node, `/kvd/replication` ([`replication`]); `GET /` points there. Requests are served one at a time over one
 //! telemetry connection, kept between scrapes and opened again after an error
 //! ([`source`]). While the dataplane is down the exporter keeps answering, with
 //! `kvd_up 0` only.
 
 mod collect;
 mod families;
+mod replication;
 mod source;
 #[cfg(test)]
 mod tests;

@@ -111,8 +111,12 @@ impl Source {
             let engine = query_by(t, "/kvd/engine", deadline)?;
             // Per-tenant counters (a dataplane without tenants answers empty arrays).
             let tenants = query_by(t, "/kvd/tenants/stats", deadline)?;
+            // Replication (a node without it does not know the command).
+            t.set_timeout(left(deadline)?)?;
+            let replication = t.query_opt("/kvd/replication")?;
             if let Some(o) = stats.as_object_mut() {
                 o.insert("tenant_stats".into(), tenants);
+                o.insert("replication".into(), replication.unwrap_or(Value::Null));
             }
             Ok((stats, engine))
         });

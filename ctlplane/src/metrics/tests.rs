@@ -419,3 +419,103 @@ fn tenant_series_are_labelled_by_tenant_and_bounded() {
     stats["tenant_stats"]["denied"] = json!([1]);
     assert!(render(&mut Monotonic::default(), &stats, &engine).is_err());
 }
+
+/// A `/kvd/replication` reply of a chain head (one peer online, one invalid; a relay
+/// view with one successor), in the dataplane's format.
+const REPLICATION: &str = r#"{"role": "master", "epoch": 3, "repl_id": "9f2e28159eec52b4",
+    "offset": 513735, "backlog_start": 0, "good_replicas": 1, "short_of_replicas": 0,
+    "records": 10, "promotions": 2, "demotions": 1, "redirects_sent": 0,
+    "redirects_followed": 0, "foreign_refused": 0, "data": "live", "hist": 2,
+    "diverged": 0, "rollbacks_refused": 0, "election_wait": null,
+    "peers": {"0": {"link": "net_memif10", "state": "invalid", "acked_offset": 0,
+                    "sent_offset": 0, "lag_bytes": 513735, "last_heard_ms_ago": 4,
+                    "full_syncs": 1, "partial_syncs": 0, "invalidations": 2, "resent": 7},
+              "1": {"link": "net_memif12", "state": "online", "acked_offset": 513735,
+                    "sent_offset": 513735, "lag_bytes": 0, "last_heard_ms_ago": 1,
+                    "full_syncs": 1, "partial_syncs": 3, "invalidations": 0, "resent": 0}},
+    "links": [{"link": "net_memif10", "up": true, "redials": 3},
+              {"link": "net_memif12", "up": null, "redials": 0}],
+    "link_drops": {"malformed": 0, "wrong_destination": 5, "bad_control": 0,
+                   "foreign_segment": 0, "stale_epoch": 0, "no_room": 0},
+    "idle_sleeps": 0, "idle_sleep_us": 0, "doorbells": {}, "log_file": null,
+    "relay": {"offset": 90608, "peers": {"1": {"link": "net_memif12",
+        "state": "connecting", "acked_offset": 90608, "sent_offset": 0, "lag_bytes": 0,
+        "last_heard_ms_ago": 9, "full_syncs": 0, "partial_syncs": 0, "invalidations": 0,
+        "resent": 0}}}}"#;
+
+#[test]
+fn replication_series_name_the_role_the_peers_and_the_drops() {
+    let (mut stats, engine) = sample();
+    stats["replication"] = serde_json::from_str(REPLICATION).unwrap();
+    let text = render(&mut Monotonic::default(), &stats, &engine).unwrap();
+    let (_, samples) = parse(&text);
+    assert_eq!(value(&samples, "kvd_repl_role", &[("role", "master")]), 1.0);
+    assert_eq!(value(&samples, "kvd_repl_epoch", &[]), 3.0);
+    let node = [("link", "net_memif10"), ("view", "node")];
+    assert_eq!(value(&samples, "kvd_repl_peer_online", &node), 0.0);
+    assert_eq!(value(&samples, "kvd_repl_peer_lag_bytes", &node), 513735.0);
+    assert_eq!(
+        value(&samples, "kvd_repl_peer_invalidations_total", &node),
+        2.0
+    );
+    let ok = [("link", "net_memif12"), ("view", "node")];
+    assert_eq!(value(&samples, "kvd_repl_peer_online", &ok), 1.0);
+    let relay = [("link", "net_memif12"), ("view", "relay")];
+    assert_eq!(value(&samples, "kvd_repl_peer_online", &relay), 0.0);
+    assert_eq!(
+        value(
+            &samples,
+            "kvd_repl_link_drops_total",
+            &[("reason", "wrong_destination")]
+        ),
+        5.0
+    );
+    assert_eq!(
+        value(
+            &samples,
+            "kvd_repl_link_redials_total",
+            &[("link", "net_memif10")]
+        ),
+        3.0
+    );
+    // A node without replication exports none of them; a broken reply is an error.
+    let (plain, _) = sample();
+    let text = render(&mut Monotonic::default(), &plain, &engine).unwrap();
+    assert!(!text.contains("kvd_repl_"), "{text}");
+    stats["replication"]["link_drops"] = json!([1, 2]);
+    assert!(render(&mut Monotonic::default(), &stats, &engine).is_err());
+}
+
+/// The dashboard's replication panels query only metrics this exporter writes for a
+/// replicated node (scripts/e2e/metrics.sh checks the others on a standalone one).
+#[test]
+fn the_dashboards_replication_metrics_are_exported() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../configs/grafana/kvd-dashboard.json"
+    );
+    let d: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let (mut stats, engine) = sample();
+    stats["replication"] = serde_json::from_str(REPLICATION).unwrap();
+    let text = render(&mut Monotonic::default(), &stats, &engine).unwrap();
+    let mut used = Vec::new();
+    for p in d["panels"].as_array().unwrap() {
+        for t in p["targets"].as_array().into_iter().flatten() {
+            let e = t["expr"].as_str().unwrap();
+            for (i, _) in e.match_indices("kvd_repl_") {
+                let name: String = e[i..]
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                used.push(name);
+            }
+        }
+    }
+    assert!(!used.is_empty(), "the dashboard has replication panels");
+    for m in used {
+        assert!(
+            text.contains(&format!("\n{m}{{")) || text.contains(&format!("\n{m} ")),
+            "{m} is not exported"
+        );
+    }
+}

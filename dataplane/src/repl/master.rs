@@ -9,7 +9,7 @@
 use super::link::{send_control, LinkTx, ReplLogic};
 use super::replica::{REPL_QPN, REPL_UDP_PORT};
 use super::scan::ScanShared;
-use super::status::{PeerState, ReplStatus, RoleCode, MAX_PEERS};
+use super::status::{LinkDrop, PeerState, ReplStatus, RoleCode, MAX_PEERS};
 use crate::gate::WriteGate;
 use kvrepl::backlog::Backlog;
 use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
@@ -805,6 +805,7 @@ impl ReplLogic for MasterNode {
         }
         for f in frames {
             let Ok(frame) = parse_repl_frame(f) else {
+                self.status.drop_frame(LinkDrop::Malformed);
                 continue;
             };
             match frame {
@@ -823,6 +824,7 @@ impl ReplLogic for MasterNode {
                 }
                 ReplFrame::Send(s) => {
                     if s.link.dst_mac != self.cfg.mac && s.link.dst_mac != [0xff; 6] {
+                        self.status.drop_frame(LinkDrop::WrongDestination);
                         continue;
                     }
                     let params = s
@@ -837,7 +839,9 @@ impl ReplLogic for MasterNode {
                             let (nonce, applied) = (r.progress.nonce, r.progress.applied);
                             self.on_progress(link, nonce, applied, now_ns, &params, tx)
                         }
-                        _ => {}
+                        Err(_) => self.status.drop_frame(LinkDrop::BadControl),
+                        // A WELCOME or PROBE is a replica's business.
+                        Ok(_) => {}
                     }
                 }
                 // A master receives no segments.

@@ -13,7 +13,7 @@ use super::group_route::{GroupBuf, Route};
 use super::link::{send_control, LinkTx, ReplLogic};
 use super::master::MasterNode;
 use super::replica_log::LogFeed;
-use super::status::{PeerState, ReplStatus, RoleCode};
+use super::status::{LinkDrop, PeerState, ReplStatus, RoleCode};
 use crate::gate::WriteGate;
 use kvcluster::records::DataState;
 use kvcluster::ClusterView;
@@ -131,15 +131,9 @@ pub struct ReplicaNode {
     status: Arc<ReplStatus>,
     /// The log file's feed (config `replication.log_file`).
     log: Option<LogFeed>,
-    /// Segments refused for want of ring room.
+    /// Segments refused for want of ring room (those behind them are dropped:
+    /// `LinkDrop::NoRoom`).
     pub rnr_sent: u64,
-    /// Segments after a refused one, dropped while the rings lack room.
-    pub rnr_dropped: u64,
-    /// Segments dropped for a wrong destination, R_Key or VA.
-    pub bad_segments: u64,
-    /// Segments and WELCOMEs dropped because their master's epoch is older than
-    /// the newest epoch this node knows (a deposed master still sending).
-    pub stale_epoch: u64,
     /// What its data is worth to an election while it has a position
     /// (`kvcluster::records::DataState`; docs/FAILOVER.md "Election safety").
     data: DataState,
@@ -198,9 +192,6 @@ impl ReplicaNode {
             status,
             log: None,
             rnr_sent: 0,
-            rnr_dropped: 0,
-            bad_segments: 0,
-            stale_epoch: 0,
             data: DataState::None,
             view: None,
             holds_data: false,
@@ -447,7 +438,7 @@ impl ReplicaNode {
             // taken (it retires them): only the expected segment may get one. Those
             // after it are dropped silently; the master resends them after the wait.
             if hdr.psn & kvwire::ib::MASK_24 != self.applier.expected_psn() {
-                self.rnr_dropped += 1;
+                self.status.drop_frame(LinkDrop::NoRoom);
                 return;
             }
             self.rnr_sent += 1;
@@ -556,7 +547,7 @@ impl ReplicaNode {
             WelcomeMode::Refused if self.applier.applied_live().is_some() => self.rejoin = true,
             // Mid full sync: start again (HELLO at the next interval).
             WelcomeMode::Refused => self.master_link = None,
-            _ if w.epoch < self.epoch_seen => self.stale_epoch += 1,
+            _ if w.epoch < self.epoch_seen => self.status.drop_frame(LinkDrop::StaleEpoch),
             WelcomeMode::Full if self.would_roll_back(w) => {
                 // Only a chain relay behind us can offer this (a master's stream
                 // starts under a fresh id): keep the data, ask again.
@@ -659,24 +650,25 @@ impl ReplLogic for ReplicaNode {
     fn on_frames(&mut self, link: usize, frames: &[&[u8]], now_ns: u64, tx: &mut dyn LinkTx) {
         for f in frames {
             let Ok(frame) = parse_repl_frame(f) else {
+                self.status.drop_frame(LinkDrop::Malformed);
                 continue;
             };
             let upstream_link = self.master_link.as_ref().map(|(l, _)| *l);
             match frame {
                 // Segments only from the node that welcomed us.
                 ReplFrame::WriteImm(_) if upstream_link.is_some_and(|l| l != link) => {
-                    self.bad_segments += 1;
+                    self.status.drop_frame(LinkDrop::ForeignSegment);
                 }
                 ReplFrame::WriteImm(w) => {
                     // Ours, into our ring: the R_Key and the slot of its PSN.
                     let slot = u64::from(w.link.psn % u32::from(RING_CREDITS));
                     let va = RING_VA + slot * u64::from(self.cfg.slot_size);
                     if w.link.dst_mac != self.cfg.mac || w.rkey != self.cfg.rkey || w.va != va {
-                        self.bad_segments += 1;
+                        self.status.drop_frame(LinkDrop::ForeignSegment);
                         continue;
                     }
                     if self.applier.master().1 < self.epoch_seen {
-                        self.stale_epoch += 1;
+                        self.status.drop_frame(LinkDrop::StaleEpoch);
                         continue;
                     }
                     self.status.peers[0]
@@ -687,6 +679,7 @@ impl ReplLogic for ReplicaNode {
                 }
                 ReplFrame::Send(s) => {
                     let Ok(msg) = Control::decode(s.payload) else {
+                        self.status.drop_frame(LinkDrop::BadControl);
                         continue;
                     };
                     let params = s

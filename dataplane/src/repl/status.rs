@@ -65,6 +65,51 @@ impl PeerState {
     }
 }
 
+/// Why the replication lcore dropped a frame it received on a link: every frame is
+/// taken or counted under one (`link_drops` in `/kvd/replication`,
+/// `kvd_repl_link_drops_total{reason}`; docs/OPERATIONS.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkDrop {
+    /// Not a replication frame this node parses (headers, ICRC, opcode).
+    Malformed,
+    /// A control message addressed to another node.
+    WrongDestination,
+    /// A control message that does not decode.
+    BadControl,
+    /// A segment not from the node that welcomed this one, or with a wrong R_Key or VA.
+    ForeignSegment,
+    /// A segment or WELCOME of a master older than the newest epoch this node knows
+    /// (a deposed master still sending).
+    StaleEpoch,
+    /// A segment behind one refused with RNR while the workers' rings (or the log
+    /// file's) lack room; the master resends it.
+    NoRoom,
+}
+
+impl LinkDrop {
+    /// Every reason, in index order.
+    pub const ALL: [LinkDrop; 6] = [
+        LinkDrop::Malformed,
+        LinkDrop::WrongDestination,
+        LinkDrop::BadControl,
+        LinkDrop::ForeignSegment,
+        LinkDrop::StaleEpoch,
+        LinkDrop::NoRoom,
+    ];
+
+    /// Its name in `/kvd/replication` and the `reason` label.
+    pub const fn name(self) -> &'static str {
+        match self {
+            LinkDrop::Malformed => "malformed",
+            LinkDrop::WrongDestination => "wrong_destination",
+            LinkDrop::BadControl => "bad_control",
+            LinkDrop::ForeignSegment => "foreign_segment",
+            LinkDrop::StaleEpoch => "stale_epoch",
+            LinkDrop::NoRoom => "no_room",
+        }
+    }
+}
+
 /// One peer's published figures.
 #[derive(Debug, Default)]
 pub struct PeerStatus {
@@ -160,6 +205,8 @@ pub struct ReplStatus {
     pub log: std::sync::OnceLock<(String, std::sync::Arc<super::replica_log::LogShared>)>,
     /// A chain node's relay: its view of the successors it ships to.
     pub relay: std::sync::OnceLock<std::sync::Arc<ReplStatus>>,
+    /// Frames dropped, by [`LinkDrop`] (its position in [`LinkDrop::ALL`]).
+    pub link_drops: [AtomicU64; LinkDrop::ALL.len()],
 }
 
 impl ReplStatus {
@@ -182,6 +229,17 @@ impl ReplStatus {
             );
         }
         Value::Object(m)
+    }
+
+    /// Counts one frame dropped for `r`.
+    #[inline]
+    pub fn drop_frame(&self, r: LinkDrop) {
+        self.link_drops[r as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Frames dropped for `r` so far.
+    pub fn dropped(&self, r: LinkDrop) -> u64 {
+        self.link_drops[r as usize].load(Relaxed)
     }
 
     /// Sets the role.
@@ -283,6 +341,10 @@ impl ReplStatus {
             },
             "peers": Value::Object(peers),
             "links": link_states,
+            "link_drops": LinkDrop::ALL
+                .iter()
+                .map(|&r| (r.name().to_string(), json!(self.dropped(r))))
+                .collect::<serde_json::Map<_, _>>(),
             "idle_sleeps": self.idle_sleeps.load(Relaxed),
             "idle_sleep_us": self.idle_sleep_us.load(Relaxed),
             "doorbells": self.bells_json(),
