@@ -219,35 +219,53 @@ fn failover_on(
     ship: impl Fn(&Rec) -> bool,
     opened: bool,
 ) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
+    let (mut c, tickets, stream) = run_on_master(opened);
+    // The master dies; the replica gets (part of) its stream and is elected.
+    let sw = c.io_mut();
+    sw.nodes[1].dead = true;
+    let recs = stream.lock().unwrap().clone();
+    apply(&mut sw.nodes[0].server, recs.iter().filter(|r| ship(r)));
+    let outcomes = promote(&mut c, tickets);
+    let ctr = c.io_mut().counter(0);
+    (outcomes, ctr, c)
+}
+
+/// A client that pipelined [`ADDS`] fetch-adds to the master (node 1), which ran them
+/// all with its answers lost: the client, its tickets and the master's stream.
+fn run_on_master(opened: bool) -> (Client<Switch>, Vec<Ticket>, Arc<Mutex<Vec<Rec>>>) {
     let stream = Arc::new(Mutex::new(Vec::new()));
     let mut c = world(&stream, opened);
     c.io_mut().nodes[1].mute = true;
     let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
-    // Let the master execute everything (its answers go nowhere).
     c.flush();
     for _ in 0..4 {
         let _ = c.poll();
     }
-    let sw = c.io_mut();
-    assert_eq!(sw.counter(1), ADDS, "the master ran every fetch-add");
-    // The master dies; the replica gets (part of) its stream and is elected.
-    sw.nodes[1].dead = true;
-    let recs = stream.lock().unwrap().clone();
-    let replica = &mut sw.nodes[0];
-    for r in recs.iter().filter(|r| ship(r)) {
+    assert_eq!(
+        c.io_mut().counter(1),
+        ADDS,
+        "the master ran every fetch-add"
+    );
+    (c, tickets, stream)
+}
+
+/// Applies stream records to a replica's server, as its worker would.
+fn apply<'r>(server: &mut Server, recs: impl Iterator<Item = &'r Rec>) {
+    for r in recs {
         match r {
-            Rec::Put(k, v) => {
-                assert_eq!(replica.server.engine_mut().put(k, v), kvengine::Status::Ok)
-            }
-            Rec::Delete(k) => {
-                replica.server.engine_mut().delete(k);
-            }
-            Rec::Qp(q, b) => assert!(replica.server.restore_completion(*q, b)),
+            Rec::Put(k, v) => assert_eq!(server.engine_mut().put(k, v), kvengine::Status::Ok),
+            Rec::Delete(k) => drop(server.engine_mut().delete(k)),
+            Rec::Qp(q, b) => assert!(server.restore_completion(*q, b)),
         }
     }
-    replica.gate.set_master_hint(None);
-    replica.gate.open();
-    let outcomes = tickets
+}
+
+/// Node 0 takes writes; each ticket's outcome: its value, or the status.
+fn promote(c: &mut Client<Switch>, tickets: Vec<Ticket>) -> Vec<Result<u64, Status>> {
+    let n = &c.io_mut().nodes[0];
+    n.gate.set_master_hint(None);
+    n.gate.open();
+    tickets
         .into_iter()
         .map(|t| match c.wait(t) {
             Ok(r) if r.status == Status::Ok => {
@@ -257,9 +275,18 @@ fn failover_on(
             Err(Error::Status(s)) => Err(s),
             Err(e) => panic!("fetch-add failed: {e:?}"),
         })
-        .collect();
-    let ctr = c.io_mut().counter(0);
-    (outcomes, ctr, c)
+        .collect()
+}
+
+/// Every outcome is an original answer, each value once.
+fn assert_original_answers(outcomes: &[Result<u64, Status>]) {
+    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
+    originals.sort_unstable();
+    assert_eq!(
+        originals,
+        (0..ADDS).collect::<Vec<_>>(),
+        "each once, original values"
+    );
 }
 
 /// The master (alive, its answers lost) hands the replica its state by a full sync
@@ -310,13 +337,7 @@ fn kind(r: &Rec) -> Option<u8> {
 #[test]
 fn resent_requests_get_their_original_answers_and_do_not_run_again() {
     let (outcomes, ctr, mut c) = failover(|_| true);
-    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
-    originals.sort_unstable();
-    assert_eq!(
-        originals,
-        (0..ADDS).collect::<Vec<_>>(),
-        "each once, original values"
-    );
+    assert_original_answers(&outcomes);
     assert_eq!(ctr, ADDS, "not one applied twice on the new master");
     assert_eq!(c.node(), Some((SERVER_MAC, common::SERVER_IP)));
     let t = c.transport().stats();
@@ -335,9 +356,7 @@ fn resent_requests_get_their_original_answers_and_do_not_run_again() {
 #[test]
 fn an_opened_qp_resumes_on_the_new_master() {
     let (outcomes, ctr, mut c) = failover_on(|_| true, true);
-    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
-    originals.sort_unstable();
-    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_original_answers(&outcomes);
     assert_eq!(ctr, ADDS, "not one applied twice on the new master");
     assert!(c.transport().stats().resumed >= 1);
     assert_eq!(
@@ -367,9 +386,7 @@ fn requests_whose_answers_were_not_replicated_are_reported_unknown_not_rerun() {
 fn requests_the_replica_never_heard_of_run_there_once() {
     // Only the connections reached the replica (the client's incarnations).
     let (outcomes, ctr, mut c) = failover(|r| kind(r) == Some(1));
-    let mut originals: Vec<u64> = outcomes.iter().map(|o| o.expect("answered")).collect();
-    originals.sort_unstable();
-    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_original_answers(&outcomes);
     assert_eq!(ctr, ADDS);
     assert_eq!(c.io_mut().stats.restored_replays.get(), 0);
 }
@@ -391,31 +408,12 @@ fn a_full_sync_carries_opened_qps() {
 }
 
 fn full_sync_failover(opened: bool) {
-    let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream, opened);
-    c.io_mut().nodes[1].mute = true;
-    let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
-    c.flush();
-    for _ in 0..4 {
-        let _ = c.poll();
-    }
-    assert_eq!(c.io_mut().counter(1), ADDS);
+    let (mut c, tickets, stream) = run_on_master(opened);
     full_sync_to_replica(&mut c, &stream, !opened);
     let sw = c.io_mut();
     assert_eq!(sw.counter(0), ADDS, "the data came with the sync");
     sw.nodes[1].dead = true;
-    sw.nodes[0].gate.set_master_hint(None);
-    sw.nodes[0].gate.open();
-    let mut originals: Vec<u64> = tickets
-        .into_iter()
-        .map(|t| {
-            let r = c.wait(t).expect("answered");
-            assert_eq!(r.status, Status::Ok, "answered from the synced records");
-            u64::from_le_bytes(r.value[..8].try_into().unwrap())
-        })
-        .collect();
-    originals.sort_unstable();
-    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_original_answers(&promote(&mut c, tickets));
     assert_eq!(
         c.io_mut().counter(0),
         ADDS,
@@ -429,26 +427,10 @@ fn full_sync_failover(opened: bool) {
 /// the source), which is then elected; every resend gets its original answer.
 #[test]
 fn a_relay_full_sync_carries_the_records_it_restored() {
-    let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream, false);
-    c.io_mut().nodes[1].mute = true;
-    let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
-    c.flush();
-    for _ in 0..4 {
-        let _ = c.poll();
-    }
+    let (mut c, tickets, stream) = run_on_master(false);
     let sw = c.io_mut();
     sw.nodes[1].dead = true;
-    for r in stream.lock().unwrap().iter() {
-        match r {
-            Rec::Put(k, v) => assert_eq!(
-                sw.nodes[0].server.engine_mut().put(k, v),
-                kvengine::Status::Ok
-            ),
-            Rec::Delete(k) => drop(sw.nodes[0].server.engine_mut().delete(k)),
-            Rec::Qp(q, b) => assert!(sw.nodes[0].server.restore_completion(*q, b)),
-        }
-    }
+    apply(&mut sw.nodes[0].server, stream.lock().unwrap().iter());
     let mut id = identity();
     id.mac = SERVER_MAC;
     let mut fresh = Server::new(id, &QPS, engine(8 << 20));
@@ -457,18 +439,7 @@ fn a_relay_full_sync_carries_the_records_it_restored() {
     full_sync(&mut sw.nodes[0].server, &mut fresh);
     sw.nodes[0].server = fresh;
     assert_eq!(sw.counter(0), ADDS, "the data came with the sync");
-    sw.nodes[0].gate.set_master_hint(None);
-    sw.nodes[0].gate.open();
-    let mut originals: Vec<u64> = tickets
-        .into_iter()
-        .map(|t| {
-            let r = c.wait(t).expect("answered");
-            assert_eq!(r.status, Status::Ok, "answered from the relayed records");
-            u64::from_le_bytes(r.value[..8].try_into().unwrap())
-        })
-        .collect();
-    originals.sort_unstable();
-    assert_eq!(originals, (0..ADDS).collect::<Vec<_>>());
+    assert_original_answers(&promote(&mut c, tickets));
     assert_eq!(c.io_mut().counter(0), ADDS, "not one applied twice");
 }
 

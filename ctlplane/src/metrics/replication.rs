@@ -7,6 +7,30 @@
 use super::families::Families;
 use serde_json::Value;
 
+/// The node's figures exported as gauges: (key, metric, help).
+const NODE_GAUGES: [(&str, &str, &str); 4] = [
+    (
+        "epoch",
+        "kvd_repl_epoch",
+        "The epoch the node serves at (etcd elections number them).",
+    ),
+    (
+        "offset",
+        "kvd_repl_offset_bytes",
+        "Master: end of the replication stream; replica: the offset every worker applied.",
+    ),
+    (
+        "good_replicas",
+        "kvd_repl_good_replicas",
+        "Replicas counted for min_replicas at the last check (master).",
+    ),
+    (
+        "short_of_replicas",
+        "kvd_repl_writes_refused",
+        "1 while writes are refused for want of replicas (min_replicas unmet).",
+    ),
+];
+
 /// Per-peer figures that only grow: (key, metric, help).
 const PEER_COUNTERS: [(&str, &str, &str); 4] = [
     (
@@ -46,30 +70,9 @@ pub fn collect(f: &mut Families<'_>, r: &Value) -> Result<(), String> {
         &[("role", role)],
         1.0,
     );
-    f.gauge(
-        "kvd_repl_epoch",
-        "The epoch the node serves at (etcd elections number them).",
-        &[],
-        u64_of(r, "epoch")? as f64,
-    );
-    f.gauge(
-        "kvd_repl_offset_bytes",
-        "Master: end of the replication stream; replica: the offset every worker applied.",
-        &[],
-        u64_of(r, "offset")? as f64,
-    );
-    f.gauge(
-        "kvd_repl_good_replicas",
-        "Replicas counted for min_replicas at the last check (master).",
-        &[],
-        u64_of(r, "good_replicas")? as f64,
-    );
-    f.gauge(
-        "kvd_repl_writes_refused",
-        "1 while writes are refused for want of replicas (min_replicas unmet).",
-        &[],
-        u64_of(r, "short_of_replicas")? as f64,
-    );
+    for (k, name, help) in NODE_GAUGES {
+        f.gauge(name, help, &[], u64_of(r, k)? as f64);
+    }
     for (k, name, help) in [
         (
             "promotions",
