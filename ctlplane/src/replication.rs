@@ -245,6 +245,7 @@ fn render(v: &Value) -> String {
              data with less of its own stream (chain; docs/REPLICATION.md §10.4)\n"
         );
     }
+    out += &render_drops(&v["link_drops"]);
     for l in v["links"].as_array().into_iter().flatten() {
         if l["up"] == Value::Bool(false) {
             out += &format!(
@@ -267,6 +268,21 @@ fn render(v: &Value) -> String {
         out += &render_peers(&v["relay"]["peers"], "  successor link");
     }
     out
+}
+
+/// The frames the links dropped, by reason (a line only when there are some).
+fn render_drops(drops: &Value) -> String {
+    let Some(d) = drops.as_object() else {
+        return String::new();
+    };
+    let some: Vec<String> = d
+        .iter()
+        .filter_map(|(r, n)| n.as_u64().filter(|&n| n > 0).map(|n| format!("{r} {n}")))
+        .collect();
+    if some.is_empty() {
+        return String::new();
+    }
+    format!("  link drops: {}\n", some.join("  "))
 }
 
 /// One line per peer of a `peers` object, each starting with `label` and its link.
@@ -359,6 +375,13 @@ mod tests {
         .unwrap();
         let r = render(&v);
         assert!(r.contains("chain redirects: sent 1  followed 2"), "{r}");
+        assert!(!r.contains("link drops"), "{r}");
+        let v: Value = serde_json::from_str(
+            r#"{"role":"master","link_drops":{"malformed":0,"stale_epoch":3,"no_room":1}}"#,
+        )
+        .unwrap();
+        let r = render(&v);
+        assert!(r.contains("link drops: no_room 1  stale_epoch 3"), "{r}");
         assert!(!r.contains("rollbacks") && !r.contains("memif link"), "{r}");
         let v: Value = serde_json::from_str(
             r#"{"role":"replica","relay":{"rollbacks_refused":2},
