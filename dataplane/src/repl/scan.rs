@@ -53,6 +53,15 @@ pub struct ScanShared {
 /// [`STEP_RESERVE`], whose free ring bytes also pay the ring's framing).
 const CLIENT_STEP_BYTES: usize = STEP_RESERVE / 2;
 
+// A client's records as intents only (its incarnation and one INTENT per request of
+// the window) always fit one step: a full sync never stalls on a client.
+const _: () = {
+    const QP_RECORD: usize = kvrepl::RECORD_HEADER_LEN + 4;
+    let intent = QP_RECORD + crate::completion::INTENT_LEN;
+    let opened = QP_RECORD + crate::completion::OPENED_LEN;
+    assert!(opened + kvwire::transport::MAX_CREDITS as usize * intent <= CLIENT_STEP_BYTES);
+};
+
 /// One worker's scan state.
 #[derive(Debug, Default)]
 pub struct ScanDriver {
