@@ -302,15 +302,7 @@ impl MasterNode {
 
     /// A WELCOME `Refused` for connection `nonce`, to `params` (no HELLO of it here).
     fn refuse(&self, tx: &mut dyn LinkTx, link: usize, nonce: u64, params: &FrameParams) {
-        let w = Control::Welcome(Welcome {
-            nonce,
-            mode: WelcomeMode::Refused,
-            repl_id: self.cfg.ids.current,
-            epoch: self.cfg.epoch,
-            offset: 0,
-            first_psn: 0,
-            node_id: self.cfg.node_id,
-        });
+        let w = self.welcome_msg(nonce, WelcomeMode::Refused, 0, 0);
         send_control(tx, link, params, &w);
     }
 
@@ -319,16 +311,21 @@ impl MasterNode {
         let (Some(h), Some(params)) = (p.hello, p.params) else {
             return;
         };
-        let w = Control::Welcome(Welcome {
-            nonce: h.nonce,
+        let w = self.welcome_msg(h.nonce, mode, offset, h.first_psn);
+        send_control(tx, link, &params, &w);
+    }
+
+    /// A WELCOME of this node's stream for connection `nonce`.
+    fn welcome_msg(&self, nonce: u64, mode: WelcomeMode, offset: u64, first_psn: u32) -> Control {
+        Control::Welcome(Welcome {
+            nonce,
             mode,
             repl_id: self.cfg.ids.current,
             epoch: self.cfg.epoch,
             offset,
-            first_psn: h.first_psn,
+            first_psn,
             node_id: self.cfg.node_id,
-        });
-        send_control(tx, link, &params, &w);
+        })
     }
 
     /// Moves the workers' records into the live stream and the scan buffer. A ring

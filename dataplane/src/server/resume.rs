@@ -58,6 +58,28 @@ pub(crate) fn lookup(r: Option<&RestoredQp>, nonce: u64, p: u32) -> Restored {
     }
 }
 
+/// Calls `f` with each response frame of live cache entry `e` (in `arena`) as
+/// (index, response PSN, payload), in order; `false` when a record is not there or not
+/// a response (the frames after it are not visited).
+pub(crate) fn each_cached_frame(
+    arena: &Arena,
+    e: &Entry,
+    f: &mut dyn FnMut(u16, u32, &[u8]),
+) -> bool {
+    let mut at = e.start;
+    for i in 0..e.frames {
+        let Some((off, len, next)) = arena.cur.record(&arena.bytes, at) else {
+            return false;
+        };
+        let Some((resp, payload)) = response_parts_unchecked(&arena.bytes[off..off + len]) else {
+            return false;
+        };
+        f(i, resp, payload);
+        at = next;
+    }
+    true
+}
+
 /// Sends the restored response `e` (payloads in `ring`) as frames addressed with
 /// `params` to client QP `qpn` from server `id`, under the frames' original response
 /// PSNs. `false` (nothing sent) if the ring overwrote them.
@@ -233,22 +255,7 @@ impl Server {
                 && e.state == EntryState::Ready
                 && (e.frames == 0 || arena.cur.valid(e.start));
             // The frames of the request, as (response PSN, payload).
-            let each = |f: &mut dyn FnMut(u16, u32, &[u8])| {
-                let mut at = e.start;
-                for i in 0..e.frames {
-                    let Some((off, len, next)) = arena.cur.record(&arena.bytes, at) else {
-                        return false;
-                    };
-                    let Some((resp, payload)) =
-                        response_parts_unchecked(&arena.bytes[off..off + len])
-                    else {
-                        return false;
-                    };
-                    f(i, resp, payload);
-                    at = next;
-                }
-                true
-            };
+            let each = |f: &mut dyn FnMut(u16, u32, &[u8])| each_cached_frame(arena, &e, f);
             let mut need = 0usize;
             let ok = intact
                 && e.frames > 0

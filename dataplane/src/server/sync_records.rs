@@ -11,11 +11,12 @@
 //! requests first, then the ones it served itself (a FRAME replaces an INTENT of
 //! the same request on the synced node).
 
+use super::resume::each_cached_frame;
 use super::Server;
 use crate::clients::{Client, ClientTable};
 use crate::completion::{self, ClientRecords, RestoredQp, FRAME_HEADER_LEN};
 use crate::replay::{Arena, Entry, EntryState};
-use kvwire::{psn, response_parts_unchecked};
+use kvwire::psn;
 
 /// A worker's clients as [`ClientRecords`], borrowed from its [`Server`] for one
 /// scan step.
@@ -171,39 +172,14 @@ impl SyncRecords<'_> {
             return false;
         }
         // Every frame parses before any is emitted: all of a request's frames or none.
-        let mut at = e.start;
-        for _ in 0..e.frames {
-            match a.cur.record(&a.bytes, at) {
-                Some((off, len, next))
-                    if response_parts_unchecked(&a.bytes[off..off + len]).is_some() =>
-                {
-                    at = next
-                }
-                _ => return false,
-            }
+        if !each_cached_frame(a, e, &mut |_, _, _| {}) {
+            return false;
         }
-        let mut at = e.start;
-        for idx in 0..e.frames {
-            let Some((off, len, next)) = a.cur.record(&a.bytes, at) else {
-                return true;
-            };
-            if let Some((resp, payload)) = response_parts_unchecked(&a.bytes[off..off + len]) {
-                let last = idx + 1 == e.frames;
-                frame(
-                    self.scratch,
-                    c.nonce,
-                    p,
-                    idx,
-                    last,
-                    resp,
-                    payload,
-                    c.qpn,
-                    emit,
-                );
-            }
-            at = next;
-        }
-        true
+        let scratch = &mut *self.scratch;
+        each_cached_frame(a, e, &mut |idx, resp, payload| {
+            let last = idx + 1 == e.frames;
+            frame(scratch, c.nonce, p, idx, last, resp, payload, c.qpn, emit);
+        })
     }
 }
 
