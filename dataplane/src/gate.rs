@@ -45,6 +45,8 @@ pub struct WriteGate {
     fence_deadline_ns: AtomicU64,
     /// Reads are refused whenever writes are refused `NOT_MASTER`.
     reads_follow_writes: AtomicBool,
+    /// This node follows a master (a replica): see [`WriteGate::is_master`].
+    following: AtomicBool,
 }
 
 impl WriteGate {
@@ -72,6 +74,21 @@ impl WriteGate {
     /// on, whatever the state says; 0 lifts the fence. Only a node elected through etcd sets it.
     pub fn set_fence_deadline(&self, deadline_ns: u64) {
         self.fence_deadline_ns.store(deadline_ns, Ordering::Release);
+    }
+
+    /// Records whether this node follows a master (its replica role began) or not
+    /// (its master role began).
+    pub fn set_following(&self, following: bool) {
+        self.following.store(following, Ordering::Release);
+    }
+
+    /// Whether this node has been the master since it last followed one: the
+    /// requests its client connections carry were executed here, so its response
+    /// cache is the truth about them — also while it refuses writes for want of
+    /// replicas or because it was fenced (a fenced master may still full-sync a
+    /// replica). A standalone node is its own master.
+    pub fn is_master(&self) -> bool {
+        !self.following.load(Ordering::Acquire)
     }
 
     /// The status every write gets now: `Ok` means writes go through.
@@ -168,8 +185,12 @@ mod tests {
         assert_eq!(g.write_status(), Status::Ok);
         g.refuse_not_enough_replicas();
         assert_eq!(g.write_status(), Status::NotEnoughReplicas);
+        assert!(g.is_master(), "short of replicas, still the master");
         g.refuse_not_master();
         assert_eq!(g.write_status(), Status::NotMaster);
+        assert!(g.is_master(), "fenced, still the last master");
+        g.set_following(true);
+        assert!(!g.is_master(), "a replica");
         let mut b = [0u8; MASTER_HINT_LEN];
         assert_eq!(g.master_hint(&mut b), 0);
         let h = MasterHint {
@@ -195,6 +216,7 @@ mod tests {
         assert_eq!(g.write_status(), Status::Ok);
         g.set_fence_deadline(now);
         assert_eq!(g.write_status(), Status::NotMaster, "deadline passed");
+        assert!(g.is_master(), "its cache still holds what it executed");
         g.refuse_not_enough_replicas();
         assert_eq!(g.write_status(), Status::NotEnoughReplicas);
         g.open();

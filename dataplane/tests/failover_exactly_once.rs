@@ -162,6 +162,7 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
         qpn: 1,
     }));
     nodes[0].gate.refuse_not_master();
+    nodes[0].gate.set_following(true);
     nodes[1]
         .server
         .set_mutation_sink(Some(Box::new(Capture(stream.clone()))));
@@ -264,6 +265,7 @@ fn apply<'r>(server: &mut Server, recs: impl Iterator<Item = &'r Rec>) {
 fn promote(c: &mut Client<Switch>, tickets: Vec<Ticket>) -> Vec<Result<u64, Status>> {
     let n = &c.io_mut().nodes[0];
     n.gate.set_master_hint(None);
+    n.gate.set_following(false);
     n.gate.open();
     tickets
         .into_iter()
@@ -397,18 +399,46 @@ fn requests_the_replica_never_heard_of_run_there_once() {
 /// resent fetch-add again. The full sync now carries the records with the data.
 #[test]
 fn a_full_sync_carries_the_completion_records_with_the_data() {
-    full_sync_failover(false);
+    full_sync_failover(false, WriteGate::open);
 }
 
 /// The synced node never heard of an opened QP (it joined after the OPEN): the sync
 /// installs it (R_Key, secret) with its records, and the client resumes there.
 #[test]
 fn a_full_sync_carries_opened_qps() {
-    full_sync_failover(true);
+    full_sync_failover(true, WriteGate::open);
 }
 
-fn full_sync_failover(opened: bool) {
+/// The nemesis's seed 5: the master (frozen, then fenced: its lease had lapsed)
+/// full-synced a replica that had joined it; it took its refusal of writes for "not
+/// the master" and sent only the records it had restored from the master before
+/// it, none of the requests it had run itself — the synced node, elected, ran a
+/// resent fetch-add again. A master's cache is the truth whatever its write
+/// permission: fenced ...
+#[test]
+fn a_full_sync_from_a_fenced_master_carries_what_it_ran() {
+    full_sync_failover(false, |g| {
+        g.set_fence_deadline(1);
+        g.refuse_not_master();
+    });
+}
+
+/// ... or short of replicas in sync (as while one joins).
+#[test]
+fn a_full_sync_from_a_master_short_of_replicas_carries_what_it_ran() {
+    full_sync_failover(false, WriteGate::refuse_not_enough_replicas);
+}
+
+/// Runs [`ADDS`] fetch-adds on the master, answers lost; with its gate set by
+/// `gate` the master full-syncs the replica, dies, and the replica is elected:
+/// every resend must get its original answer, none run twice.
+fn full_sync_failover(opened: bool, gate: fn(&WriteGate)) {
     let (mut c, tickets, stream) = run_on_master(opened);
+    let sw = c.io_mut();
+    gate(&sw.nodes[1].gate);
+    // A burst reads the gate (an empty one: the client's frames were lost).
+    let mut tx = VecSink::default();
+    sw.nodes[1].server.handle_burst(&[], &sw.stats, &mut tx);
     full_sync_to_replica(&mut c, &stream, !opened);
     let sw = c.io_mut();
     assert_eq!(sw.counter(0), ADDS, "the data came with the sync");

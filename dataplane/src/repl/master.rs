@@ -159,6 +159,7 @@ impl MasterNode {
             return Err("one log ring and one scan state per worker".into());
         }
         status.set_role(RoleCode::Master);
+        gate.set_following(false);
         status.epoch.store(cfg.epoch, Ordering::Relaxed);
         status.repl_id.store(cfg.ids.current, Ordering::Relaxed);
         status.links.store(links as u64, Ordering::Relaxed);

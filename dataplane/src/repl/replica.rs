@@ -166,6 +166,7 @@ impl ReplicaNode {
         // A replica reports one peer: its master (slot 0).
         status.links.store(1, Ordering::Relaxed);
         gate.refuse_not_master();
+        gate.set_following(true);
         Ok(ReplicaNode {
             applier: Applier::new(8),
             rings,

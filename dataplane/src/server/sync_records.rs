@@ -15,6 +15,7 @@ use super::resume::each_cached_frame;
 use super::Server;
 use crate::clients::{Client, ClientTable};
 use crate::completion::{self, ClientRecords, RestoredQp, FRAME_HEADER_LEN};
+use crate::gate::WriteGate;
 use crate::replay::{Arena, Entry, EntryState};
 use kvwire::psn;
 
@@ -28,7 +29,7 @@ pub(crate) struct SyncRecords<'a> {
     restored_ring: &'a Arena,
     /// Where a FRAME blob is put together.
     scratch: &'a mut [u8],
-    /// The live connections count (this node takes writes: its cache is the truth).
+    /// The live connections count (this node is the master: its cache is the truth).
     live: bool,
     /// Completion records are kept at all.
     on: bool,
@@ -46,7 +47,7 @@ impl Server {
             restored_ring,
             completion_scratch,
             completions,
-            write_status,
+            gate,
             ..
         } = self;
         let Some(t) = tap.as_deref_mut() else {
@@ -57,7 +58,10 @@ impl Server {
             arena,
             restored_ring,
             scratch: completion_scratch,
-            live: *write_status == kvwire::Status::Ok,
+            // Not this burst's write permission: a master refusing writes (too few
+            // replicas in sync, or fenced while it finishes a replica's full sync)
+            // executed every request its cache holds (the nemesis, seed 5).
+            live: gate.as_deref().is_none_or(WriteGate::is_master),
             on: *completions,
         };
         t.tick(engine, &mut records)
