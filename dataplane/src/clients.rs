@@ -18,6 +18,7 @@
 
 use crate::completion::{RestoredQp, NOT_RESUMING};
 use crate::replay::Entry;
+use kvwire::psn::Receiver;
 use kvwire::transport::{is_opened_qpn, OPENED_QPN_BASE};
 
 /// One admitted client QP.
@@ -29,8 +30,9 @@ pub(crate) struct Client {
     pub rkey: u32,
     /// Nonce of the current incarnation (meaningful when `connected`).
     pub nonce: u64,
-    /// Next expected request PSN `e`.
-    pub expected_psn: u32,
+    /// The request PSNs: the next expected one `e`, and whether the current gap was
+    /// NAKed (sequence error or RNR).
+    pub rx: Receiver,
     /// PSN of the next response frame sent to this client.
     pub resp_psn: u32,
     /// The request PSN the ACCEPT of the current incarnation announced.
@@ -39,9 +41,6 @@ pub(crate) struct Client {
     pub start_resp_psn: u32,
     /// A CONNECT was accepted (requests are served).
     pub connected: bool,
-    /// A NAK (sequence error or RNR) was sent for the current gap; cleared when the
-    /// expected request is served.
-    pub nak_sent: bool,
     /// A connection resumed from completion records (`crate::completion`): until the
     /// expected PSN reaches this one, each request is looked up there first.
     /// [`NOT_RESUMING`] otherwise.
@@ -66,12 +65,11 @@ impl Client {
             qpn,
             rkey,
             nonce: 0,
-            expected_psn: 0,
+            rx: Receiver::new(0),
             resp_psn: 0,
             start_psn: 0,
             start_resp_psn: 0,
             connected: false,
-            nak_sent: false,
             resume_until: NOT_RESUMING,
             secret: 0,
             tenant: 0,

@@ -9,6 +9,7 @@
 //! transport's shared pool (`max_outstanding` buffers of one MTU frame each).
 
 use kvwire::psn;
+use kvwire::transport::RetransmitTimer;
 use kvwire::FrameParams;
 
 /// Connection state of a client QP.
@@ -108,10 +109,9 @@ pub(crate) struct Qp {
     pub in_flight: u16,
     /// `W` slots, indexed by `psn mod W`.
     pub ring: Vec<Slot>,
-    /// Current retransmission timeout (doubles on each firing, reset on progress).
-    pub rto_ns: u64,
-    /// When the retransmission timer fires (meaningful while `in_flight > 0`).
-    pub rto_deadline: u64,
+    /// The retransmission timer (doubles on each firing, reset on progress; looked at
+    /// while `in_flight > 0`).
+    pub rto: RetransmitTimer,
     /// No (re)transmission before this time (RNR NAK hold-off).
     pub rnr_until: u64,
     /// A go-back-N resend requested by a NAK or RNR NAK, done at the next poll
@@ -151,8 +151,7 @@ impl Qp {
             region_va: 0,
             in_flight: 0,
             ring: Vec::with_capacity(usize::from(kvwire::transport::DEFAULT_CREDITS)),
-            rto_ns,
-            rto_deadline: 0,
+            rto: RetransmitTimer::new(rto_ns),
             rnr_until: 0,
             resend_from: None,
             nak_seen: None,

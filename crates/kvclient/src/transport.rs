@@ -443,7 +443,7 @@ impl Transport {
             return Err(SendError::IoBusy);
         }
         if q.in_flight == 0 {
-            q.rto_deadline = now_ns + q.rto_ns;
+            q.rto.arm(now_ns);
         }
         let i = q.idx(psn);
         q.ring[i] = Slot {
@@ -534,11 +534,11 @@ impl Transport {
             return;
         }
         if let Some(from) = q.resend_from.take() {
-            q.rto_deadline = now + q.rto_ns;
+            q.rto.arm(now);
             resend(q, &self.pool, &mut self.stats, io, now, from, false);
             return;
         }
-        if q.in_flight == 0 || now < q.rto_deadline {
+        if q.in_flight == 0 || !q.rto.expired(now) {
             return;
         }
         self.stats.timeouts += 1;
@@ -553,8 +553,7 @@ impl Transport {
             self.fail_all(i, Error::Timeout, on_event);
             return;
         }
-        q.rto_ns = (q.rto_ns * 2).min(cfg.rto_max_ns);
-        q.rto_deadline = now + q.rto_ns;
+        q.rto.back_off(now, cfg.rto_max_ns);
         q.nak_seen = None;
         let una = q.una;
         resend(q, &self.pool, &mut self.stats, io, now, una, true);
@@ -646,8 +645,8 @@ impl Transport {
                 q.slot_size = acc.slot_size;
                 q.region_va = acc.region_va;
                 rehead(q, &mut self.pool);
-                q.rto_ns = rto_base;
-                q.rto_deadline = now + q.rto_ns;
+                q.rto.reset(rto_base);
+                q.rto.arm(now);
                 q.rnr_until = 0;
                 q.nak_seen = None;
                 q.resend_from = (q.in_flight > 0).then_some(q.una);
@@ -671,7 +670,7 @@ impl Transport {
         q.una = acc.request_psn;
         q.ring.clear();
         q.ring.resize(usize::from(w), Slot::default());
-        q.rto_ns = rto_base;
+        q.rto.reset(rto_base);
         q.rnr_until = 0;
         q.resend_from = None;
         q.nak_seen = None;
@@ -783,8 +782,8 @@ impl Transport {
         // Progress: the timer restarts from the current estimate.
         let rto = self.rto_base();
         let q = &mut self.qps[i];
-        q.rto_ns = rto;
-        q.rto_deadline = now + q.rto_ns;
+        q.rto.reset(rto);
+        q.rto.arm(now);
         on_event(Event::Results {
             qp: i,
             tag,

@@ -12,7 +12,7 @@
 use crate::messages::{ReplicaReport, Welcome, WelcomeMode};
 use crate::record::{Record, RecordError, MAX_RECORD_LEN, RECORD_HEADER_LEN};
 use crate::segment::{parse_segment, SegmentError, SegmentKind};
-use kvwire::psn;
+use kvwire::psn::{self, Arrival, Receiver};
 
 /// Where the replica's records go (its engine, its log file).
 pub trait Sink {
@@ -102,8 +102,9 @@ pub struct Applier {
     state: State,
     repl_id: u64,
     epoch: u64,
-    expected_psn: u32,
-    nak_sent: bool,
+    /// The segments' PSNs (the go-back-N receiver rules shared with the server's
+    /// client QPs).
+    rx: Receiver,
     /// Next offset expected, in the current stream (scan or live).
     next: u64,
     /// Offset after the last record applied, in the current stream.
@@ -126,8 +127,7 @@ impl Applier {
             state: State::Idle,
             repl_id: 0,
             epoch: 0,
-            expected_psn: 0,
-            nak_sent: false,
+            rx: Receiver::new(0),
             next: 0,
             applied: 0,
             live_from: None,
@@ -150,9 +150,8 @@ impl Applier {
             return;
         }
         self.carry_len = 0;
-        self.nak_sent = false;
         self.since_ack = 0;
-        self.expected_psn = w.first_psn & kvwire::ib::MASK_24;
+        self.rx.restart(w.first_psn);
         self.repl_id = w.repl_id;
         self.epoch = w.epoch;
         match w.mode {
@@ -185,7 +184,7 @@ impl Applier {
         self.applied = offset;
         self.live_from = None;
         self.carry_len = 0;
-        self.nak_sent = false;
+        self.rx.restart(self.rx.expected());
         self.since_ack = 0;
     }
 
@@ -228,12 +227,12 @@ impl Applier {
     /// from where this connection stands, so that no stray segment of it can
     /// fall in the new connection's window.
     pub fn next_first_psn(&self) -> u32 {
-        psn::add(self.expected_psn, 1 << 23)
+        psn::add(self.rx.expected(), psn::HALF)
     }
 
     /// The PSN of the next segment it takes (24 bits).
     pub fn expected_psn(&self) -> u32 {
-        self.expected_psn
+        self.rx.expected()
     }
 
     /// The epoch and replication id it follows.
@@ -269,21 +268,22 @@ impl Applier {
         if hdr.epoch != self.epoch {
             return self.drop(DropCause::WrongEpoch);
         }
-        let d = psn::distance(self.expected_psn, psn_in & kvwire::ib::MASK_24);
-        if d < 0 {
-            self.stats.duplicates += 1;
-            let last = psn::add(self.expected_psn, kvwire::ib::MASK_24);
-            self.since_ack = 0;
-            return (Outcome::Duplicate, Reply::Ack(last));
-        }
-        if d > 0 {
-            self.stats.gaps += 1;
-            if self.nak_sent {
-                return (Outcome::Gap, Reply::None);
+        match self.rx.arrival(psn_in, psn::HALF) {
+            Arrival::Expected => {}
+            Arrival::Duplicate | Arrival::Stale => {
+                self.stats.duplicates += 1;
+                self.since_ack = 0;
+                return (Outcome::Duplicate, Reply::Ack(self.rx.last()));
             }
-            self.nak_sent = true;
-            self.stats.naks += 1;
-            return (Outcome::Gap, Reply::Nak(self.expected_psn));
+            Arrival::Ahead => {
+                self.stats.gaps += 1;
+                if !self.rx.nak_due() {
+                    return (Outcome::Gap, Reply::None);
+                }
+                self.rx.naked();
+                self.stats.naks += 1;
+                return (Outcome::Gap, Reply::Nak(self.rx.expected()));
+            }
         }
         // The expected PSN: it must continue the current stream exactly.
         let in_sync = self.state == State::Syncing;
@@ -318,8 +318,7 @@ impl Applier {
             Outcome::Applied
         };
         self.stats.segments += 1;
-        self.expected_psn = psn::add(self.expected_psn, 1);
-        self.nak_sent = false;
+        self.rx.accept();
         self.since_ack += 1;
         let reply = if ack_req || self.since_ack >= self.ack_every {
             self.since_ack = 0;
@@ -338,7 +337,7 @@ impl Applier {
             return None;
         }
         self.since_ack = 0;
-        Some(psn::add(self.expected_psn, kvwire::ib::MASK_24))
+        Some(self.rx.last())
     }
 
     fn drop(&mut self, cause: DropCause) -> (Outcome, Reply) {

@@ -17,6 +17,7 @@
 use crate::backlog::{Backlog, ReadError};
 use crate::segment::{SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN};
 use kvwire::psn;
+use kvwire::transport::RetransmitTimer;
 use std::collections::VecDeque;
 
 /// Configuration of a [`Shipper`].
@@ -140,8 +141,9 @@ pub struct Shipper {
     /// Go-back-N: index in `inflight` of the next segment to resend.
     resend: Option<usize>,
     next_psn: u32,
-    rto_cur: u64,
-    deadline: Option<u64>,
+    /// Armed while segments are in flight (`kvwire::transport::RetransmitTimer`).
+    timer: RetransmitTimer,
+    /// Timeouts in a row without an acknowledgement.
     retries: u8,
     rnr_until: u64,
     acked_live: u64,
@@ -164,8 +166,7 @@ impl Shipper {
             inflight: VecDeque::with_capacity(usize::from(cfg.window)),
             resend: None,
             next_psn: 0,
-            rto_cur: cfg.rto_ns,
-            deadline: None,
+            timer: RetransmitTimer::new(cfg.rto_ns),
             retries: 0,
             rnr_until: 0,
             acked_live: 0,
@@ -182,8 +183,7 @@ impl Shipper {
         self.inflight.clear();
         self.resend = None;
         self.next_psn = first_psn & kvwire::ib::MASK_24;
-        self.rto_cur = self.cfg.rto_ns;
-        self.deadline = None;
+        self.timer = RetransmitTimer::new(self.cfg.rto_ns);
         self.retries = 0;
         self.rnr_until = 0;
         self.sync_done = false;
@@ -213,7 +213,7 @@ impl Shipper {
         self.phase = Phase::Idle;
         self.inflight.clear();
         self.resend = None;
-        self.deadline = None;
+        self.timer.disarm();
     }
 
     /// True between a `start_*` and a `stop` or error.
@@ -279,18 +279,15 @@ impl Shipper {
         if cap <= SEGMENT_HEADER_LEN {
             return Err(ShipError::BufferTooSmall);
         }
-        if let Some(d) = self.deadline {
-            if now_ns >= d && !self.inflight.is_empty() {
-                self.stats.timeouts += 1;
-                self.retries += 1;
-                if self.retries > self.cfg.max_retries {
-                    self.stop();
-                    return Err(ShipError::Unreachable);
-                }
-                self.rto_cur = (self.rto_cur * 2).min(self.cfg.rto_max_ns);
-                self.deadline = Some(now_ns + self.rto_cur);
-                self.resend = Some(0);
+        if self.timer.expired(now_ns) && !self.inflight.is_empty() {
+            self.stats.timeouts += 1;
+            self.retries += 1;
+            if self.retries > self.cfg.max_retries {
+                self.stop();
+                return Err(ShipError::Unreachable);
             }
+            self.timer.back_off(now_ns, self.cfg.rto_max_ns);
+            self.resend = Some(0);
         }
         if now_ns < self.rnr_until {
             return Ok(None);
@@ -317,9 +314,7 @@ impl Shipper {
         self.next_psn = psn::add(self.next_psn, 1);
         self.stats.segments += 1;
         self.stats.bytes += seg.end - seg.start;
-        if self.deadline.is_none() {
-            self.deadline = Some(now_ns + self.rto_cur);
-        }
+        self.timer.arm_if_idle(now_ns);
         // Ask for an ACK when the window fills or nothing more is ready.
         let more = match self.phase {
             Phase::Live { next } => next < live.end(),
@@ -483,7 +478,7 @@ impl Shipper {
         if n > 0 {
             self.resend = self.resend.and_then(|i| i.checked_sub(n));
             self.retries = 0;
-            self.rto_cur = self.cfg.rto_ns;
+            self.timer.reset(self.cfg.rto_ns);
         }
         n
     }
@@ -496,8 +491,13 @@ impl Shipper {
         d >= -1 && d <= self.inflight.len() as i32
     }
 
-    fn rearm(&mut self, now_ns: u64) {
-        self.deadline = (!self.inflight.is_empty()).then_some(now_ns + self.rto_cur);
+    /// The timer runs from `from_ns` while segments are in flight, else not at all.
+    fn arm_while_in_flight(&mut self, from_ns: u64) {
+        if self.inflight.is_empty() {
+            self.timer.disarm();
+        } else {
+            self.timer.arm(from_ns);
+        }
     }
 
     /// RC ACK with BTH PSN `p`: every segment up to `p` arrived and was applied.
@@ -507,7 +507,7 @@ impl Shipper {
             return;
         }
         if self.retire_through(p) > 0 {
-            self.rearm(now_ns);
+            self.arm_while_in_flight(now_ns);
         }
     }
 
@@ -523,7 +523,7 @@ impl Shipper {
         if !self.inflight.is_empty() {
             self.resend = Some(0);
         }
-        self.rearm(now_ns);
+        self.arm_while_in_flight(now_ns);
     }
 
     /// RNR NAK with BTH PSN `p` and a wait of `wait_ns`: resend from `p` once
@@ -539,7 +539,7 @@ impl Shipper {
         if !self.inflight.is_empty() {
             self.resend = Some(0);
         }
-        self.deadline = (!self.inflight.is_empty()).then_some(self.rnr_until + self.rto_cur);
+        self.arm_while_in_flight(self.rnr_until);
     }
 }
 

@@ -58,7 +58,7 @@ pub use payload::{
     MasterHint, OpSpec, PayloadError, ResponseReader, ResponseWriter, Status, Width,
     MASTER_HINT_LEN, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN, OPS,
 };
-pub use psn::{PsnClass, PsnTracker};
+pub use psn::{Arrival, Receiver};
 pub use transport::{
     emit_accept, emit_ack, emit_connect, emit_resume, parse_client_frame, parse_server_frame,
     slot_size, slot_va, Accept, AcceptFrame, AckFrame, ClientFrame, Connect, ConnectFrame, NakCode,

@@ -22,70 +22,103 @@ pub const fn distance(a: u32, b: u32) -> i32 {
     ((b.wrapping_sub(a) << 8) as i32) >> 8
 }
 
-/// Classification of an incoming PSN.
+/// Where an arriving PSN stands for a go-back-N receiver.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PsnClass {
-    /// The PSN the tracker expected.
+pub enum Arrival {
+    /// The PSN expected next: served (then [`Receiver::accept`]).
     Expected,
-    /// An already seen (older) PSN.
+    /// Behind the expected PSN, within the window: already served (answered again or
+    /// acknowledged).
     Duplicate,
-    /// A newer PSN; the payload is the number of missing PSNs (≥ 1).
-    Gap(u32),
+    /// Ahead of the expected PSN, within the window: something before it was lost
+    /// (NAK "PSN sequence error" naming the expected PSN, once: [`Receiver::nak_due`]).
+    Ahead,
+    /// Outside the window both ways: an old duplicate or a stale packet of an earlier
+    /// incarnation (whose PSNs lie 2^23 away); dropped unanswered.
+    Stale,
 }
 
-/// Per-QP PSN state of a receiver.
+/// The receiving end of a reliable connection — IBA RC's responder rules, written
+/// once for every receiver here: the server's client QPs (requests,
+/// docs/PROTOCOL.md §6.3) and a replica's replication QP (segments, §2.6a). It takes
+/// PSNs in order only; a PSN ahead of the expected one is answered with one NAK (or
+/// RNR NAK) until the expected PSN arrives, not one per packet of the go-back-N
+/// burst that follows a loss.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PsnTracker {
-    expected: u32,
-    synced: bool,
+pub struct Receiver {
+    /// The expected PSN (24 bits) and, in bit 31, whether its gap was NAKed: one word,
+    /// as a server keeps one per client QP (thousands, in its connection table).
+    word: u32,
 }
 
-impl PsnTracker {
-    /// A tracker expecting `start` (masked to 24 bits).
+/// [`Receiver`]'s "NAK sent" bit.
+const NAKED: u32 = 1 << 31;
+
+impl Receiver {
+    /// A receiver expecting `start` (masked to 24 bits).
     pub const fn new(start: u32) -> Self {
-        PsnTracker {
-            expected: start & MASK_24,
-            synced: true,
+        Receiver {
+            word: start & MASK_24,
         }
     }
-    /// A tracker that adopts the first PSN it sees as expected.
-    pub const fn unsynced() -> Self {
-        PsnTracker {
-            expected: 0,
-            synced: false,
-        }
-    }
-    /// The next expected PSN (meaningless before the first packet of an
-    /// unsynced tracker).
+
+    /// The next expected PSN.
     #[inline]
     pub const fn expected(&self) -> u32 {
-        self.expected
+        self.word & MASK_24
     }
-    /// Classifies `psn` without changing the state.
+
+    /// The last PSN taken (what a coalesced ACK names).
     #[inline]
-    pub fn classify(&self, psn: u32) -> PsnClass {
-        if !self.synced {
-            return PsnClass::Expected;
-        }
-        match distance(self.expected, psn & MASK_24) {
-            0 => PsnClass::Expected,
-            d if d < 0 => PsnClass::Duplicate,
-            d => PsnClass::Gap(d as u32),
+    pub const fn last(&self) -> u32 {
+        add(self.expected(), MASK_24)
+    }
+
+    /// Where `psn` stands; `window` bounds how far behind or ahead a PSN still
+    /// belongs to this connection (a client's credits; [`HALF`] for the whole space).
+    #[inline]
+    pub fn arrival(&self, psn: u32, window: u32) -> Arrival {
+        let d = distance(self.expected(), psn & MASK_24);
+        let w = window.min(HALF) as i64;
+        match d {
+            0 => Arrival::Expected,
+            d if !(-w..w).contains(&i64::from(d)) => Arrival::Stale,
+            d if d < 0 => Arrival::Duplicate,
+            _ => Arrival::Ahead,
         }
     }
-    /// Classifies `psn` and advances: after `Expected` or `Gap` the next
-    /// expected PSN is `psn + 1` (the packet is served and the gap counted);
-    /// a `Duplicate` leaves the state unchanged.
+
+    /// The expected PSN was taken: the next one is expected, and a later gap may be
+    /// NAKed again.
     #[inline]
-    pub fn accept(&mut self, psn: u32) -> PsnClass {
-        let c = self.classify(psn);
-        if c != PsnClass::Duplicate {
-            self.expected = add(psn, 1);
-            self.synced = true;
-        }
-        c
+    pub fn accept(&mut self) {
+        self.word = add(self.expected(), 1);
+    }
+
+    /// Starts over at `psn` (a new incarnation, a resumed connection, a replay that
+    /// stood for the expected request).
+    #[inline]
+    pub fn restart(&mut self, psn: u32) {
+        self.word = psn & MASK_24;
+    }
+
+    /// Whether a NAK or RNR NAK for the expected PSN is due: none was sent since it
+    /// became expected.
+    #[inline]
+    pub const fn nak_due(&self) -> bool {
+        self.word & NAKED == 0
+    }
+
+    /// A NAK or RNR NAK for the expected PSN went out.
+    #[inline]
+    pub fn naked(&mut self) {
+        self.word |= NAKED;
     }
 }
+
+/// Half the PSN space: the window of a receiver that bounds nothing, and how far a new
+/// incarnation's PSNs start from the old ones.
+pub const HALF: u32 = 1 << 23;
 
 #[cfg(test)]
 mod tests {
@@ -102,20 +135,24 @@ mod tests {
     }
 
     #[test]
-    fn tracker() {
-        let mut t = PsnTracker::new(MASK_24 - 1);
-        assert_eq!(t.accept(MASK_24 - 1), PsnClass::Expected);
-        assert_eq!(t.accept(MASK_24), PsnClass::Expected);
-        assert_eq!(t.accept(0), PsnClass::Expected);
-        assert_eq!(t.accept(0), PsnClass::Duplicate);
-        assert_eq!(t.accept(MASK_24), PsnClass::Duplicate);
-        assert_eq!(t.expected(), 1);
-        assert_eq!(t.accept(4), PsnClass::Gap(3));
-        assert_eq!(t.accept(5), PsnClass::Expected);
-        assert_eq!(t.accept(2), PsnClass::Duplicate);
-        let mut u = PsnTracker::unsynced();
-        assert_eq!(u.accept(77), PsnClass::Expected);
-        assert_eq!(u.accept(78), PsnClass::Expected);
-        assert_eq!(u.classify(77), PsnClass::Duplicate);
+    fn receiver_takes_psns_in_order_and_naks_a_gap_once() {
+        let mut r = Receiver::new(MASK_24);
+        assert_eq!(r.arrival(MASK_24, 8), Arrival::Expected);
+        r.accept();
+        assert_eq!((r.expected(), r.last()), (0, MASK_24));
+        assert_eq!(r.arrival(MASK_24, 8), Arrival::Duplicate, "across the wrap");
+        assert_eq!(r.arrival(7, 8), Arrival::Ahead);
+        assert_eq!(r.arrival(8, 8), Arrival::Stale, "beyond the window");
+        assert_eq!(r.arrival(add(0, MASK_24 - 8), 8), Arrival::Stale);
+        assert_eq!(r.arrival(HALF - 1, HALF), Arrival::Ahead, "no bound");
+        assert_eq!(r.arrival(HALF, HALF), Arrival::Duplicate);
+        assert!(r.nak_due());
+        r.naked();
+        assert!(!r.nak_due(), "one NAK per gap");
+        r.accept();
+        assert!(r.nak_due(), "the next gap is NAKed again");
+        r.naked();
+        r.restart(add(1, HALF));
+        assert_eq!((r.expected(), r.nak_due()), (add(1, HALF), true));
     }
 }

@@ -20,7 +20,9 @@ use crate::{ethernet, ipv4, udp};
 use core::net::Ipv4Addr;
 
 mod connection;
+mod timer;
 pub use connection::*;
+pub use timer::RetransmitTimer;
 
 /// Bytes of each request slot of a client's ring: the region split into `credits`
 /// slots, rounded down to 64 bytes.
@@ -101,6 +103,16 @@ impl Syndrome {
         }
     }
 }
+
+/// RNR NAK timer of a server refusing a request for overload (its transmit queue ¾ full)
+/// or over its tenant's rate: field 14 = 1.28 ms, about what a full transmit queue of a
+/// few hundred frames takes to drain at the rates a server reaches with room to spare,
+/// so the client's resend finds it drained rather than still full (docs/PROTOCOL.md §6.3).
+pub const RNR_TIMER_OVERLOADED: u8 = 14;
+
+/// RNR NAK timer of a replica whose workers' apply rings cannot take a segment: field
+/// 12 = 0.64 ms, a few apply bursts (docs/REPLICATION.md §11).
+pub const RNR_TIMER_RINGS_FULL: u8 = 12;
 
 /// RNR NAK timer field → minimum wait in microseconds (IBA table "RNR NAK timer field
 /// encoding": 1 → 0.01 ms … 31 → 491.52 ms, 0 → 655.36 ms).

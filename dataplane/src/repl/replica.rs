@@ -33,8 +33,6 @@ pub use kvwire::repl::{REPL_QPN, REPL_UDP_PORT};
 pub const RING_CREDITS: u16 = 64;
 /// RETH VA of the replica's receive ring, slot 0.
 pub const RING_VA: u64 = 0x0002_0000_0000;
-/// RNR timer code sent when the workers' rings are full (0.64 ms, PROTOCOL.md §2.6a).
-const RNR_TIMER: u8 = 12;
 /// Progress checkpoints kept at most (each a segment end and the ring positions).
 const CHECKPOINTS: usize = 1024;
 /// REDIRECTs a replica follows in a row before it waits for its upstream to go
@@ -450,7 +448,9 @@ impl ReplicaNode {
                     &params,
                     REPL_QPN,
                     psn,
-                    Syndrome::RnrNak { timer: RNR_TIMER },
+                    Syndrome::RnrNak {
+                        timer: kvwire::transport::RNR_TIMER_RINGS_FULL,
+                    },
                     0,
                 )
                 .unwrap_or(0)

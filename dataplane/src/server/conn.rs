@@ -13,21 +13,14 @@ use crate::respond::Responder;
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::frame::FrameParams;
+use kvwire::psn::Arrival;
 use kvwire::transport::{
     emit_accept, emit_ack, is_opened_qpn, slot_size, slot_va, Accept, ConnectFrame, Join, NakCode,
     Syndrome, DEFAULT_CREDITS, MAX_CREDITS,
 };
 use kvwire::{psn, request_payload_capacity, DropReason, EmitError, Request, Status};
 
-/// RNR NAK timer of an overloaded server: field 14 = 1.28 ms
-/// (`kvwire::transport::rnr_timer_micros`), about what a full tx queue of a few hundred
-/// frames takes to drain at the rates this server reaches with room to spare, so the
-/// client's retry finds the queue drained rather than still full.
-pub const RNR_TIMER: u8 = 14;
-
-/// Half the PSN space: a new incarnation's PSNs start this far from the old ones, so
-/// every stale packet of the old incarnation is an old duplicate.
-const INCARNATION_STEP: u32 = 1 << 23;
+pub use kvwire::transport::RNR_TIMER_OVERLOADED as RNR_TIMER;
 
 /// Default opened QPs per worker (`server.max_connections`).
 pub const DEFAULT_MAX_OPENED: usize = 16_384;
@@ -142,8 +135,8 @@ fn resumed_request<T: TxSink>(
         Restored::Execute => Some(ServeMark::Plain),
         Restored::Replay(e) => {
             if resume::replay_restored(tx, params, c.qpn, id, ring, &e, stats) {
-                c.expected_psn = psn::add(e.psn, 1);
-                c.nak_sent = false;
+                // The replay stands for the expected request.
+                c.rx.restart(psn::add(e.psn, 1));
                 stats.replays.inc();
                 stats.restored_replays.inc();
                 return None;
@@ -343,8 +336,8 @@ impl Server {
         let c = &self.clients.as_slice()[ci];
         let (req, resp) = if c.connected {
             (
-                psn::add(c.expected_psn, INCARNATION_STEP),
-                psn::add(c.resp_psn, INCARNATION_STEP),
+                psn::add(c.rx.expected(), psn::HALF),
+                psn::add(c.resp_psn, psn::HALF),
             )
         } else {
             let psns = first_psns(self.rng, c.qpn);
@@ -354,8 +347,7 @@ impl Server {
         let c = &mut self.clients.as_mut_slice()[ci];
         c.nonce = nonce;
         c.connected = true;
-        c.nak_sent = false;
-        c.expected_psn = req;
+        c.rx.restart(req);
         c.start_psn = req;
         c.resp_psn = resp;
         c.start_resp_psn = resp;
@@ -393,9 +385,9 @@ impl Server {
             stats.drop(DropReason::BadVa);
             return false;
         }
-        let e = c.expected_psn;
-        let d = psn::distance(e, req.psn);
-        if d == 0 {
+        let e = c.rx.expected();
+        let arrival = c.rx.arrival(req.psn, u32::from(self.credits));
+        if arrival == Arrival::Expected {
             // A connection resumed across a failover: a request the old master
             // executed is answered from its completion records, never executed again.
             let mut mark = ServeMark::Plain;
@@ -432,18 +424,17 @@ impl Server {
                 None
             };
             if let Some(why) = refused {
-                if !c.nak_sent {
+                if c.rx.nak_due() {
                     let rnr = Syndrome::RnrNak { timer: RNR_TIMER };
                     if send_ack(out.tx(), &params(), c.qpn, e, rnr, stats) {
                         stats.rnr_naks_sent.inc();
-                        c.nak_sent = true;
+                        c.rx.naked();
                     }
                 }
                 stats.drop(why);
                 return false;
             }
-            c.expected_psn = psn::add(e, 1);
-            c.nak_sent = false;
+            c.rx.accept();
             c.last_active = self.now_s;
             if mark == ServeMark::Logged {
                 self.log_intent(ci, req.psn);
@@ -451,20 +442,19 @@ impl Server {
             self.serve = mark;
             return true;
         }
-        let w = i32::from(self.credits);
-        if !(-w..w).contains(&d) {
+        if arrival == Arrival::Stale {
             // Outside the window both ways: an old duplicate, or a stale packet of an
             // earlier incarnation (its PSNs are 2^23 away). A live client never sends
             // beyond its credits, so nothing legitimate is lost here.
             stats.drop(DropReason::PsnDuplicate);
             return false;
         }
-        if d > 0 {
-            if !c.nak_sent {
+        if arrival == Arrival::Ahead {
+            if c.rx.nak_due() {
                 let nak = Syndrome::Nak(NakCode::PsnSequenceError);
                 if send_ack(out.tx(), &params(), c.qpn, e, nak, stats) {
                     stats.naks_sent.inc();
-                    c.nak_sent = true;
+                    c.rx.naked();
                 }
             }
             stats.drop(DropReason::PsnAhead);

@@ -304,8 +304,7 @@ impl Server {
         };
         c.nonce = nonce;
         c.connected = true;
-        c.nak_sent = false;
-        c.expected_psn = next;
+        c.rx.restart(next);
         c.start_psn = next;
         c.resp_psn = r.next_resp;
         c.start_resp_psn = r.next_resp;

@@ -151,7 +151,7 @@ impl SyncRecords<'_> {
     fn emit_live(&mut self, c: &Client, frames: bool, emit: &mut dyn FnMut(u32, &[u8])) {
         let w = c.replay.len() as u32;
         for k in 0..w {
-            let p = psn::add(c.expected_psn, psn::PSN_MODULUS - w + k);
+            let p = psn::add(c.rx.expected(), psn::PSN_MODULUS - w + k);
             let e = *c.entry_ref(p);
             if e.psn != p || e.state == EntryState::Empty {
                 continue;
