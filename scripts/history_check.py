@@ -150,9 +150,12 @@ def explain_extra_effects(ops, seen, final):
 def check_bank(ops, final_accounts, accounts, start):
     want = accounts * start
     audits = [op["out"] for op in ops if op["f"] == "audit" and op["r"] == "ok"]
-    bad = [b for b in audits + [final_accounts] if b is None or sum(b) != want or min(b) < 0]
+    # A missing account (None: its key gone, as after a wipe) is a wrong total too.
+    bad = [b for b in audits + [final_accounts]
+           if b is None or None in b or sum(b) != want or min(b) < 0]
     return {"audits": len(audits), "wrong_bank_totals": len(bad),
-            "examples": [f"balances {b} (total {sum(b) if b else None}, want {want})" for b in bad[:5]]}
+            "examples": [f"balances {b} (total {sum(x for x in b or [] if x is not None)}, want {want})"
+                         for b in bad[:5]]}
 
 
 def check(ops, final, accounts, start):

@@ -30,8 +30,9 @@ if ! python3 -c 'import scapy' 2>/dev/null; then
     || python3 -m pip install -q --disable-pip-version-check --break-system-packages scapy
 fi
 # maturin (builds the kvdirect wheel, python/), pytest (its tests) and mypy (its type
-# stubs against the examples), for scripts/e2e/python.sh.
-for mod in maturin pytest mypy; do
+# stubs against the examples), for scripts/e2e/python.sh; redis (redis-py: the clients
+# of scripts/nemesis_redis.py, Redis with Sentinel under the nemesis).
+for mod in maturin pytest mypy redis; do
   if ! python3 -c "import $mod" 2>/dev/null; then
     python3 -m pip install -q --disable-pip-version-check "$mod" 2>/dev/null \
       || python3 -m pip install -q --disable-pip-version-check --break-system-packages "$mod"

@@ -95,6 +95,9 @@ def test_bank_totals():
     assert hc.check_bank(bad, [90, 110], 2, 100)["wrong_bank_totals"] == 1
     assert hc.check_bank(good, [-1, 201], 2, 100)["wrong_bank_totals"] == 1
     assert hc.check_bank(good, None, 2, 100)["wrong_bank_totals"] == 1
+    # Accounts gone (a store that wiped its data answers "absent"): wrong, not a crash.
+    wiped = good + [op("audit", None, None, 4, 5, out=[None, None])]
+    assert hc.check_bank(wiped, [None, 110], 2, 100)["wrong_bank_totals"] == 2
 
 
 def test_check_reports_every_violation_count():
