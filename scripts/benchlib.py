@@ -5,6 +5,7 @@ against fresh dataplanes with a retry of a failed run.
 import glob
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -18,6 +19,25 @@ PG = os.path.join(BIN, "pktgen")
 CFG = os.path.join(ROOT, "configs/memif.json")
 # KVD_PKTGEN_TIMEOUT: seconds before a pktgen run counts as hung (default 600).
 PKTGEN_TIMEOUT = float(os.environ.get("KVD_PKTGEN_TIMEOUT", "600"))
+
+
+class Signalled:
+    """A child process (`proc`, a Popen or None) that a fault kills (kill -9) or
+    freezes (SIGSTOP, then SIGCONT): the nemesis's nodes, ours and Redis's."""
+
+    proc = None
+    frozen = False
+
+    def kill(self):
+        if self.proc:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+    def freeze(self, on):
+        if self.proc:
+            self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
+            self.frozen = on
 
 
 def log(*a):

@@ -11,7 +11,7 @@ import time
 
 import bench_failover as bf
 import bench_replication as br
-from benchlib import DP
+from benchlib import DP, Signalled
 
 PREFIX = "kvd-nem"
 
@@ -63,7 +63,7 @@ class Etcd:
         self.start()
 
 
-class Node(bf.Node):
+class Node(Signalled, bf.Node):
     """A dataplane whose log is appended across restarts and whose unasked exits count."""
 
     def __init__(self, d, k, huge, after_start=None):
@@ -113,17 +113,6 @@ class Node(bf.Node):
         except (OSError, ValueError, KeyError):
             return {}
         return v if isinstance(v, dict) else {}
-
-    def kill(self):
-        if self.proc:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def freeze(self, on):
-        if self.proc:
-            self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
-            self.frozen = on
 
     def died_unasked(self):
         return self.proc is not None and self.proc.poll() is not None

@@ -34,7 +34,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -43,7 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import history_check  # noqa: E402
-from benchlib import ROOT, log  # noqa: E402
+from benchlib import ROOT, Signalled, log  # noqa: E402
 
 DOWN_AFTER_MS = 1000  # nemesis.py's LEASE_MS: the same detection time
 FAILOVER_TIMEOUT_MS = 4000
@@ -64,7 +63,7 @@ return 0
 
 # ---- the servers ----
 
-class Proc:
+class Proc(Signalled):
     """One redis-server (a data node or, with `sentinel`, a Sentinel)."""
 
     def __init__(self, d, k, port, conf):
@@ -87,16 +86,6 @@ class Proc:
         self.frozen = False
         wait_for(lambda: ping(self.port), 10, f"redis on port {self.port}")
 
-    def kill(self):
-        if self.proc:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
-
-    def freeze(self, on):
-        if self.proc:
-            self.proc.send_signal(signal.SIGSTOP if on else signal.SIGCONT)
-            self.frozen = on
 
 
 def no_retry():
