@@ -20,6 +20,7 @@ mod stats;
 mod target;
 mod telemetry;
 mod tenants;
+mod tenants_etcd;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;

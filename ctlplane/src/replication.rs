@@ -92,7 +92,7 @@ pub fn run(cmd: ReplicationCmd) -> Result<(), String> {
 }
 
 /// The config's `replication.etcd` section.
-fn etcd_section(config: &std::path::Path) -> Result<kvconf::EtcdSection, String> {
+pub(crate) fn etcd_section(config: &std::path::Path) -> Result<kvconf::EtcdSection, String> {
     let cfg = kvconf::Config::load(config).map_err(|e| format!("{}: {e}", config.display()))?;
     cfg.replication
         .etcd

@@ -21,11 +21,19 @@ pub enum TenantsCmd {
     List {
         #[command(flatten)]
         target: Target,
+        /// The whole cluster's tenants, in etcd (the `replication.etcd` of `--config`):
+        /// every node applies them at once, and after any failover.
+        #[arg(long)]
+        cluster: bool,
     },
     /// Add a tenant with a fresh secret; writes its credentials file.
     Add {
         #[command(flatten)]
         target: Target,
+        /// The whole cluster's tenants, in etcd (the `replication.etcd` of `--config`):
+        /// every node applies them at once, and after any failover.
+        #[arg(long)]
+        cluster: bool,
         /// A name for operators (unique).
         #[arg(long)]
         name: String,
@@ -49,6 +57,10 @@ pub enum TenantsCmd {
     Remove {
         #[command(flatten)]
         target: Target,
+        /// The whole cluster's tenants, in etcd (the `replication.etcd` of `--config`):
+        /// every node applies them at once, and after any failover.
+        #[arg(long)]
+        cluster: bool,
         /// The tenant id.
         #[arg(long)]
         id: u32,
@@ -58,6 +70,10 @@ pub enum TenantsCmd {
     Rotate {
         #[command(flatten)]
         target: Target,
+        /// The whole cluster's tenants, in etcd (the `replication.etcd` of `--config`):
+        /// every node applies them at once, and after any failover.
+        #[arg(long)]
+        cluster: bool,
         /// The tenant id.
         #[arg(long)]
         id: u32,
@@ -67,12 +83,31 @@ pub enum TenantsCmd {
     },
 }
 
+/// A credentials file is never overwritten.
+fn refuse_existing(path: &Path) -> Result<(), String> {
+    if path.exists() {
+        return Err(format!("{} exists: not overwritten", path.display()));
+    }
+    Ok(())
+}
+
+/// The checks of a new tenant's name and ACL (and its credentials file's path); the
+/// ACL's bits.
+fn check_new(name: &str, acl: &str, credentials_out: &Path) -> Result<u8, String> {
+    let bits = kvwire::tenant::parse_acl(acl)?;
+    if name.contains(',') || name.is_empty() {
+        return Err("--name: a non-empty name without commas".into());
+    }
+    refuse_existing(credentials_out)?;
+    Ok(bits)
+}
+
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 /// A fresh secret, hex.
-fn fresh_secret() -> String {
+pub(crate) fn fresh_secret() -> String {
     let mut s = [0u8; SECRET_LEN];
     rand::rngs::OsRng.fill_bytes(&mut s);
     hex(&s)
@@ -80,7 +115,7 @@ fn fresh_secret() -> String {
 
 /// Writes `{"tenant": id, "secret": hex}` to `path`, readable by its owner only;
 /// refuses to overwrite.
-fn write_credentials(path: &Path, id: u32, secret: &str) -> Result<(), String> {
+pub(crate) fn write_credentials(path: &Path, id: u32, secret: &str) -> Result<(), String> {
     let text = serde_json::to_string(&kvconf::TenantCredentials {
         tenant: id,
         secret: secret.to_string(),
@@ -96,16 +131,17 @@ fn write_credentials(path: &Path, id: u32, secret: &str) -> Result<(), String> {
     writeln!(f, "{text}").map_err(|e| format!("credentials file {}: {e}", path.display()))
 }
 
-/// Runs a tenant command.
+/// Runs a tenant command: on the node `--config` names, or (`--cluster`) in its
+/// cluster's etcd.
 pub fn run(cmd: TenantsCmd) -> Result<(), String> {
     match cmd {
-        TenantsCmd::List { target } => {
-            let v = target.connect()?.query("/kvd/tenants")?;
-            print!("{}", render_list(&v));
-            Ok(())
-        }
+        TenantsCmd::List {
+            target,
+            cluster: true,
+        } => crate::tenants_etcd::list(&target.config),
         TenantsCmd::Add {
             target,
+            cluster: true,
             name,
             id,
             acl,
@@ -113,16 +149,47 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             requests_per_s,
             credentials_out,
         } => {
-            let bits = kvwire::tenant::parse_acl(&acl)?;
-            if name.contains(',') || name.is_empty() {
-                return Err("--name: a non-empty name without commas".into());
-            }
-            if credentials_out.exists() {
-                return Err(format!(
-                    "{} exists: not overwritten",
-                    credentials_out.display()
-                ));
-            }
+            check_new(&name, &acl, &credentials_out)?;
+            let t = kvconf::TenantConfig {
+                name,
+                id,
+                secret: String::new(),
+                acl,
+                max_connections,
+                requests_per_s,
+            };
+            crate::tenants_etcd::add(&target.config, t, &credentials_out)
+        }
+        TenantsCmd::Remove {
+            target,
+            cluster: true,
+            id,
+        } => crate::tenants_etcd::remove(&target.config, id),
+        TenantsCmd::Rotate {
+            target,
+            cluster: true,
+            id,
+            credentials_out,
+        } => {
+            refuse_existing(&credentials_out)?;
+            crate::tenants_etcd::rotate(&target.config, id, &credentials_out)
+        }
+        TenantsCmd::List { target, .. } => {
+            let v = target.connect()?.query("/kvd/tenants")?;
+            print!("{}", render_list(&v));
+            Ok(())
+        }
+        TenantsCmd::Add {
+            target,
+            cluster: false,
+            name,
+            id,
+            acl,
+            max_connections,
+            requests_per_s,
+            credentials_out,
+        } => {
+            let bits = check_new(&name, &acl, &credentials_out)?;
             let secret = fresh_secret();
             let v = target.connect()?.query(&format!(
                 "/kvd/tenants/add,{name},{id},{secret},{bits},{max_connections},{requests_per_s}"
@@ -138,7 +205,7 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             );
             Ok(())
         }
-        TenantsCmd::Remove { target, id } => {
+        TenantsCmd::Remove { target, id, .. } => {
             let v = target
                 .connect()?
                 .query(&format!("/kvd/tenants/remove,{id}"))?;
@@ -152,13 +219,9 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             target,
             id,
             credentials_out,
+            ..
         } => {
-            if credentials_out.exists() {
-                return Err(format!(
-                    "{} exists: not overwritten",
-                    credentials_out.display()
-                ));
-            }
+            refuse_existing(&credentials_out)?;
             let secret = fresh_secret();
             let v = target
                 .connect()?

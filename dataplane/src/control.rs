@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+pub mod tenant_sync;
 mod tenants;
 pub use tenants::TenantError;
 
@@ -205,6 +206,8 @@ struct Admission {
     tenants: Vec<TenantRule>,
     /// Whether clients may OPEN without a tenant.
     anonymous: bool,
+    /// The ids of the tenants that came from the cluster (etcd, `tenant_sync`).
+    cluster_tenants: Vec<u32>,
 }
 
 /// State shared by the workers and the telemetry callbacks (see the module docs).
@@ -262,6 +265,7 @@ impl ControlState {
                 clients: list,
                 tenants: Vec::new(),
                 anonymous: true,
+                cluster_tenants: Vec::new(),
             }),
             generation: AtomicU64::new(0),
             merge_requests: AtomicU64::new(0),

@@ -213,7 +213,6 @@ struct ReplRun {
     handle: Option<dpdk::LaunchHandle<u64>>,
     /// Its figures for the report (`frames_lost` set once it stopped).
     figures: Option<report::ReplFigures>,
-    cluster_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 /// Starts the replication loop: on its lcore, or (`--repl-inline`, a master without
@@ -230,9 +229,8 @@ fn start_replication(
     let mut run = ReplRun {
         handle: None,
         figures: None,
-        cluster_thread: None,
     };
-    let Some(mut r) = repl else {
+    let Some(r) = repl else {
         return Ok(run);
     };
     run.figures = Some(report::ReplFigures {
@@ -242,7 +240,7 @@ fn start_replication(
         frames_lost: 0,
     });
     if inline {
-        if r.cluster.is_some() || role != kvconf::ReplRole::Master {
+        if role != kvconf::ReplRole::Master {
             return Err("--repl-inline needs a master without etcd".into());
         }
         println!("dataplane: replication inline on worker 0 (baseline: no offload)");
@@ -250,9 +248,6 @@ fn start_replication(
             .with_status(r.status.clone());
         work[0].0.inline_repl = Some(rep);
         return Ok(run);
-    }
-    if let Some((handle, _view)) = r.cluster.take() {
-        run.cluster_thread = Some(replication::spawn_event_log(handle, &QUIT)?);
     }
     let pool = pool.clone();
     let (links, logic, status, bell) = (r.links, r.logic, r.status.clone(), r.bell);
@@ -370,6 +365,14 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
     let idle = wcfg.idle;
     let inline = args.repl_inline;
+    // The cluster's control side (etcd): role changes logged, its tenants applied.
+    let cluster = repl.as_mut().and_then(|r| r.cluster.take());
+    if inline && cluster.is_some() {
+        return Err("--repl-inline needs a master without etcd".into());
+    }
+    let cluster_thread = cluster
+        .map(|(handle, view)| replication::spawn_cluster_thread(handle, view, ctl.clone(), &QUIT))
+        .transpose()?;
     let rr = start_replication(repl, &mut work, plan.role, inline, &pool, deadline, idle)?;
     let stores = run_workers(work, &worker_lcores, &pool, &stats, wcfg)?;
     let frames_lost = match rr.handle {
@@ -384,7 +387,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let _ = slab_thread.join();
     // Leaves the cluster (a master's lease is revoked: its successor is elected at
     // once instead of after the lease's TTL).
-    if let Some(t) = rr.cluster_thread {
+    if let Some(t) = cluster_thread {
         let _ = t.join();
     }
     ctl.snapshot().abort("the dataplane stopped");

@@ -674,19 +674,25 @@ fn replica_rings(
     Ok((rings, consumed))
 }
 
-/// Prints the control thread's events (role changes) until `quit`, then leaves the
-/// cluster gracefully (dropping the handle revokes the lease).
-pub fn spawn_event_log(
+/// The cluster's control-side thread (not an lcore): prints the control thread's
+/// events (role changes), applies the cluster's tenants from etcd as they change
+/// (`dataplane::control::tenant_sync`), and at `quit` leaves the cluster gracefully (dropping
+/// the handle revokes the lease).
+pub fn spawn_cluster_thread(
     handle: kvcluster::ClusterHandle,
+    view: Arc<kvcluster::ClusterView>,
+    control: Arc<dataplane::control::ControlState>,
     quit: &'static std::sync::atomic::AtomicBool,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
-        .name("kvd-cluster-log".into())
+        .name("kvd-cluster".into())
         .spawn(move || {
+            let mut tenants = dataplane::control::tenant_sync::TenantSync::default();
             while !quit.load(std::sync::atomic::Ordering::Relaxed) {
                 if let Some(ev) = handle.next_event(std::time::Duration::from_millis(100)) {
                     println!("dataplane: cluster: {:?}", ev.event);
                 }
+                tenants.poll(&view, &control);
             }
             handle.shutdown();
         })

@@ -5,6 +5,7 @@
 
 use crate::worker::{self, Store};
 use crate::Args;
+use dataplane::control::tenant_sync;
 use dataplane::packet::Identity;
 use dataplane::server::{Server, TenantRule};
 use dataplane::stats::WorkerStats;
@@ -375,19 +376,5 @@ pub fn worker_config(
 
 /// The config's tenants as the workers apply them.
 pub fn tenant_rules(tenants: &[kvconf::TenantConfig]) -> Result<Vec<TenantRule>, String> {
-    tenants
-        .iter()
-        .map(|t| {
-            t.validate()?;
-            Ok(TenantRule {
-                id: t.id,
-                name: t.name.clone(),
-                secret: kvconf::parse_hex(&t.secret)?,
-                acl: kvwire::tenant::parse_acl(&t.acl)
-                    .map_err(|e| format!("tenant {:?}: acl: {e}", t.name))?,
-                max_connections: t.max_connections,
-                requests_per_s: t.requests_per_s,
-            })
-        })
-        .collect()
+    tenants.iter().map(tenant_sync::tenant_rule).collect()
 }

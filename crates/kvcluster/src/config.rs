@@ -292,6 +292,9 @@ pub struct Keys {
     pub handover: String,
     /// `/kvd/<cluster>/force`: an operator's forced election (never leased).
     pub force: String,
+    /// `/kvd/<cluster>/tenants/`: one key per tenant (`<id>`), its value the JSON of a
+    /// config `tenants[]` entry (never leased): the tenants every node applies.
+    pub tenants: String,
 }
 
 impl Keys {
@@ -304,6 +307,7 @@ impl Keys {
             epoch: format!("{prefix}epoch"),
             handover: format!("{prefix}handover"),
             force: format!("{prefix}force"),
+            tenants: format!("{prefix}tenants/"),
             prefix,
         }
     }
@@ -315,13 +319,28 @@ impl Keys {
 
     /// The node id of a member key, or `None` when `key` is not one.
     pub fn member_id(&self, key: &[u8]) -> Option<u32> {
-        let rest = key.strip_prefix(self.members.as_bytes())?;
-        let s = std::str::from_utf8(rest).ok()?;
-        if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        s.parse().ok()
+        id_after(key, &self.members)
     }
+
+    /// The tenant key of tenant `id`.
+    pub fn tenant(&self, id: u32) -> String {
+        format!("{}{id}", self.tenants)
+    }
+
+    /// The tenant id of a tenant key, if `key` is one.
+    pub fn tenant_id(&self, key: &[u8]) -> Option<u32> {
+        id_after(key, &self.tenants)
+    }
+}
+
+/// The decimal id that follows `prefix` in `key` (nothing else after it).
+fn id_after(key: &[u8], prefix: &str) -> Option<u32> {
+    let rest = key.strip_prefix(prefix.as_bytes())?;
+    let s = std::str::from_utf8(rest).ok()?;
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
 }
 
 #[cfg(test)]

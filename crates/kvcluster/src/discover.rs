@@ -49,7 +49,7 @@ pub async fn discover_master_async(
 
 /// Runs `f` to completion on a short-lived current-thread runtime (the blocking
 /// forms of this module's calls).
-fn block_on<T>(
+pub(crate) fn block_on<T>(
     f: impl std::future::Future<Output = Result<T, ClusterError>>,
 ) -> Result<T, ClusterError> {
     tokio::runtime::Builder::new_current_thread()
@@ -60,7 +60,7 @@ fn block_on<T>(
 }
 
 /// Connects to `endpoints` for `cluster` (validated), within `timeout`.
-async fn connect(
+pub(crate) async fn connect(
     endpoints: &[String],
     cluster: &str,
     timeout: Duration,

@@ -30,6 +30,7 @@ pub mod election;
 mod handle;
 pub mod records;
 mod session;
+mod tenants;
 mod view;
 
 pub use config::{name_hash, node_id_from_name, ClusterConfig, Keys, NodeAddr};
@@ -37,6 +38,7 @@ pub use discover::{
     chain_order, discover_master, discover_master_async, force_election, list_members,
 };
 pub use handle::ClusterHandle;
+pub use tenants::{delete_tenant, list_tenants, put_tenant};
 pub use view::{ClusterView, MasterInfo, Role};
 
 use std::fmt;

@@ -4,7 +4,9 @@
 //! One writer, the control thread, updates the view; any number of lcores read it. No
 //! read ever blocks, allocates or makes a system call.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use crate::records::DataState;
 use crate::NodeAddr;
@@ -84,6 +86,10 @@ pub struct ClusterView {
     /// The epoch of the current master when an operator forced its election; 0
     /// otherwise.
     forced_epoch: AtomicU64,
+    /// The cluster's tenant records (`Keys::tenants`: id → the stored JSON) and a
+    /// generation bumped on each change. Control side only (a lock, never on the
+    /// request path): the dataplane's control thread applies them.
+    tenants: Mutex<(u64, BTreeMap<u32, Vec<u8>>)>,
 }
 
 /// `switchover` value for "to the best replica".
@@ -108,12 +114,34 @@ impl ClusterView {
             data: AtomicU64::new(0),
             quorum_wait: AtomicU64::new(0),
             forced_epoch: AtomicU64::new(0),
+            tenants: Mutex::new((0, BTreeMap::new())),
         }
     }
 
     /// This node's id.
     pub fn node_id(&self) -> u32 {
         self.node_id
+    }
+
+    /// Publishes the cluster's tenant records as etcd now holds them; the generation
+    /// moves only when they changed.
+    pub(crate) fn publish_tenants(&self, records: &BTreeMap<u32, Vec<u8>>) {
+        let mut t = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        if t.1 != *records {
+            t.0 += 1;
+            t.1.clone_from(records);
+        }
+    }
+
+    /// The generation of the tenant records (0: none seen yet), cheap to poll.
+    pub fn tenants_generation(&self) -> u64 {
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner()).0
+    }
+
+    /// The cluster's tenant records (id, stored JSON) and their generation.
+    pub fn tenants(&self) -> (u64, Vec<(u32, Vec<u8>)>) {
+        let t = self.tenants.lock().unwrap_or_else(|p| p.into_inner());
+        (t.0, t.1.iter().map(|(id, v)| (*id, v.clone())).collect())
     }
 
     /// Role and epoch, read together.

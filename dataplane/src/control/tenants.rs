@@ -106,6 +106,56 @@ impl ControlState {
     }
 }
 
+impl ControlState {
+    /// Makes the cluster's tenants (etcd: `tenant_sync`) the ones here: each is added
+    /// or replaced (a changed one's QPs are closed, as for a rotation), a tenant the
+    /// cluster had and no longer has is removed; tenants added on this node alone stay.
+    /// A cluster tenant whose name a local tenant of another id has is refused (in the
+    /// returned list). The new generation when anything changed.
+    pub fn sync_cluster_tenants(&self, rules: Vec<TenantRule>) -> (Option<u64>, Vec<String>) {
+        let mut a = lock(&self.admission);
+        let mut changed = false;
+        let mut refused = Vec::new();
+        let before = std::mem::take(&mut a.cluster_tenants);
+        let ids: Vec<u32> = rules.iter().map(|r| r.id).collect();
+        for gone in before.iter().filter(|id| !ids.contains(id)) {
+            if let Some(i) = a.tenants.iter().position(|t| t.id == *gone) {
+                a.tenants.remove(i);
+                changed = true;
+            }
+        }
+        for r in rules {
+            if a.tenants.iter().any(|t| t.name == r.name && t.id != r.id) {
+                refused.push(format!(
+                    "tenant {} ({:?}): the name is taken here",
+                    r.id, r.name
+                ));
+                continue;
+            }
+            a.cluster_tenants.push(r.id);
+            match a.tenants.iter_mut().find(|t| t.id == r.id) {
+                Some(t) if *t == r => {}
+                Some(t) => {
+                    *t = r;
+                    changed = true;
+                }
+                None => {
+                    a.tenants.push(r);
+                    changed = true;
+                }
+            }
+        }
+        if !changed {
+            return (None, refused);
+        }
+        a.tenants.sort_by_key(|r| r.id);
+        (
+            Some(self.generation.fetch_add(1, Ordering::AcqRel) + 1),
+            refused,
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,5 +200,31 @@ mod tests {
         assert_eq!(ctl.remove_tenant(3), Err(TenantError::Unknown(3)));
         let (g, t, anon) = ctl.tenants();
         assert_eq!((g, t.len(), t[0].secret.len(), anon), (3, 1, 20, true));
+    }
+
+    #[test]
+    fn cluster_tenants_are_added_changed_and_removed_and_local_ones_stay() {
+        let ctl = ControlState::new(vec![Default::default()], &[]);
+        ctl.set_initial_tenants(vec![rule(3, "local")], true);
+        let ids = |c: &ControlState| c.tenants().1.iter().map(|r| r.id).collect::<Vec<_>>();
+        assert_eq!(
+            ctl.sync_cluster_tenants(vec![rule(5, "e"), rule(7, "f")]).0,
+            Some(1)
+        );
+        assert_eq!(ids(&ctl), vec![3, 5, 7]);
+        assert_eq!(
+            ctl.sync_cluster_tenants(vec![rule(5, "e"), rule(7, "f")]).0,
+            None,
+            "nothing changed"
+        );
+        let mut rotated = rule(5, "e");
+        rotated.secret = vec![9; 32];
+        assert_eq!(ctl.sync_cluster_tenants(vec![rotated]).0, Some(2));
+        assert_eq!(ids(&ctl), vec![3, 5], "7 left the cluster");
+        assert_eq!(ctl.tenants().1[1].secret, vec![9; 32]);
+        let (g, refused) = ctl.sync_cluster_tenants(vec![rule(8, "local")]);
+        assert_eq!((g, refused.len()), (Some(3), 1), "5 removed, 8 refused");
+        assert_eq!(ids(&ctl), vec![3]);
+        assert_eq!(ctl.sync_cluster_tenants(Vec::new()).0, None);
     }
 }

@@ -77,6 +77,8 @@ struct Node {
     lease: Option<LeaseState>,
     // The cluster as last seen in etcd.
     members: BTreeMap<u32, MemberRecord>,
+    /// The tenant records (`Keys::tenants`), published to the view.
+    tenants: BTreeMap<u32, Vec<u8>>,
     leader: Option<LeaderRecord>,
     epoch: u64,
     epoch_mod_rev: i64,
@@ -138,6 +140,7 @@ pub(crate) fn run(cfg: ClusterConfig, sh: Arc<Shared>, events: Sender<TimedEvent
         events,
         lease: None,
         members: BTreeMap::new(),
+        tenants: BTreeMap::new(),
         leader: None,
         epoch: 0,
         epoch_mod_rev: 0,
@@ -435,6 +438,7 @@ impl Node {
             .map(|h| h.revision())
             .ok_or_else(|| ClusterError::Etcd("get: answer without a header".into()))?;
         self.members.clear();
+        self.tenants.clear();
         self.leader = None;
         self.epoch = 0;
         self.epoch_mod_rev = 0;
@@ -444,6 +448,7 @@ impl Node {
         for kv in resp.kvs() {
             self.apply(kv.key(), Some(kv.value()), kv.mod_revision());
         }
+        self.sh.view.publish_tenants(&self.tenants);
         self.in_snapshot = true;
         self.after_cache_change(mono_now_ns());
         self.in_snapshot = false;
@@ -466,6 +471,7 @@ impl Node {
             };
             self.apply(kv.key(), value, kv.mod_revision());
         }
+        self.sh.view.publish_tenants(&self.tenants);
         self.after_cache_change(mono_now_ns());
         Ok(())
     }
@@ -497,6 +503,12 @@ impl Node {
                 value.and_then(|v| self.decoded(decode::<HandoverRecord>("handover", v)));
         } else if key == self.keys.force.as_bytes() {
             self.force = value.and_then(|v| self.decoded(decode::<ForceRecord>("force", v)));
+        } else if let Some(id) = self.keys.tenant_id(key) {
+            // Checked by whoever applies it (the dataplane reads a config tenant).
+            match value {
+                Some(v) => self.tenants.insert(id, v.to_vec()),
+                None => self.tenants.remove(&id),
+            };
         } else if let Some(id) = self.keys.member_id(key) {
             match value.and_then(|v| self.decoded(decode::<MemberRecord>("member", v))) {
                 Some(m) if m.id == id => {
