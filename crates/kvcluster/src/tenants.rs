@@ -1,14 +1,27 @@
 //! The cluster's tenants in etcd (`Keys::tenants`): the operator writes them once
-//! (`ctlplane tenants add --etcd`), every node's control thread sees them through its
+//! (`ctlplane tenants add --cluster`), every node's control thread sees them through its
 //! watch of the cluster prefix (`ClusterView::tenants`) and applies them, so a tenant
 //! is the same on every node and survives a failover. Each value is the JSON of a
 //! config `tenants[]` entry (`kvconf::TenantConfig`); this crate stores it as given.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crate::discover::{block_on, connect};
 use crate::{ClusterError, Keys};
 use etcd_client::GetOptions;
+
+/// One etcd request, given up after `timeout`; `what` names it in the error.
+async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    f: impl Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ClusterError> {
+    tokio::time::timeout(timeout, f)
+        .await
+        .map_err(|_| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}")))?
+        .map_err(|e| ClusterError::Etcd(format!("{what}: {e}")))
+}
 
 /// Writes tenant `id`'s record (`json`, a config `tenants[]` entry): added, or replaced.
 pub fn put_tenant(
@@ -21,10 +34,7 @@ pub fn put_tenant(
     block_on(async {
         let mut c = connect(endpoints, cluster, timeout).await?;
         let key = Keys::new(cluster).tenant(id);
-        tokio::time::timeout(timeout, c.put(key, json.to_vec(), None))
-            .await
-            .map_err(|_| ClusterError::Etcd(format!("put tenant: no answer within {timeout:?}")))?
-            .map_err(|e| ClusterError::Etcd(format!("put tenant: {e}")))?;
+        within(timeout, "put tenant", c.put(key, json.to_vec(), None)).await?;
         Ok(())
     })
 }
@@ -39,12 +49,7 @@ pub fn delete_tenant(
     block_on(async {
         let mut c = connect(endpoints, cluster, timeout).await?;
         let key = Keys::new(cluster).tenant(id);
-        let r = tokio::time::timeout(timeout, c.delete(key, None))
-            .await
-            .map_err(|_| {
-                ClusterError::Etcd(format!("delete tenant: no answer within {timeout:?}"))
-            })?
-            .map_err(|e| ClusterError::Etcd(format!("delete tenant: {e}")))?;
+        let r = within(timeout, "delete tenant", c.delete(key, None)).await?;
         Ok(r.deleted() > 0)
     })
 }
@@ -58,13 +63,13 @@ pub fn list_tenants(
     block_on(async {
         let mut c = connect(endpoints, cluster, timeout).await?;
         let keys = Keys::new(cluster);
-        let r = tokio::time::timeout(
+        let prefix = Some(GetOptions::new().with_prefix());
+        let r = within(
             timeout,
-            c.get(keys.tenants.as_str(), Some(GetOptions::new().with_prefix())),
+            "list tenants",
+            c.get(keys.tenants.as_str(), prefix),
         )
-        .await
-        .map_err(|_| ClusterError::Etcd(format!("list tenants: no answer within {timeout:?}")))?
-        .map_err(|e| ClusterError::Etcd(format!("list tenants: {e}")))?;
+        .await?;
         let mut out: Vec<(u32, Vec<u8>)> = r
             .kvs()
             .iter()
