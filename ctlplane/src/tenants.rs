@@ -107,7 +107,7 @@ fn hex(b: &[u8]) -> String {
 }
 
 /// A fresh secret, hex.
-pub(crate) fn fresh_secret() -> String {
+fn fresh_secret() -> String {
     let mut s = [0u8; SECRET_LEN];
     rand::rngs::OsRng.fill_bytes(&mut s);
     hex(&s)
@@ -134,54 +134,19 @@ pub(crate) fn write_credentials(path: &Path, id: u32, secret: &str) -> Result<()
 /// Runs a tenant command: on the node `--config` names, or (`--cluster`) in its
 /// cluster's etcd.
 pub fn run(cmd: TenantsCmd) -> Result<(), String> {
+    use crate::tenants_etcd as etcd;
     match cmd {
-        TenantsCmd::List {
-            target,
-            cluster: true,
-        } => crate::tenants_etcd::list(&target.config),
-        TenantsCmd::Add {
-            target,
-            cluster: true,
-            name,
-            id,
-            acl,
-            max_connections,
-            requests_per_s,
-            credentials_out,
-        } => {
-            check_new(&name, &acl, &credentials_out)?;
-            let t = kvconf::TenantConfig {
-                name,
-                id,
-                secret: String::new(),
-                acl,
-                max_connections,
-                requests_per_s,
-            };
-            crate::tenants_etcd::add(&target.config, t, &credentials_out)
-        }
-        TenantsCmd::Remove {
-            target,
-            cluster: true,
-            id,
-        } => crate::tenants_etcd::remove(&target.config, id),
-        TenantsCmd::Rotate {
-            target,
-            cluster: true,
-            id,
-            credentials_out,
-        } => {
-            refuse_existing(&credentials_out)?;
-            crate::tenants_etcd::rotate(&target.config, id, &credentials_out)
-        }
-        TenantsCmd::List { target, .. } => {
+        TenantsCmd::List { target, cluster } => {
+            if cluster {
+                return etcd::list(&target.config);
+            }
             let v = target.connect()?.query("/kvd/tenants")?;
             print!("{}", render_list(&v));
             Ok(())
         }
         TenantsCmd::Add {
             target,
-            cluster: false,
+            cluster,
             name,
             id,
             acl,
@@ -190,22 +155,28 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             credentials_out,
         } => {
             let bits = check_new(&name, &acl, &credentials_out)?;
-            let secret = fresh_secret();
-            let v = target.connect()?.query(&format!(
-                "/kvd/tenants/add,{name},{id},{secret},{bits},{max_connections},{requests_per_s}"
-            ))?;
-            write_credentials(&credentials_out, id, &secret)?;
-            println!(
-                "added tenant {id} ({name}), acl {}: generation {} applied by {} worker(s); \
-                 credentials in {}",
-                kvwire::tenant::acl_names(bits),
-                v["generation"],
-                v["applied_by_workers"],
-                credentials_out.display()
-            );
-            Ok(())
+            let t = kvconf::TenantConfig {
+                name,
+                id,
+                secret: fresh_secret(),
+                acl,
+                max_connections,
+                requests_per_s,
+            };
+            if cluster {
+                etcd::add(&target.config, t, &credentials_out)
+            } else {
+                add_on_node(&target, &t, bits, &credentials_out)
+            }
         }
-        TenantsCmd::Remove { target, id, .. } => {
+        TenantsCmd::Remove {
+            target,
+            cluster,
+            id,
+        } => {
+            if cluster {
+                return etcd::remove(&target.config, id);
+            }
             let v = target
                 .connect()?
                 .query(&format!("/kvd/tenants/remove,{id}"))?;
@@ -217,12 +188,15 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
         }
         TenantsCmd::Rotate {
             target,
+            cluster,
             id,
             credentials_out,
-            ..
         } => {
             refuse_existing(&credentials_out)?;
             let secret = fresh_secret();
+            if cluster {
+                return etcd::rotate(&target.config, id, secret, &credentials_out);
+            }
             let v = target
                 .connect()?
                 .query(&format!("/kvd/tenants/rotate,{id},{secret}"))?;
@@ -237,6 +211,31 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// `tenants add` on one node (its telemetry socket): `t` with ACL bits `bits`.
+fn add_on_node(
+    target: &Target,
+    t: &kvconf::TenantConfig,
+    bits: u8,
+    credentials_out: &Path,
+) -> Result<(), String> {
+    let v = target.connect()?.query(&format!(
+        "/kvd/tenants/add,{},{},{},{bits},{},{}",
+        t.name, t.id, t.secret, t.max_connections, t.requests_per_s
+    ))?;
+    write_credentials(credentials_out, t.id, &t.secret)?;
+    println!(
+        "added tenant {} ({}), acl {}: generation {} applied by {} worker(s); \
+         credentials in {}",
+        t.id,
+        t.name,
+        kvwire::tenant::acl_names(bits),
+        v["generation"],
+        v["applied_by_workers"],
+        credentials_out.display()
+    );
+    Ok(())
 }
 
 /// The `list` table of a `/kvd/tenants` reply.

@@ -2,12 +2,12 @@
 //! "Tenants"), each the JSON of a config `tenants[]` entry under
 //! `/kvd/<cluster>/tenants/<id>`. Every node watches them and applies them at once
 //! (`dataplane::control::tenant_sync`); a tenant so kept is the same on every node and
-//! on whichever node is elected next. The secret is drawn here, stored in etcd (the
+//! on whichever node is elected next. The secret (drawn by `tenants.rs`) is stored in etcd (the
 //! cluster's trusted store, as a config file is a node's) and written to the
 //! credentials file; it is never printed.
 
 use crate::replication::etcd_section;
-use crate::tenants::{fresh_secret, write_credentials};
+use crate::tenants::write_credentials;
 use kvconf::TenantConfig;
 use std::path::Path;
 use std::time::Duration;
@@ -56,9 +56,9 @@ pub fn list(config: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// `tenants add --cluster`: `t` with a fresh secret, refused if its id or name is
-/// taken in the cluster.
-pub fn add(config: &Path, mut t: TenantConfig, credentials_out: &Path) -> Result<(), String> {
+/// `tenants add --cluster`: `t` (its secret freshly drawn), refused if its id or name
+/// is taken in the cluster.
+pub fn add(config: &Path, t: TenantConfig, credentials_out: &Path) -> Result<(), String> {
     let etcd = etcd_section(config)?;
     if let Some(o) = read_all(&etcd.endpoints, &etcd.cluster)?
         .iter()
@@ -69,7 +69,6 @@ pub fn add(config: &Path, mut t: TenantConfig, credentials_out: &Path) -> Result
             o.id, o.name
         ));
     }
-    t.secret = fresh_secret();
     t.validate()?;
     put(&etcd.endpoints, &etcd.cluster, &t)?;
     write_credentials(credentials_out, t.id, &t.secret)?;
@@ -96,15 +95,20 @@ pub fn remove(config: &Path, id: u32) -> Result<(), String> {
     Ok(())
 }
 
-/// `tenants rotate --cluster`: a new secret (its clients' connections close on
+/// `tenants rotate --cluster`: the new `secret` (its clients' connections close on
 /// every node; they OPEN again with the new credentials).
-pub fn rotate(config: &Path, id: u32, credentials_out: &Path) -> Result<(), String> {
+pub fn rotate(
+    config: &Path,
+    id: u32,
+    secret: String,
+    credentials_out: &Path,
+) -> Result<(), String> {
     let etcd = etcd_section(config)?;
     let mut t = read_all(&etcd.endpoints, &etcd.cluster)?
         .into_iter()
         .find(|t| t.id == id)
         .ok_or_else(|| format!("cluster {} has no tenant {id}", etcd.cluster))?;
-    t.secret = fresh_secret();
+    t.secret = secret;
     put(&etcd.endpoints, &etcd.cluster, &t)?;
     write_credentials(credentials_out, id, &t.secret)?;
     println!(

@@ -31,11 +31,12 @@ pub async fn discover_master_async(
 ) -> Result<Option<MasterInfo>, ClusterError> {
     let keys = Keys::new(cluster);
     let mut client = connect(endpoints, cluster, timeout).await?;
-    let too_slow = |what: &str| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}"));
-    let resp = tokio::time::timeout(timeout, client.get(keys.leader.as_str(), None))
-        .await
-        .map_err(|_| too_slow("get leader"))?
-        .map_err(|e| ClusterError::Etcd(format!("get leader: {e}")))?;
+    let resp = within(
+        timeout,
+        "get leader",
+        client.get(keys.leader.as_str(), None),
+    )
+    .await?;
     let Some(kv) = resp.kvs().first() else {
         return Ok(None);
     };
@@ -70,10 +71,19 @@ pub(crate) async fn connect(
         return Err(ClusterError::Config("no etcd endpoints".into()));
     }
     let opts = ConnectOptions::new().with_connect_timeout(timeout);
-    tokio::time::timeout(timeout, Client::connect(endpoints, Some(opts)))
+    within(timeout, "connect", Client::connect(endpoints, Some(opts))).await
+}
+
+/// One etcd request, given up after `timeout`; `what` names it in the error.
+pub(crate) async fn within<T>(
+    timeout: Duration,
+    what: &str,
+    f: impl std::future::Future<Output = Result<T, etcd_client::Error>>,
+) -> Result<T, ClusterError> {
+    tokio::time::timeout(timeout, f)
         .await
-        .map_err(|_| ClusterError::Etcd(format!("connect: no answer within {timeout:?}")))?
-        .map_err(|e| ClusterError::Etcd(format!("connect: {e}")))
+        .map_err(|_| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}")))?
+        .map_err(|e| ClusterError::Etcd(format!("{what}: {e}")))
 }
 
 /// The live members of `cluster` (their member keys), in [`chain_order`], and the
@@ -87,16 +97,8 @@ pub fn list_members(
     block_on(async {
         let keys = Keys::new(cluster);
         let mut client = connect(endpoints, cluster, timeout).await?;
-        let resp = tokio::time::timeout(
-            timeout,
-            client.get(
-                keys.prefix.as_str(),
-                Some(etcd_client::GetOptions::new().with_prefix()),
-            ),
-        )
-        .await
-        .map_err(|_| ClusterError::Etcd(format!("get: no answer within {timeout:?}")))?
-        .map_err(|e| ClusterError::Etcd(format!("get: {e}")))?;
+        let prefix = Some(etcd_client::GetOptions::new().with_prefix());
+        let resp = within(timeout, "get", client.get(keys.prefix.as_str(), prefix)).await?;
         let mut leader = None;
         let mut members = Vec::new();
         for kv in resp.kvs() {
@@ -132,14 +134,7 @@ pub fn force_election(
         use etcd_client::{Compare, CompareOp, Txn, TxnOp};
         let keys = Keys::new(cluster);
         let mut client = connect(endpoints, cluster, timeout).await?;
-        let etcd = |what: &'static str| {
-            move |e: etcd_client::Error| ClusterError::Etcd(format!("{what}: {e}"))
-        };
-        let late = |what: &str| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}"));
-        let resp = tokio::time::timeout(timeout, client.get(keys.epoch.as_str(), None))
-            .await
-            .map_err(|_| late("get epoch"))?
-            .map_err(etcd("get epoch"))?;
+        let resp = within(timeout, "get epoch", client.get(keys.epoch.as_str(), None)).await?;
         let (epoch, epoch_cmp) = match resp.kvs().first() {
             Some(kv) => (
                 decode_epoch(kv.value())?,
@@ -158,10 +153,7 @@ pub fn force_election(
                 epoch_cmp,
             ])
             .and_then([TxnOp::put(keys.force.as_str(), encode(&rec), None)]);
-        let r = tokio::time::timeout(timeout, client.txn(txn))
-            .await
-            .map_err(|_| late("force txn"))?
-            .map_err(etcd("force txn"))?;
+        let r = within(timeout, "force txn", client.txn(txn)).await?;
         if !r.succeeded() {
             return Err(ClusterError::Config(format!(
                 "not forced: the cluster has a master, node {target} is not a live member, \

@@ -4,24 +4,11 @@
 //! is the same on every node and survives a failover. Each value is the JSON of a
 //! config `tenants[]` entry (`kvconf::TenantConfig`); this crate stores it as given.
 
-use std::future::Future;
 use std::time::Duration;
 
-use crate::discover::{block_on, connect};
+use crate::discover::{block_on, connect, within};
 use crate::{ClusterError, Keys};
 use etcd_client::GetOptions;
-
-/// One etcd request, given up after `timeout`; `what` names it in the error.
-async fn within<T>(
-    timeout: Duration,
-    what: &str,
-    f: impl Future<Output = Result<T, etcd_client::Error>>,
-) -> Result<T, ClusterError> {
-    tokio::time::timeout(timeout, f)
-        .await
-        .map_err(|_| ClusterError::Etcd(format!("{what}: no answer within {timeout:?}")))?
-        .map_err(|e| ClusterError::Etcd(format!("{what}: {e}")))
-}
 
 /// Writes tenant `id`'s record (`json`, a config `tenants[]` entry): added, or replaced.
 pub fn put_tenant(
