@@ -92,9 +92,11 @@ case "$suite" in
   tenants)
     # Connections and tenants (issue 32): opens/s, 10 000 QPs vs 4, tenant checks on vs
     # off, 1000 tenants vs 1, hijack and isolation counts, Redis ACL users side by
-    # side (results/tenants.json).
+    # side, pktgen end to end on static vs opened QPs vs as a tenant
+    # (results/tenants.json).
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane --example tenants_bench
+    cargo build --release -q -p dataplane -p pktgen -p ctlplane
     exec python3 scripts/bench_tenants.py "$@" ;;
   idle)
     # Idle lcores (issue 31): poll vs yield vs adaptive, idle CPU, saturation, half

@@ -10,6 +10,12 @@
    throughput of redis-benchmark as the default user vs as an ACL user restricted to a
    key pattern and command categories (`~key:* +@read +@write`), same server, runs
    alternating; the ratio is Redis's per-op cost of its ACL check.
+3. End to end over memif, one dataplane: pktgen on the config's static QPs, on QPs the
+   server opens for it (`--open`: a zero byte before each key) and as a tenant
+   (`--tenant-file`: a 4-byte namespace before each key, every op checked against the
+   tenant's ACL and namespace), rounds alternating the variants: the server's cost at
+   the same key size on the wire, and what an application sees at the same key size
+   of its own (its KVs 4 bytes longer in the store).
 
 Writes results/tenants.json.
 """
@@ -25,7 +31,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, log  # noqa: E402
+from benchlib import BIN, ROOT, Dataplane, log, pktgen  # noqa: E402
 
 EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "tenants_bench")
 RATIOS = ["mops_10000_conns_vs_4", "acl_namespace_cost", "tenants_1000_vs_1"]
@@ -88,11 +94,63 @@ def redis_acl(tmp, reps, n):
         srv.wait()
 
 
+# The end-to-end workload: read-mostly, small values, batched (the tenant checks are
+# per op, so many ops per packet make their cost visible).
+E2E_ARGS = ["--keys", "100000", "--value-size", "8", "--get", "0.9", "--put", "0.1",
+            "--ops-per-packet", "16", "--window", "32", "--warmup", "0.5", "--duration", "2",
+            "--load", "--calibrate", "0"]
+# Keys on the wire: a tenant's carry its 4-byte namespace, an anonymous opened QP's a
+# zero byte. So the server's own cost is compared at the same wire key size (12 B),
+# and what an application sees at the same key size of its own (8 B).
+E2E_VARIANTS = {
+    "static_key8": ["--key-size", "8"],
+    "static_key12": ["--key-size", "12"],
+    "opened_key11": ["--open", "--key-size", "11"],
+    "tenant_key8": ["--key-size", "8", "--tenant-file", None],
+}
+
+
+def e2e(tmp, reps):
+    """pktgen Mops on static QPs, opened QPs and as a tenant, `reps` rounds alternating
+    the variants against one dataplane; medians and ratios."""
+    dp = Dataplane(tmp, "tenants", [])
+    try:
+        creds = os.path.join(tmp, "gen.json")
+        subprocess.run([os.path.join(BIN, "ctlplane"), "tenants", "add", "--name", "gen",
+                        "--id", "5", "--credentials-out", creds, "--file-prefix", dp.prefix],
+                       check=True, stdout=subprocess.DEVNULL)
+        mops = {k: [] for k in E2E_VARIANTS}
+        for rnd in range(reps):
+            for name, extra in E2E_VARIANTS.items():
+                extra = [creds if x is None else x for x in extra]
+                r = pktgen(dp, tmp, E2E_ARGS + extra + ["--seed", str(rnd + 1)])
+                if r["errors"] or r["mismatches"] or r["timeouts"]:
+                    raise RuntimeError(f"e2e {name}: {r['errors']} errors, "
+                                       f"{r['mismatches']} mismatches, {r['timeouts']} timeouts")
+                mops[name].append(r["throughput_mops"])
+            log(f"e2e round {rnd}: " + ", ".join(f"{k} {v[-1]:.2f}" for k, v in mops.items()))
+    finally:
+        dp.stop()
+    med = {k: statistics.median(v) for k, v in mops.items()}
+    return {
+        "setup": "pktgen " + " ".join(E2E_ARGS) + " over memif against one dataplane "
+                 "(configs/memif.json: one worker, engine.inline_threshold 16), the variants "
+                 "alternating per round; key sizes are the application's (on the wire: "
+                 "tenant +4 B namespace, opened +1 B)",
+        "mops": mops,
+        "median_mops": med,
+        "opened_vs_static_same_wire_key": med["opened_key11"] / med["static_key12"],
+        "tenant_vs_static_same_wire_key": med["tenant_key8"] / med["static_key12"],
+        "tenant_vs_static_same_app_key": med["tenant_key8"] / med["static_key8"],
+    }
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=4.0, help="per figure per run")
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end runs")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "tenants.json"))
     a = ap.parse_args()
     runs = []
@@ -124,11 +182,17 @@ def main():
             out["redis_acl"] = redis_acl(tmp, a.reps, 300_000)
     else:
         out["redis_acl"] = "redis-server / redis-benchmark not installed (or --no-redis)"
+    if not a.no_e2e:
+        with tempfile.TemporaryDirectory() as tmp:
+            out["e2e"] = e2e(tmp, a.reps)
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=1, sort_keys=True)
     log(json.dumps({k: out[k] for k in ("connects_per_s", "connections", "isolation_violations",
                                         "hijacks_succeeded")}))
+    if "e2e" in out:
+        log("e2e: " + ", ".join(f"{k} {v:.3f}" for k, v in out["e2e"].items()
+                                if k.endswith("_key")))
     for k, t in out["targets"].items():
         log(f"{k}: median {t['median']:.3f} ({t['target']}: {'met' if t['met'] else 'NOT met'})")
 

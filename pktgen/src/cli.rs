@@ -88,6 +88,17 @@ pub struct Args {
     /// `--qps` QPs from there on).
     #[arg(long, default_value_t = 0)]
     pub qp_first: usize,
+    /// Have the server open the run's QPs (an OPEN each, docs/PROTOCOL.md §6.1)
+    /// instead of using the config's clients: `--qps` of them (default 4, at least
+    /// one per partition), QP i serving partition i % --partitions. Each key goes
+    /// with a zero byte before it (no tenant's namespace can be hit).
+    #[arg(long)]
+    pub open: bool,
+    /// The tenant credentials file (`{"tenant": ID, "secret": "HEX"}`, written by
+    /// `ctlplane tenants add`): open the run's QPs as that tenant (implies --open),
+    /// every key in its namespace (4 bytes more per key on the wire).
+    #[arg(long, env = "KVD_TENANT_FILE", value_name = "FILE")]
+    pub tenant_file: Option<std::path::PathBuf>,
     /// Key partitions of the dataplane (its worker lcores). pktgen opens N rx/tx queue
     /// pairs and sends each packet with the keys of one partition p only, on queue p,
     /// from a QP with `qpn % N == p` (each partition needs one among the first --qps).

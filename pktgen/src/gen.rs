@@ -12,7 +12,7 @@ use crate::report;
 use crate::spec::RunSpec;
 use crate::steer::{Drawn, Steer};
 use hdrhistogram::Histogram;
-use kvload::{write_key, KeyChooser, Mix, OpType, SizeDist, Xorshift64Star};
+use kvload::{KeyChooser, KeyPrefix, Mix, OpType, SizeDist, Xorshift64Star};
 use kvwire::partition::partition_of_hash;
 use kvwire::{
     parse_request_unverified, parse_response, BatchReader, BatchWriter, ResponseReader, Status,
@@ -80,6 +80,8 @@ pub struct Counts {
     pub not_master: u64,
     /// Writes answered NOT_ENOUGH_REPLICAS (fewer than min_replicas in sync).
     pub not_enough_replicas: u64,
+    /// Ops answered DENIED (outside the tenant's ACL or namespace).
+    pub denied: u64,
     /// PUTs answered OUT_OF_MEMORY.
     pub oom: u64,
     /// Ops answered OUTCOME_UNKNOWN: resent across a failover, begun by the old
@@ -158,7 +160,10 @@ impl InFlight {
 /// the load and read-back phases, and the steering of ops to partitions.
 pub struct Workload {
     keys: u64,
+    /// Key bytes on the wire: the prefix's and the key's own.
     key_size: usize,
+    /// What every key begins with (a tenant's namespace, or nothing).
+    key_prefix: KeyPrefix,
     sizes: SizeDist,
     /// Ops per packet of the current phase.
     pub ops_per_packet: usize,
@@ -238,7 +243,8 @@ impl Gen {
         Gen {
             workload: Workload {
                 keys: w.keys,
-                key_size: w.key_size,
+                key_size: w.wire_key_size(),
+                key_prefix: w.key_prefix,
                 sizes: w.sizes,
                 ops_per_packet: w.ops_per_packet,
                 rng: Xorshift64Star::new(w.seed),
@@ -407,7 +413,7 @@ impl Gen {
                 // Empty batches rotate over the partitions: every queue pair is used.
                 part = self.qps.next_ping_partition();
             } else if let Some(steer) = wl.steer.as_mut() {
-                let keys = wl.keys;
+                let (keys, prefix) = (wl.keys, wl.key_prefix);
                 let sweep_next = &mut wl.sweep_next;
                 let rng = &mut wl.rng;
                 let (mix, chooser) = (&wl.mix, &wl.chooser);
@@ -429,7 +435,7 @@ impl Gen {
                         }
                         _ => (mix.next(rng), chooser.next(rng)),
                     };
-                    write_key(k, hkey);
+                    prefix.write_key(k, hkey);
                     Some(Drawn {
                         key: k,
                         hash32: kvwire::hash::key_hash(hkey) as u32,
@@ -441,6 +447,7 @@ impl Gen {
                 let part_ops_k = &mut self.tally.part_ops_k;
                 let nops = &mut nops;
                 let emit = |d: &Drawn| {
+                    prefix.write_key(d.key, key);
                     let Some(expect) =
                         push_op(&mut w, d.op, d.key, key, val, sizes, model.as_deref_mut())
                     else {
@@ -717,6 +724,7 @@ impl Gen {
                 Status::NotMaster => c.not_master += 1,
                 Status::NotEnoughReplicas => c.not_enough_replicas += 1,
                 Status::OutcomeUnknown => c.outcome_unknown += 1,
+                Status::Denied => c.denied += 1,
                 _ => {}
             }
             c.errors += 1;

@@ -1,8 +1,8 @@
 //! pktgen's packet I/O: the DPDK queues behind the client library's [`PacketIo`], with
 //! the seeded fault injection of `--loss/--dup/--reorder` on both sides.
 //!
-//! A frame to send goes to the tx queue of its client QP's partition (`qpn % N`, or
-//! the next one with `--misdirect`): each partition's packets leave in order on one
+//! A frame to send goes to the tx queue of its owner's partition (`qpn % N`, an
+//! OPEN's the one it asks for; or the next one with `--misdirect`): each partition's packets leave in order on one
 //! queue. Frames are copied into mbufs and queued in per-queue bursts that
 //! [`PortIo::flush`] hands to the NIC once per loop iteration. Received frames are
 //! handed over one rx burst per queue at a time.
@@ -17,7 +17,7 @@ use crate::fuzz::{FuzzStats, Fuzzer};
 use dpdk::{tsc, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
 use kvclient::PacketIo;
 use kvload::faults::{FaultConfig, FaultCounts};
-use kvwire::partition::{partition_of_qp, peek_dest_qp};
+use kvwire::partition::peek_owner;
 
 /// Frames per rx/tx burst.
 pub const BURST: usize = 32;
@@ -225,9 +225,10 @@ impl PortIo {
         moved
     }
 
-    /// The tx queue of a request frame (by its destination QP's partition).
+    /// The tx queue of a request frame: its owner's (the destination QP's partition,
+    /// or the one an OPEN asks for).
     fn queue_of(&self, frame: &[u8]) -> usize {
-        let part = peek_dest_qp(frame).map_or(0, |qp| partition_of_qp(qp, self.nparts));
+        let part = peek_owner(frame, self.nparts).unwrap_or(0);
         self.tx_queue(part as usize)
     }
 

@@ -140,7 +140,11 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         return Ok(code);
     }
     check_put_fits(&spec, mtu)?;
-    let transport = (!ph.echo).then(|| Transport::new(tcfg, &spec.qps.qps, params));
+    let transport = (!ph.echo).then(|| {
+        let mut t = Transport::with_qps(tcfg, &spec.qps.client_qps(), params);
+        t.set_credentials(spec.qps.credentials().cloned());
+        t
+    });
     let gen = Gen::new(
         &spec,
         qps,
@@ -164,7 +168,10 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let measurement = d.measure(&spec);
     let readback = (spec.phases.verify && !QUIT.load(Ordering::Relaxed)).then(|| d.readback(&spec));
     let exactly_once = (spec.phases.exactly_once > 0 && !QUIT.load(Ordering::Relaxed))
-        .then(|| d.exactly_once(spec.phases.exactly_once, now_nanos()))
+        .then(|| {
+            let tenant = spec.qps.credentials().map_or(0, |c| c.tenant);
+            d.exactly_once(spec.phases.exactly_once, now_nanos(), tenant)
+        })
         .flatten();
 
     let outcome = report::Outcome {

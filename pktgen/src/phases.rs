@@ -250,10 +250,13 @@ impl Driver {
     }
 
     /// The exactly-once check (`kvclient::check`) over every QP, `per_qp` fetch-adds
-    /// each; keys tagged with `tag`.
-    pub fn exactly_once(&mut self, per_qp: u64, tag: u64) -> Option<Report> {
+    /// each; keys tagged with `tag`, in tenant `tenant`'s namespace (0: none).
+    pub fn exactly_once(&mut self, per_qp: u64, tag: u64, tenant: u32) -> Option<Report> {
         let t = self.transport.as_mut()?;
         let mut check = ExactlyOnce::new(t.qp_count(), per_qp, tag);
+        if tenant != 0 {
+            check = check.in_namespace(tenant);
+        }
         let start = Instant::now();
         loop {
             let done = check.step(t, &mut self.io, self.clock.now());

@@ -73,14 +73,15 @@ impl QpSet {
     /// `REQUEST_HEADER_LEN` in `buf`: takes partition `part`'s next QP (round robin
     /// over its QPs) and that QP's next PSN, writes the headers, the pad and the
     /// ICRC. Returns the frame length; `None` when the frame does not fit `buf` (the
-    /// QP and PSN are used up all the same).
+    /// QP and PSN are used up all the same) or the QP is not a static one.
     #[inline]
     pub fn frame(&mut self, buf: &mut [u8], part: usize, plen: usize) -> Option<usize> {
         let qps_of = &self.by_partition[part];
         let cursor = &mut self.cursor[part];
         let qi = qps_of[*cursor];
         *cursor = (*cursor + 1) % qps_of.len();
-        let (qpn, rkey) = self.qps[qi];
+        // No static QP (a run on opened QPs sends through the transport only).
+        let &(qpn, rkey) = self.qps.get(qi)?;
         let psn = self.psn[qi];
         self.psn[qi] = (psn + 1) & 0xff_ffff;
         let va = self.region_va + (qi as u64 * 4096) % self.region_len.max(4096);

@@ -94,6 +94,12 @@ impl Outcome<'_> {
                 c.not_master, c.not_enough_replicas
             );
         }
+        if c.denied > 0 {
+            println!(
+                "  ops refused DENIED (outside the tenant's ACL or namespace): {}",
+                c.denied
+            );
+        }
         if c.outcome_unknown > 0 {
             println!(
                 "  OUTCOME_UNKNOWN results (begun by a failed master): {}",
@@ -160,7 +166,7 @@ impl Outcome<'_> {
                 "get": w.get, "put": w.put, "atomic": w.atomic, "vector": w.vector,
                 "reduce": w.reduce, "delete": w.mix.delete_share(),
                 "dist": format!("{:?}", w.dist).to_lowercase(), "theta": w.theta,
-                "ops_per_packet": w.ops_per_packet, "qps": spec.qps.qps.len(),
+                "ops_per_packet": w.ops_per_packet, "qps": spec.qps.count,
                 "window": spec.phases.window, "rate_mops": spec.phases.rate,
                 "warmup_s": spec.phases.warmup, "duration_s": spec.phases.duration,
                 "verify": spec.phases.verify, "echo": spec.phases.echo, "seed": w.seed,
@@ -174,6 +180,9 @@ impl Outcome<'_> {
             "not_master": c.not_master,
             "not_enough_replicas": c.not_enough_replicas,
             "outcome_unknown": c.outcome_unknown,
+            "denied": c.denied,
+            "qps_opened": spec.qps.source != crate::spec::QpSource::Config,
+            "tenant": spec.qps.credentials().map(|c| c.tenant),
             "results_ok": c.results_ok,
             "partitions": spec.qps.partitions,
             "misdirect": spec.qps.misdirect,
@@ -539,6 +548,7 @@ mod tests {
                 "command",
                 "config_file",
                 "count_partitions",
+                "denied",
                 "errors",
                 "exactly_once",
                 "generator",
@@ -559,11 +569,13 @@ mod tests {
                 "partition_ops",
                 "partition_ops_k",
                 "partitions",
+                "qps_opened",
                 "readback",
                 "results_ok",
                 "rx_drops",
                 "share_within_10us",
                 "stale_responses",
+                "tenant",
                 "throughput_mops",
                 "timeouts",
                 "transport",

@@ -48,6 +48,9 @@ pub enum SpecError {
     Partitions,
     /// `--count-partitions` outside 1..=1024.
     CountPartitions,
+    /// `--open`/`--tenant-file` with what needs the config's QPs, or a credentials
+    /// file that cannot be read.
+    Opened(String),
     /// A partition has no client QP among the QPs of the run.
     NoQpForPartition {
         /// `--partitions`.
@@ -78,11 +81,22 @@ impl SpecError {
 impl fmt::Display for SpecError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            SpecError::ValueSize(e) | SpecError::Mix(e) | SpecError::Ycsb(e) => f.write_str(e),
+            SpecError::ValueSize(e)
+            | SpecError::Mix(e)
+            | SpecError::Ycsb(e)
+            | SpecError::Opened(e) => f.write_str(e),
             SpecError::Theta => f.write_str("--theta must be in (0, 1)"),
             SpecError::LoadUtil => f.write_str("--load-util must be in [0, 1)"),
             SpecError::KeySize => {
-                write!(f, "--key-size must be 1..={}", kvwire::MAX_KEY_LEN)
+                write!(
+                    f,
+                    "--key-size must be 1..={} ({} with --tenant-file: its namespace takes {} \
+                     bytes of each key; {} with --open)",
+                    kvwire::MAX_KEY_LEN,
+                    kvwire::MAX_KEY_LEN - kvwire::tenant::NAMESPACE_LEN,
+                    kvwire::tenant::NAMESPACE_LEN,
+                    kvwire::MAX_KEY_LEN - 1
+                )
             }
             SpecError::KeysDoNotFit { keys, key_size } => {
                 write!(f, "{keys} keys do not fit in {key_size}-byte keys")
@@ -123,8 +137,11 @@ impl std::error::Error for SpecError {}
 pub struct WorkloadSpec {
     /// Distinct keys (resolved from `--load-util` when given).
     pub keys: u64,
-    /// Key size in bytes.
+    /// Key size in bytes (the application's: without `key_prefix`).
     pub key_size: usize,
+    /// What every key begins with on the wire: the tenant's namespace with
+    /// `--tenant-file` (docs/PROTOCOL.md §6.8), else nothing.
+    pub key_prefix: kvload::KeyPrefix,
     /// `--value-size` as given (for the label and the JSON).
     pub value_size: String,
     /// Value sizes.
@@ -166,16 +183,39 @@ impl WorkloadSpec {
     /// Ops per packet of the load and read-back sweeps: as many of the largest KVs
     /// as a payload of `payload_cap` bytes holds, 1..=LOAD_OPS.
     pub fn sweep_ops_per_packet(&self, payload_cap: usize) -> usize {
-        (payload_cap / (self.key_size + self.sizes.max + 4)).clamp(1, LOAD_OPS)
+        (payload_cap / (self.wire_key_size() + self.sizes.max + 4)).clamp(1, LOAD_OPS)
     }
+
+    /// Key bytes on the wire: the prefix's and the key's own.
+    pub fn wire_key_size(&self) -> usize {
+        self.key_prefix.len() + self.key_size
+    }
+}
+
+/// Whose QPs a run uses.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum QpSource {
+    /// The config's `clients[]`: static QPs the operator admitted.
+    Config,
+    /// QPs the server opens for this run (an OPEN each, docs/PROTOCOL.md §6.1), as
+    /// the tenant of `credentials` (§6.8) or, without, anonymously.
+    Opened {
+        /// The tenant's credentials (`--tenant-file`).
+        credentials: Option<kvclient::Credentials>,
+    },
 }
 
 /// The client QPs of the run and the dataplane's partitions.
 #[derive(Clone, Debug)]
 pub struct QpSpec {
-    /// (QPN, R_Key) of each QP used, in config order.
+    /// Whose QPs.
+    pub source: QpSource,
+    /// (QPN, R_Key) of each static QP used, in config order (none when opened).
     pub qps: Vec<(u32, u32)>,
-    /// Indices into `qps` of each partition's QPs (`qpn % N == p`).
+    /// QPs of the run (`qps.len()` when static).
+    pub count: usize,
+    /// Indices of each partition's QPs: into `qps` (`qpn % N == p`) when static;
+    /// QP `i` serves partition `i % N` when opened.
     pub by_partition: Vec<Vec<usize>>,
     /// N: the dataplane's key partitions (its worker lcores).
     pub partitions: u32,
@@ -269,9 +309,13 @@ impl RunSpec {
     /// Checks `args` against `cfg` (its clients and engine size) and resolves them.
     pub fn new(args: &Args, cfg: &Config) -> Result<RunSpec, SpecError> {
         let mut warnings = Vec::new();
-        let (workload, load) = WorkloadSpec::new(args, cfg)?;
+        let (mut workload, load) = WorkloadSpec::new(args, cfg)?;
         let qps = QpSpec::new(args, cfg, &mut warnings)?;
-        let phases = PhaseSpec::new(args, load, qps.qps.len(), &mut warnings)?;
+        workload.key_prefix = qps.key_prefix();
+        if workload.wire_key_size() > kvwire::MAX_KEY_LEN {
+            return Err(SpecError::KeySize);
+        }
+        let phases = PhaseSpec::new(args, load, qps.count, &mut warnings)?;
         Ok(RunSpec {
             workload,
             qps,
@@ -289,6 +333,100 @@ impl RunSpec {
         self.workload.ops_per_packet.max(LOAD_OPS)
     }
 }
+
+impl QpSpec {
+    /// `--qps` QPs (default: 4, at least one per partition) the server opens, as
+    /// the tenant of `--tenant-file` or anonymously.
+    fn opened(args: &Args) -> Result<QpSpec, SpecError> {
+        let refuse = |what: &str| {
+            Err(SpecError::Opened(format!(
+                "{what} needs the config's static QPs: not with --open or --tenant-file"
+            )))
+        };
+        if args.echo {
+            return refuse("--echo");
+        }
+        if args.fuzz > 0 {
+            return refuse("--fuzz");
+        }
+        if args.qp_first > 0 {
+            return refuse("--qp-first");
+        }
+        if !(1..=64).contains(&args.partitions) {
+            return Err(SpecError::Partitions);
+        }
+        let n = args.partitions as usize;
+        let count = args.qps.unwrap_or(4.max(n));
+        if count < n || count > MAX_OPENED_QPS {
+            return Err(SpecError::Opened(format!(
+                "--qps {count} with --open or --tenant-file: {n}..={MAX_OPENED_QPS} (one \
+                 per partition at least)"
+            )));
+        }
+        let credentials = args
+            .tenant_file
+            .as_deref()
+            .map(kvclient::Credentials::load)
+            .transpose()
+            .map_err(|e| SpecError::Opened(format!("--tenant-file: {e}")))?;
+        let count_k = args.count_partitions.unwrap_or(args.partitions);
+        if !(1..=1024).contains(&count_k) {
+            return Err(SpecError::CountPartitions);
+        }
+        Ok(QpSpec {
+            source: QpSource::Opened { credentials },
+            qps: Vec::new(),
+            count,
+            by_partition: (0..n).map(|p| (p..count).step_by(n).collect()).collect(),
+            partitions: args.partitions,
+            misdirect: args.misdirect,
+            count_partitions: count_k,
+        })
+    }
+
+    /// The run's QPs as the client library takes them.
+    pub fn client_qps(&self) -> Vec<kvclient::QpSpec> {
+        match self.source {
+            QpSource::Config => self
+                .qps
+                .iter()
+                .map(|&(qpn, rkey)| kvclient::QpSpec::Static { qpn, rkey })
+                .collect(),
+            QpSource::Opened { .. } => (0..self.count)
+                .map(|i| kvclient::QpSpec::Opened {
+                    partition: (i % self.partitions as usize) as u16,
+                })
+                .collect(),
+        }
+    }
+
+    /// What the run's keys begin with on the wire: a tenant's namespace; on
+    /// anonymous opened QPs a zero byte (an anonymous client's key beginning with
+    /// the namespace byte `0xFE` is refused once a tenant exists, docs/PROTOCOL.md
+    /// §6.8, and the index bytes of [`kvload::write_key`] begin with any byte);
+    /// nothing on static QPs (not checked).
+    fn key_prefix(&self) -> kvload::KeyPrefix {
+        let prefix = match &self.source {
+            QpSource::Config => kvload::KeyPrefix::new(&[]),
+            QpSource::Opened { credentials: None } => kvload::KeyPrefix::new(&[0]),
+            QpSource::Opened {
+                credentials: Some(c),
+            } => kvload::KeyPrefix::new(&kvwire::tenant::namespace(c.tenant)),
+        };
+        prefix.expect("a namespace fits a key prefix")
+    }
+
+    /// The tenant credentials the QPs are opened with, if any.
+    pub fn credentials(&self) -> Option<&kvclient::Credentials> {
+        match &self.source {
+            QpSource::Opened { credentials } => credentials.as_ref(),
+            QpSource::Config => None,
+        }
+    }
+}
+
+/// Opened QPs of a run at most (a dataplane's `server.max_connections` bounds them).
+const MAX_OPENED_QPS: usize = 1024;
 
 /// The client QPs of each partition: indices into `qps` with `qpn % N == p`, in
 /// config order. Errors when a partition has none.
@@ -358,6 +496,7 @@ impl WorkloadSpec {
         let w = WorkloadSpec {
             keys,
             key_size: args.key_size,
+            key_prefix: kvload::KeyPrefix::NONE,
             value_size: args.value_size.clone(),
             sizes,
             get,
@@ -377,9 +516,12 @@ impl WorkloadSpec {
 }
 
 impl QpSpec {
-    /// The QPs the run uses (`--qps` from `--qp-first` of the config's clients) and
-    /// the partitions they spread over.
+    /// The QPs the run uses (`--qps` from `--qp-first` of the config's clients, or
+    /// opened with `--open`/`--tenant-file`) and the partitions they spread over.
     fn new(args: &Args, cfg: &Config, warnings: &mut Vec<String>) -> Result<QpSpec, SpecError> {
+        if args.open || args.tenant_file.is_some() {
+            return QpSpec::opened(args);
+        }
         let nqps = args
             .qps
             .unwrap_or_else(|| cfg.clients.len().saturating_sub(args.qp_first).clamp(1, 4));
@@ -409,6 +551,8 @@ impl QpSpec {
             .collect();
         let by_partition = qps_by_partition(&qps, nparts)?;
         Ok(QpSpec {
+            source: QpSource::Config,
+            count: qps.len(),
             qps,
             by_partition,
             partitions: nparts,
@@ -478,222 +622,4 @@ impl PhaseSpec {
 }
 
 #[cfg(test)]
-pub(crate) mod tests {
-    use super::*;
-    use clap::Parser;
-
-    /// The shipped memif config.
-    pub(crate) fn memif() -> Config {
-        Config::load(std::path::Path::new(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../configs/memif.json"
-        )))
-        .expect("configs/memif.json")
-    }
-
-    /// A spec from pktgen flags (after the program name) against the memif config.
-    pub(crate) fn spec(flags: &[&str]) -> Result<RunSpec, SpecError> {
-        let args = Args::try_parse_from(std::iter::once("pktgen").chain(flags.iter().copied()))
-            .expect("flags parse");
-        RunSpec::new(&args, &memif())
-    }
-
-    #[test]
-    fn defaults_make_a_run() {
-        let s = spec(&[]).unwrap();
-        assert_eq!(s.workload.keys, 100_000);
-        assert_eq!(s.workload.key_size, 8);
-        assert_eq!(s.workload.sizes, SizeDist { min: 2, max: 2 });
-        assert_eq!(s.workload.distribution(), Distribution::Uniform);
-        assert!((s.workload.mix.delete_share() - 0.0).abs() < 1e-9);
-        assert_eq!((s.phases.window, s.phases.slots), (32, 32));
-        assert_eq!(s.phases.run_window(), 32);
-        assert_eq!(s.phases.sweep_window(), 32);
-        assert!(!s.phases.load && !s.phases.verify);
-        // Up to 4 QPs of the config by default (memif.json has 4).
-        assert_eq!(s.qps.qps.len(), 4);
-        assert_eq!(s.qps.by_partition, vec![vec![0, 1, 2, 3]]);
-        assert_eq!(spec(&["--qp-first", "3"]).unwrap().qps.qps.len(), 1);
-        assert_eq!(s.qps.count_partitions, 1);
-        assert_eq!(s.ops_per_slot(), LOAD_OPS);
-        assert!(s.warnings.is_empty());
-    }
-
-    #[test]
-    fn each_bad_flag_is_its_error() {
-        let cases: &[(&[&str], SpecError)] = &[
-            (
-                &["--value-size", "9-3"],
-                SpecError::ValueSize("bad size range \"9-3\"".into()),
-            ),
-            (&["--load-util", "1.0"], SpecError::LoadUtil),
-            (&["--key-size", "0"], SpecError::KeySize),
-            (&["--key-size", "256"], SpecError::KeySize),
-            (
-                &["--key-size", "1", "--keys", "257"],
-                SpecError::KeysDoNotFit {
-                    keys: 257,
-                    key_size: 1,
-                },
-            ),
-            (&["--keys", "0"], SpecError::NoKeys),
-            (&["--ops-per-packet", "0"], SpecError::OpsPerPacket),
-            (&["--ops-per-packet", "1025"], SpecError::OpsPerPacket),
-            (&["--partitions", "0"], SpecError::Partitions),
-            (&["--partitions", "65"], SpecError::Partitions),
-            (&["--count-partitions", "0"], SpecError::CountPartitions),
-            (&["--count-partitions", "1025"], SpecError::CountPartitions),
-        ];
-        for (flags, want) in cases {
-            assert_eq!(spec(flags).unwrap_err(), *want, "{flags:?}");
-        }
-        assert!(matches!(
-            spec(&["--get", "0.9", "--put", "0.2"]),
-            Err(SpecError::Mix(_))
-        ));
-        for theta in ["1.0", "0", "-0.5", "NaN", "1.5"] {
-            let flag = format!("--theta={theta}");
-            assert_eq!(
-                spec(&["--dist", "zipf", &flag]).unwrap_err(),
-                SpecError::Theta,
-                "{theta}"
-            );
-        }
-        assert!(spec(&["--theta", "1.5"]).is_ok(), "uniform ignores theta");
-        let clients = memif().clients.len();
-        let too_many = (clients + 1).to_string();
-        assert_eq!(
-            spec(&["--qps", &too_many]).unwrap_err(),
-            SpecError::Qps { clients }
-        );
-        assert_eq!(
-            spec(&["--qps", "0"]).unwrap_err(),
-            SpecError::Qps { clients }
-        );
-        let last = (clients - 1).to_string();
-        assert!(spec(&["--qp-first", &last]).is_ok());
-        assert_eq!(
-            spec(&["--qp-first", &last, "--qps", "2"]).unwrap_err(),
-            SpecError::Qps { clients }
-        );
-    }
-
-    #[test]
-    fn errors_read_as_before() {
-        assert_eq!(SpecError::KeySize.to_string(), "--key-size must be 1..=255");
-        assert_eq!(
-            SpecError::KeysDoNotFit {
-                keys: 300,
-                key_size: 1
-            }
-            .to_string(),
-            "300 keys do not fit in 1-byte keys"
-        );
-        assert_eq!(
-            SpecError::OpsPerPacket.to_string(),
-            "--ops-per-packet must be 1..=1024"
-        );
-        let e = SpecError::NoQpForPartition {
-            partitions: 2,
-            partition: 1,
-            qpns: vec![16],
-        };
-        assert_eq!(
-            e.to_string(),
-            "--partitions 2: no client QP for partition 1 among the first --qps 1 (qpns [16]); \
-             partition p needs a qpn with qpn % 2 == 1: raise --qps or add clients to the config"
-        );
-    }
-
-    #[test]
-    fn load_util_sets_keys_and_load() {
-        let s = spec(&["--load-util", "0.5", "--value-size", "8"]).unwrap();
-        let mem = memif().engine.mem_mb << 20;
-        assert_eq!(s.workload.keys, (mem as f64 * 0.5 / 16.0) as u64);
-        assert!(s.phases.load);
-        // Too small a share for one key.
-        assert_eq!(
-            spec(&["--load-util", "0", "--value-size", "8"]).unwrap_err(),
-            SpecError::NoKeys
-        );
-    }
-
-    #[test]
-    fn windows_and_slots() {
-        let s = spec(&["--window", "0"]).unwrap();
-        assert_eq!(s.phases.window, 1);
-        assert_eq!(s.phases.sweep_window(), 1, "no more than the slots");
-        let s = spec(&["--window", "100000"]).unwrap();
-        assert_eq!((s.phases.window, s.phases.slots), (MAX_SLOTS, MAX_SLOTS));
-        let s = spec(&["--window", "8", "--rate", "1.5"]).unwrap();
-        assert_eq!((s.phases.window, s.phases.slots), (8, MAX_SLOTS));
-        assert_eq!(s.phases.run_window(), MAX_SLOTS, "open loop: all slots");
-        assert_eq!(s.phases.sweep_window(), 32);
-    }
-
-    #[test]
-    fn sweep_packets_hold_the_largest_kvs() {
-        let s = spec(&["--value-size", "2-1000", "--key-size", "16"]).unwrap();
-        assert_eq!(s.workload.sweep_ops_per_packet(1400), 1400 / 1020);
-        let s = spec(&[]).unwrap();
-        assert_eq!(s.workload.sweep_ops_per_packet(1400), LOAD_OPS);
-        let s = spec(&["--value-size", "4000"]).unwrap();
-        assert_eq!(s.workload.sweep_ops_per_packet(1400), 1);
-    }
-
-    #[test]
-    fn partitions_need_a_qp_each() {
-        let cfg = memif();
-        let qpns: Vec<u32> = cfg.clients.iter().map(|c| c.qpn).collect();
-        let n = cfg.clients.len().to_string();
-        let s = spec(&["--qps", &n, "--partitions", "2"]);
-        let has_both = qpns.iter().any(|q| q % 2 == 0) && qpns.iter().any(|q| q % 2 == 1);
-        assert_eq!(s.is_ok(), has_both, "qpns {qpns:?}");
-        if let Ok(s) = s {
-            for (p, qis) in s.qps.by_partition.iter().enumerate() {
-                assert!(qis.iter().all(|&i| s.qps.qps[i].0 % 2 == p as u32));
-            }
-            assert_eq!(s.qps.count_partitions, 2);
-        }
-        let one = [(16, 0)];
-        assert!(matches!(
-            qps_by_partition(&one, 2),
-            Err(SpecError::NoQpForPartition { partition: 1, .. })
-        ));
-        let by = qps_by_partition(&[(3, 0), (4, 0), (5, 0)], 2).unwrap();
-        assert_eq!(by, vec![vec![1], vec![0, 2]]);
-    }
-
-    #[test]
-    fn misdirect_with_one_partition_is_a_warning() {
-        let s = spec(&["--misdirect"]).unwrap();
-        assert_eq!(s.warnings.len(), 1);
-        assert!(s.qps.misdirect);
-    }
-
-    #[test]
-    fn workload_flags_are_kept() {
-        let s = spec(&[
-            "--dist",
-            "zipf",
-            "--theta",
-            "0.9",
-            "--get",
-            "0.5",
-            "--put",
-            "0.3",
-            "--count-partitions",
-            "10",
-            "--seed",
-            "7",
-            "--verify",
-            "--echo",
-        ])
-        .unwrap();
-        assert_eq!(s.workload.distribution(), Distribution::Zipf(0.9));
-        assert!((s.workload.mix.delete_share() - 0.2).abs() < 1e-9);
-        assert_eq!(s.qps.count_partitions, 10);
-        assert_eq!(s.workload.seed, 7);
-        assert!(s.phases.verify && s.phases.echo);
-    }
-}
+pub(crate) mod tests;

@@ -146,13 +146,14 @@ fn connect(
         connect_timeout_ns: spec.phases.connect_timeout_ms * 1_000_000,
         ..ClientConfig::default()
     };
-    let mut c = Client::new(
+    let mut c = Client::with_qps(
         Flushing(io, IdleBackoff::new(spec.phases.idle_yield_polls)),
         cfg,
-        &spec.qps.qps,
+        &spec.qps.client_qps(),
         params,
         Box::new(clock),
     );
+    c.set_credentials(spec.qps.credentials().cloned());
     c.connect()?;
     Ok(c)
 }

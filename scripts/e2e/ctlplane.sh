@@ -2,7 +2,8 @@
 # ctlplane against a running dataplane over DPDK telemetry: counters move with
 # traffic, a revoked client QP gets no answers (counted as unknown_qp drops) from
 # the moment `clients remove` returns, re-admitting it restores verified service,
-# `slab merge` reports per worker, and DPDK's own dpdk-telemetry.py reads /kvd/stats.
+# `slab merge` reports per worker, pktgen runs as a tenant (and as a read-only one,
+# and with rotated-out credentials), and DPDK's own dpdk-telemetry.py reads /kvd/stats.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . scripts/e2e/lib.sh
@@ -67,6 +68,45 @@ amis=$(json_field "$E2E_TMP/readmitted.json" 'd["mismatches"]')
 [ "$aops" -gt 1000 ] && [ "$atmo" -eq 0 ] && [ "$amis" -eq 0 ] \
   || fail "readmitted: $aops ops, $atmo timeouts, $amis mismatches"
 pass "re-admitted QPN 20: $aops ops verified, 0 timeouts"
+
+# Tenants from pktgen (docs/PROTOCOL.md §6.8): with --tenant-file the server opens
+# its QPs, every key in the tenant's namespace; the exactly-once check and a verified
+# workload pass there, and the tenant's counters hold its requests. A read-only
+# tenant's writes are all refused DENIED (nothing lost: its reads still run); after a
+# rotation the old credentials open nothing.
+ctl tenants add --name gen --id 5 --credentials-out "$E2E_TMP/gen.json" >/dev/null
+ctl tenants add --name ro --id 6 --acl read --credentials-out "$E2E_TMP/ro.json" >/dev/null
+run_pktgen tenant --no-huge --json "$E2E_TMP/tenant.json" --verify --tenant-file "$E2E_TMP/gen.json" \
+  --keys 1000 --value-size 8 --load --get 0.5 --put 0.3 --atomic 0.2 --warmup 0.2 --duration 1 \
+  --calibrate 50 --timeout-ms 3000 --exactly-once 500 >"$E2E_TMP/tenant.out" 2>&1 \
+  || { cat "$E2E_TMP/tenant.out"; fail "tenant: pktgen failed"; }
+tops=$(json_field "$E2E_TMP/tenant.json" 'd["ops"]')
+tbad=$(json_field "$E2E_TMP/tenant.json" 'd["errors"] + d["mismatches"] + d["timeouts"] + d["readback"]["mismatches"] + d["readback"]["errors"]')
+tid=$(json_field "$E2E_TMP/tenant.json" 'd["tenant"]')
+tviol=$(json_field "$E2E_TMP/tenant.json" 'd["exactly_once"]["violations"]')
+[ "$tops" -gt 1000 ] && [ "$tbad" -eq 0 ] && [ "$tid" = 5 ] && [ "$tviol" = 0 ] \
+  || { cat "$E2E_TMP/tenant.out"; fail "tenant: $tops ops, $tbad failures, tenant $tid, exactly-once violations $tviol"; }
+echo /kvd/tenants/stats | dpdk-telemetry.py -f "$PREFIX" >"$E2E_TMP/tstats.json"
+treq=$(python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["/kvd/tenants/stats"]; print(d["requests"][d["id"].index(5)])' "$E2E_TMP/tstats.json")
+[ "$treq" -gt 1000 ] || { cat "$E2E_TMP/tstats.json"; fail "tenant 5 counted $treq requests"; }
+pass "tenant 5 via pktgen --tenant-file: $tops ops verified, exactly-once clean, $treq requests counted for it"
+if run_pktgen readonly --no-huge --json "$E2E_TMP/ro.json.out" --tenant-file "$E2E_TMP/ro.json" \
+  --keys 1000 --value-size 8 --get 0.5 --put 0.5 --warmup 0 --duration 0.5 --calibrate 0 \
+  --timeout-ms 3000 >"$E2E_TMP/readonly.out" 2>&1; then :; fi
+rden=$(json_field "$E2E_TMP/ro.json.out" 'd["denied"]')
+rerr=$(json_field "$E2E_TMP/ro.json.out" 'd["errors"]')
+rok=$(json_field "$E2E_TMP/ro.json.out" 'd["results_ok"]')
+[ "$rden" -gt 100 ] && [ "$rden" -eq "$rerr" ] && [ "$rok" -gt 100 ] \
+  || { cat "$E2E_TMP/readonly.out"; fail "read-only tenant: $rden DENIED of $rerr errors, $rok results ok"; }
+pass "read-only tenant 6: $rden writes refused DENIED (and nothing else), $rok reads answered"
+ctl tenants rotate --id 5 --credentials-out "$E2E_TMP/gen2.json" >/dev/null
+if run_pktgen rotated --no-huge --tenant-file "$E2E_TMP/gen.json" --keys 100 --warmup 0 \
+  --duration 0.2 --calibrate 0 --connect-timeout-ms 1000 >"$E2E_TMP/rotated.out" 2>&1; then
+  cat "$E2E_TMP/rotated.out"; fail "the rotated-out credentials opened QPs"
+fi
+grep -q "connect: 0 of 4 QPs connected" "$E2E_TMP/rotated.out" \
+  || { cat "$E2E_TMP/rotated.out"; fail "rotated credentials: no connect failure reported"; }
+pass "tenant 5 rotated: pktgen with the old credentials opens no QP"
 
 # Slab merge: a report per worker (the runs above freed slab blocks by replaces
 # and deletes, so the pass has free blocks to scan).

@@ -33,6 +33,12 @@ flags=(--partitions 2 --qps 4 --keys 3000 --value-size 8 --load --dist zipf --ge
 start_dataplane part --lcores 0,1 --stats-json "$E2E_TMP/dp.json"
 check_run steered "${flags[@]}"
 check_run misdirected "${flags[@]}" --misdirect
+# QPs the server opens (docs/PROTOCOL.md §6.1): each OPEN steered to the queue of the
+# partition it asks for; then as a tenant (§6.8), every key in its namespace.
+check_run opened "${flags[@]}" --open
+target/release/ctlplane tenants add --name gen --id 5 --credentials-out "$E2E_TMP/gen.json" \
+  --file-prefix kvd-e2e-part-dp >/dev/null
+check_run tenant "${flags[@]}" --tenant-file "$E2E_TMP/gen.json"
 
 tx_run() {
   local name=$1; shift

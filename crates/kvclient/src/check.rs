@@ -179,6 +179,16 @@ impl ExactlyOnce {
         }
     }
 
+    /// The check on keys in tenant `tenant`'s namespace (docs/PROTOCOL.md §6.8), for a
+    /// transport whose QPs that tenant opened: the keys' first bytes become the
+    /// namespace (they stay 16 bytes and distinct).
+    pub fn in_namespace(mut self, tenant: u32) -> ExactlyOnce {
+        let ns = kvwire::tenant::namespace(tenant);
+        self.key_add[..ns.len()].copy_from_slice(&ns);
+        self.key_cas[..ns.len()].copy_from_slice(&ns);
+        self
+    }
+
     /// Whether the check finished.
     pub fn done(&self) -> bool {
         self.stage == Stage::Done
@@ -485,6 +495,17 @@ mod tests {
         c.report.final_add = Some(final_add);
         c.report.final_cas = Some(final_cas);
         c.finish();
+    }
+
+    #[test]
+    fn namespaced_keys_are_the_tenants_and_stay_apart() {
+        let c = ExactlyOnce::new(1, 1, 9).in_namespace(7);
+        for k in [&c.key_add, &c.key_cas] {
+            assert!(kvwire::tenant::key_allowed(7, k), "{k:?}");
+            assert!(!kvwire::tenant::key_allowed(8, k), "{k:?}");
+        }
+        assert_ne!(c.key_add, c.key_cas);
+        assert_eq!(c.key_add[8..], 9u64.to_be_bytes());
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub mod values;
 pub mod zipf;
 
 pub use faults::{Fate, FaultConfig, FaultConfigError, FaultCounts, Faults, Holdback};
-pub use keys::{scattered_key, write_key};
+pub use keys::{scattered_key, write_key, KeyPrefix};
 pub use mix::{Mix, OpType};
 pub use rng::{splitmix64, RandomSource, SplitMix64, Xorshift64Star};
 pub use values::{reduce_sum, value_matches, value_matches_adds, write_value, SizeDist};

@@ -4,7 +4,7 @@
 
 use super::{ExpOp, Phase, Workload, U64_ADD};
 use crate::model::{Expect, Model};
-use kvload::{write_key, write_value, OpType, SizeDist};
+use kvload::{write_value, OpType, SizeDist};
 use kvwire::partition::partition_of_hash;
 use kvwire::{BatchWriter, KvOp};
 
@@ -46,6 +46,7 @@ impl Workload {
                 ),
             };
             let val = &mut self.val[..];
+            self.key_prefix.write_key(k, key);
             let Some(expect) = push_op(w, op, k, key, val, self.sizes, model.as_deref_mut()) else {
                 break; // packet full
             };
@@ -63,7 +64,8 @@ impl Workload {
     }
 }
 
-/// Writes one op into the batch: key `k`'s bytes into `key`, a PUT's value into `val`.
+/// Writes one op on key `k` (its bytes already in `key`) into the batch, a PUT's
+/// value into `val`.
 /// With a `model` (verify mode) the op is applied to it and its expected answer
 /// returned, else `Expect::Any`. `None` when the packet is full (nothing recorded).
 #[inline(always)]
@@ -71,13 +73,11 @@ pub(super) fn push_op(
     w: &mut BatchWriter<'_>,
     op: OpType,
     k: u64,
-    key: &mut [u8],
+    key: &[u8],
     val: &mut [u8],
     sizes: SizeDist,
     model: Option<&mut Model>,
 ) -> Option<Expect> {
-    write_key(k, key);
-    let key = &*key;
     let pushed = match op {
         OpType::Get => w.push(&KvOp::Get { key }),
         OpType::Delete => w.push(&KvOp::Delete { key }),

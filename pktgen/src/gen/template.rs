@@ -12,7 +12,7 @@
 //! flags of a template depend only on the op types and sizes, which patching keeps.
 
 use super::{ExpOp, Workload};
-use kvload::{write_key, write_value, Mix, OpType, RandomSource};
+use kvload::{write_value, Mix, OpType, RandomSource};
 use kvwire::partition::partition_of_hash;
 use kvwire::payload::req_field;
 use kvwire::{BatchWriter, KvOp};
@@ -179,7 +179,7 @@ impl Workload {
         let mut model = verify.then_some(&mut self.model);
         for ((o, &k), e) in t.ops[i * t.per..][..n].iter().zip(keys.iter()).zip(exp) {
             let key = &mut dst[usize::from(o.key_off)..][..key_size];
-            write_key(k, key);
+            self.key_prefix.write_key(k, key);
             if let Some((part_ops_k, count_k)) = tally.as_mut() {
                 let h = kvwire::hash::key_hash(key);
                 part_ops_k[partition_of_hash(h, *count_k) as usize] += 1;

@@ -581,7 +581,7 @@ fn templates_carry_the_drawn_keys_values_and_mix() {
             let op = op.unwrap();
             let e = g.flight.exp[slot * stride + i];
             let mut key = [0u8; 8];
-            write_key(e.key, &mut key);
+            kvload::write_key(e.key, &mut key);
             assert_eq!(op.key(), key, "packet {p} op {i}");
             let name = match (e.op, op) {
                 (OpType::Get, KvOp::Get { .. }) => "get",
