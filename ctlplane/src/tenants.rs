@@ -49,6 +49,10 @@ pub enum TenantsCmd {
         /// Requests per second per worker (0: no limit).
         #[arg(long, default_value_t = 0)]
         requests_per_s: u32,
+        /// Requests in flight per opened QP (the window its ACCEPTs grant): a power of
+        /// two (0: the server's `server.credits`).
+        #[arg(long, default_value_t = 0)]
+        max_credits: u16,
         /// Where to write the credentials file (refused if it exists).
         #[arg(long)]
         credentials_out: PathBuf,
@@ -152,6 +156,7 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             acl,
             max_connections,
             requests_per_s,
+            max_credits,
             credentials_out,
         } => {
             let bits = check_new(&name, &acl, &credentials_out)?;
@@ -162,7 +167,9 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
                 acl,
                 max_connections,
                 requests_per_s,
+                max_credits,
             };
+            t.validate()?;
             if cluster {
                 etcd::add(&target.config, t, &credentials_out)
             } else {
@@ -221,8 +228,8 @@ fn add_on_node(
     credentials_out: &Path,
 ) -> Result<(), String> {
     let v = target.connect()?.query(&format!(
-        "/kvd/tenants/add,{},{},{},{bits},{},{}",
-        t.name, t.id, t.secret, t.max_connections, t.requests_per_s
+        "/kvd/tenants/add,{},{},{},{bits},{},{},{}",
+        t.name, t.id, t.secret, t.max_connections, t.requests_per_s, t.max_credits
     ))?;
     write_credentials(credentials_out, t.id, &t.secret)?;
     println!(
@@ -238,6 +245,30 @@ fn add_on_node(
     Ok(())
 }
 
+/// The header line of a tenants table (node or cluster).
+pub(crate) fn table_header() -> String {
+    format!(
+        "{:>9}  {:<16} {:<22} {:>9} {:>9} {:>7}",
+        "id", "name", "acl", "max_conns", "req/s", "credits"
+    )
+}
+
+/// One tenant's line of a tenants table (`credits` 0: the server's).
+pub(crate) fn table_row(
+    id: u32,
+    name: &str,
+    acl: &str,
+    maxc: u32,
+    rps: u32,
+    credits: u16,
+) -> String {
+    let credits = match credits {
+        0 => "server".to_string(),
+        w => w.to_string(),
+    };
+    format!("{id:>9}  {name:<16} {acl:<22} {maxc:>9} {rps:>9} {credits:>7}")
+}
+
 /// The `list` table of a `/kvd/tenants` reply.
 fn render_list(v: &Value) -> String {
     let col = |k: &str| -> Vec<u64> {
@@ -246,33 +277,35 @@ fn render_list(v: &Value) -> String {
             .unwrap_or_default()
     };
     let mut out = format!(
-        "generation {}, clients without a tenant {}\n{:>9}  {:<16} {:<22} {:>9} {:>9}\n",
+        "generation {}, clients without a tenant {}\n{}\n",
         v["generation"],
         if v["anonymous"].as_u64() == Some(1) {
             "allowed"
         } else {
             "refused"
         },
-        "id",
-        "name",
-        "acl",
-        "max_conns",
-        "req/s"
+        table_header()
     );
-    let (ids, acl, maxc, rps) = (
+    let (ids, acl, maxc, rps, credits) = (
         col("id"),
         col("acl"),
         col("max_connections"),
         col("requests_per_s"),
+        col("max_credits"),
     );
-    for (i, id) in ids.iter().enumerate() {
+    let at = |c: &[u64], i: usize| c.get(i).copied().unwrap_or(0);
+    for (i, &id) in ids.iter().enumerate() {
         let name = v["name"][id.to_string()].as_str().unwrap_or("?");
-        let acl = kvwire::tenant::acl_names(acl.get(i).copied().unwrap_or(0) as u8);
-        out += &format!(
-            "{id:>9}  {name:<16} {acl:<22} {:>9} {:>9}\n",
-            maxc.get(i).copied().unwrap_or(0),
-            rps.get(i).copied().unwrap_or(0)
+        let acl = kvwire::tenant::acl_names(at(&acl, i) as u8);
+        out += &table_row(
+            id as u32,
+            name,
+            &acl,
+            at(&maxc, i) as u32,
+            at(&rps, i) as u32,
+            at(&credits, i) as u16,
         );
+        out.push('\n');
     }
     out
 }
@@ -284,13 +317,21 @@ mod tests {
 
     #[test]
     fn list_renders_and_credentials_are_private_and_never_overwritten() {
-        let v = json!({"generation": 3, "anonymous": 0, "id": [7], "acl": [3],
-            "max_connections": [10], "requests_per_s": [0], "name": {"7": "app"}});
+        let v = json!({"generation": 3, "anonymous": 0, "id": [7, 9], "acl": [3, 1],
+            "max_connections": [10, 0], "requests_per_s": [0, 5], "max_credits": [4, 0],
+            "name": {"7": "app", "9": "ro"}});
         let t = render_list(&v);
         assert!(
             t.contains("refused") && t.contains("app") && t.contains("read,write"),
             "{t}"
         );
+        let rows: Vec<Vec<&str>> = t
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows[0], ["7", "app", "read,write", "10", "0", "4"], "{t}");
+        assert_eq!(rows[1], ["9", "ro", "read", "0", "5", "server"], "{t}");
         let dir = std::env::temp_dir().join(format!("kvd-tenants-{}", std::process::id()));
         let _ = std::fs::create_dir_all(&dir);
         let p = dir.join("c.json");

@@ -38,19 +38,22 @@ pub fn list(config: &Path) -> Result<(), String> {
     let etcd = etcd_section(config)?;
     let all = read_all(&etcd.endpoints, &etcd.cluster)?;
     println!(
-        "cluster {} (etcd): {} tenant(s)\n{:>9}  {:<16} {:<22} {:>9} {:>9}",
+        "cluster {} (etcd): {} tenant(s)\n{}",
         etcd.cluster,
         all.len(),
-        "id",
-        "name",
-        "acl",
-        "max_conns",
-        "req/s"
+        crate::tenants::table_header()
     );
     for t in &all {
         println!(
-            "{:>9}  {:<16} {:<22} {:>9} {:>9}",
-            t.id, t.name, t.acl, t.max_connections, t.requests_per_s
+            "{}",
+            crate::tenants::table_row(
+                t.id,
+                &t.name,
+                &t.acl,
+                t.max_connections,
+                t.requests_per_s,
+                t.max_credits
+            )
         );
     }
     Ok(())

@@ -36,6 +36,7 @@ fn rule(id: u32) -> TenantRule {
         acl: tenant::ALL,
         max_connections: 0,
         requests_per_s: 0,
+        max_credits: 0,
     }
 }
 

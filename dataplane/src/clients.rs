@@ -21,6 +21,20 @@ use crate::replay::Entry;
 use kvwire::psn::Receiver;
 use kvwire::transport::{is_opened_qpn, OPENED_QPN_BASE};
 
+/// What the server opened a QP with (docs/PROTOCOL.md §6.1, §6.8); its OPENED
+/// completion record carries it to the replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct OpenedQp {
+    /// The R_Key its requests carry.
+    pub rkey: u32,
+    /// The connection secret of its RESUMEs and CLOSE.
+    pub secret: u64,
+    /// Its tenant (0: none).
+    pub tenant: u32,
+    /// Its request window `W`: a power of two, at most the server's credits.
+    pub window: u16,
+}
+
 /// One admitted client QP.
 #[derive(Clone, Debug)]
 pub(crate) struct Client {
@@ -49,6 +63,10 @@ pub(crate) struct Client {
     pub secret: u64,
     /// An opened QP's tenant id (0: none).
     pub tenant: u32,
+    /// The request window `W` its ACCEPTs grant (its slots, how far ahead or behind
+    /// a PSN still belongs to it): the server's credits, or less for a tenant's QP.
+    /// The replay ring stays the server's `W` long (entries at `psn mod W`).
+    pub window: u16,
     /// When the client last sent a request or a connection payload, in the worker's
     /// coarse seconds (`ClientTable::reclaim_idle`).
     pub last_active: u32,
@@ -73,6 +91,7 @@ impl Client {
             resume_until: NOT_RESUMING,
             secret: 0,
             tenant: 0,
+            window: credits.max(1),
             last_active: 0,
             replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
@@ -82,6 +101,16 @@ impl Client {
     #[inline]
     pub fn is_opened(&self) -> bool {
         is_opened_qpn(self.qpn)
+    }
+
+    /// What an opened QP was opened with.
+    pub fn opened_qp(&self) -> OpenedQp {
+        OpenedQp {
+            rkey: self.rkey,
+            secret: self.secret,
+            tenant: self.tenant,
+            window: self.window,
+        }
     }
 
     /// The replay entry of request PSN `psn`, read-only (for prefetching).
@@ -274,58 +303,54 @@ impl ClientTable {
         c.connected = false;
         c.secret = 0;
         c.tenant = 0;
+        c.window = self.credits.max(1);
         self.free.push(i as u16);
     }
 
-    /// Opens a QP with R_Key `rkey` and connection secret `secret`, active at `now`:
-    /// its index and QPN, or `None` when every opened slot (or the slab) is taken.
-    pub fn open(&mut self, rkey: u32, secret: u64, tenant: u32, now: u32) -> Option<(usize, u32)> {
+    /// Opens QP `q`, active at `now`: its index and QPN, or `None` when every opened
+    /// slot (or the slab) is taken.
+    pub fn open(&mut self, q: OpenedQp, now: u32) -> Option<(usize, u32)> {
         let len = self.opened.len();
         let slot = (0..len)
             .map(|k| (self.opened_cursor + k) % len)
             .find(|&k| self.opened[k] == NO_CLIENT)?;
         let qpn = self.opened_qpn(slot)?;
-        let i = self.install(slot, qpn, rkey, secret, tenant, now)?;
+        let i = self.install(slot, qpn, q, now)?;
         self.opened_cursor = (slot + 1) % len;
         Some((i, qpn))
     }
 
-    /// Puts opened QP `qpn` (its R_Key and secret, from the master's completion
+    /// Puts opened QP `qpn` (what it was opened with, from the master's completion
     /// records) into this table, unconnected; a client of this node in its slot
     /// (opened while it was not the master) is dropped for it. `None` if `qpn` is not
     /// an opened QPN of this partition, or the slab is full.
-    pub fn install_opened(
-        &mut self,
-        qpn: u32,
-        rkey: u32,
-        secret: u64,
-        tenant: u32,
-        now: u32,
-    ) -> Option<usize> {
+    pub fn install_opened(&mut self, qpn: u32, q: OpenedQp, now: u32) -> Option<usize> {
         let slot = self.opened_slot(qpn).filter(|&k| k < self.opened.len())?;
         if let Some(i) = self.find(qpn) {
-            let c = &self.clients[i];
-            if c.secret == secret && c.rkey == rkey && c.tenant == tenant {
+            if self.clients[i].opened_qp() == self.fitted(q) {
                 return Some(i);
             }
         }
         self.close_slot(slot);
-        self.install(slot, qpn, rkey, secret, tenant, now)
+        self.install(slot, qpn, q, now)
     }
 
-    fn install(
-        &mut self,
-        slot: usize,
-        qpn: u32,
-        rkey: u32,
-        secret: u64,
-        tenant: u32,
-        now: u32,
-    ) -> Option<usize> {
-        let i = self.alloc(qpn, rkey)?;
+    /// `q` with a window this table can serve: a power of two up to its credits (a
+    /// record from a master with more credits is served with this node's).
+    fn fitted(&self, mut q: OpenedQp) -> OpenedQp {
+        if !q.window.is_power_of_two() || q.window > self.credits {
+            q.window = self.credits.max(1);
+        }
+        q
+    }
+
+    fn install(&mut self, slot: usize, qpn: u32, q: OpenedQp, now: u32) -> Option<usize> {
+        let q = self.fitted(q);
+        let i = self.alloc(qpn, q.rkey)?;
         let c = &mut self.clients[i];
-        c.secret = secret;
-        c.tenant = tenant;
+        c.secret = q.secret;
+        c.tenant = q.tenant;
+        c.window = q.window;
         c.last_active = now;
         self.opened[slot] = i as u16;
         self.opened_live += 1;
@@ -429,15 +454,28 @@ mod tests {
         let i = t.find(7).unwrap();
         assert!(!t.as_slice()[i].connected);
         assert_eq!(t.as_slice()[i].replay.len(), 8);
-        assert_eq!(CLIENT_BYTES, 72, "the tenant id fits in the padding");
+        assert_eq!(
+            CLIENT_BYTES, 72,
+            "the tenant id and window fit in the padding"
+        );
+    }
+
+    /// An opened QP of R_Key `rkey` and secret `secret`, no tenant, window 4.
+    fn oq(rkey: u32, secret: u64) -> OpenedQp {
+        OpenedQp {
+            rkey,
+            secret,
+            tenant: 0,
+            window: 4,
+        }
     }
 
     #[test]
     fn opened_qps_get_their_own_qpns_and_never_move() {
         let mut t = ClientTable::new(&[(17, 1)], 8, 3);
         t.set_partition(1, 2);
-        let (a, qa) = t.open(10, 100, 0, 0).unwrap();
-        let (b, qb) = t.open(11, 101, 0, 0).unwrap();
+        let (a, qa) = t.open(oq(10, 100), 0).unwrap();
+        let (b, qb) = t.open(oq(11, 101), 0).unwrap();
         assert_eq!((qa, qb), (OPENED_QPN_BASE + 1, OPENED_QPN_BASE + 3));
         assert_eq!((t.find(qa), t.find(qb)), (Some(a), Some(b)));
         assert_eq!(t.find(OPENED_QPN_BASE), None, "another partition's QPN");
@@ -450,13 +488,13 @@ mod tests {
             None,
             "no static QP in the opened range"
         );
-        let c = t.open(12, 102, 0, 0).unwrap();
-        assert_eq!(t.open(13, 103, 0, 0), None, "3 opened slots");
+        let c = t.open(oq(12, 102), 0).unwrap();
+        assert_eq!(t.open(oq(13, 103), 0), None, "3 opened slots");
         assert_eq!(t.opened_count(), 3);
         t.close(a);
         assert_eq!((t.find(qa), t.opened_count()), (None, 2));
         // The freed slot is given again (the cursor went round), with a new key.
-        let (d, qd) = t.open(14, 104, 0, 0).unwrap();
+        let (d, qd) = t.open(oq(14, 104), 0).unwrap();
         assert_eq!(qd, qa);
         assert_eq!(
             (t.as_slice()[d].rkey, t.as_slice()[d].connected),
@@ -468,19 +506,40 @@ mod tests {
     #[test]
     fn installing_a_masters_qp_evicts_a_local_one_and_idle_ones_are_found() {
         let mut t = ClientTable::new(&[], 4, 4);
-        let (local, q) = t.open(1, 2, 0, 5).unwrap();
-        let i = t.install_opened(q, 7, 8, 0, 5).unwrap();
+        let (local, q) = t.open(oq(1, 2), 5).unwrap();
+        let i = t.install_opened(q, oq(7, 8), 5).unwrap();
         assert_eq!(t.find(q), Some(i));
         assert_eq!((t.as_slice()[i].rkey, t.as_slice()[i].secret), (7, 8));
         assert_eq!(t.opened_count(), 1);
         assert_eq!(
-            t.install_opened(q, 7, 8, 0, 6),
+            t.install_opened(q, oq(7, 8), 6),
             Some(i),
             "the same QP again"
         );
-        assert_eq!(t.install_opened(17, 7, 8, 0, 6), None, "a static QPN");
+        assert_eq!(t.install_opened(17, oq(7, 8), 6), None, "a static QPN");
+        // A tenant's smaller window comes along; one larger than this node's credits
+        // (or not a power of two) is served with its credits.
+        let narrow = OpenedQp {
+            window: 2,
+            ..oq(7, 8)
+        };
+        assert_eq!(t.install_opened(q, narrow, 6), Some(i), "the slot again");
+        assert_eq!(t.as_slice()[i].window, 2);
+        for w in [16, 3, 0] {
+            let i = t
+                .install_opened(
+                    q,
+                    OpenedQp {
+                        window: w,
+                        ..oq(7, 8)
+                    },
+                    6,
+                )
+                .unwrap();
+            assert_eq!(t.as_slice()[i].window, 4, "window {w}");
+        }
         let _ = local;
-        let (j, _) = t.open(3, 4, 0, 100).unwrap();
+        let (j, _) = t.open(oq(3, 4), 100).unwrap();
         assert_eq!(t.idle_opened(105, 10, 4), Some(i), "idle since 5");
         t.close(i);
         assert_eq!(t.idle_opened(105, 10, 4), None, "the other is fresh");

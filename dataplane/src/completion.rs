@@ -30,6 +30,7 @@
 //! its frames are on the replicas (the worker's answer waits for its log position,
 //! which is after the frames).
 
+pub(crate) use crate::clients::OpenedQp;
 use crate::replay::{Arena, Entry, EntryState, REC_HDR};
 use kvwire::psn;
 
@@ -48,7 +49,7 @@ pub const FRAME_LAST: u8 = 0x01;
 /// Bytes of an INCARNATION blob.
 pub const INCARNATION_LEN: usize = 9;
 /// Bytes of an OPENED blob.
-pub const OPENED_LEN: usize = 25;
+pub const OPENED_LEN: usize = 27;
 /// Bytes of a CLOSED blob.
 pub const CLOSED_LEN: usize = 9;
 /// Bytes of an INTENT blob.
@@ -91,16 +92,13 @@ pub enum Blob<'a> {
         /// Its nonce.
         nonce: u64,
     },
-    /// An OPEN opened the QP: its first incarnation `nonce`, R_Key and secret.
+    /// An OPEN opened the QP: its first incarnation `nonce`, and what it was opened
+    /// with (R_Key, secret, tenant, window).
     Opened {
         /// Its nonce.
         nonce: u64,
-        /// The QP's R_Key.
-        rkey: u32,
-        /// The QP's connection secret.
-        secret: u64,
-        /// The QP's tenant id (0: none).
-        tenant: u32,
+        /// What the QP was opened with.
+        qp: OpenedQp,
     },
     /// The opened QP's incarnation `nonce` ended: the QP is closed.
     Closed {
@@ -140,13 +138,14 @@ pub fn incarnation(nonce: u64) -> [u8; INCARNATION_LEN] {
 }
 
 /// Writes an OPENED blob.
-pub fn opened(nonce: u64, rkey: u32, secret: u64, tenant: u32) -> [u8; OPENED_LEN] {
+pub fn opened(nonce: u64, q: &OpenedQp) -> [u8; OPENED_LEN] {
     let mut b = [0u8; OPENED_LEN];
     b[0] = KIND_OPENED;
     b[1..9].copy_from_slice(&nonce.to_le_bytes());
-    b[9..13].copy_from_slice(&rkey.to_le_bytes());
-    b[13..21].copy_from_slice(&secret.to_le_bytes());
-    b[21..25].copy_from_slice(&tenant.to_le_bytes());
+    b[9..13].copy_from_slice(&q.rkey.to_le_bytes());
+    b[13..21].copy_from_slice(&q.secret.to_le_bytes());
+    b[21..25].copy_from_slice(&q.tenant.to_le_bytes());
+    b[25..27].copy_from_slice(&q.window.to_le_bytes());
     b
 }
 
@@ -201,9 +200,12 @@ pub fn decode(b: &[u8]) -> Option<Blob<'_>> {
         }
         KIND_OPENED if b.len() == OPENED_LEN => Some(Blob::Opened {
             nonce: le64(1)?,
-            rkey: le32(9)?,
-            secret: le64(13)?,
-            tenant: le32(21)?,
+            qp: OpenedQp {
+                rkey: le32(9)?,
+                secret: le64(13)?,
+                tenant: le32(21)?,
+                window: u16::from_le_bytes([b[25], b[26]]),
+            },
         }),
         KIND_CLOSED if b.len() == CLOSED_LEN => Some(Blob::Closed { nonce: le64(1)? }),
         KIND_INTENT if b.len() == INTENT_LEN => Some(Blob::Intent {

@@ -786,8 +786,8 @@ impl Server {
 }
 
 /// Bytes of connection state per client QP with window `credits`: its client table
-/// entry (QPN, R_Key, nonce, PSNs, flags, 56 B) and `credits` replay entries (24 B
-/// each): 824 B for the default `W = 32`. The response frames themselves live in the
+/// entry (QPN, R_Key, nonce, PSNs, flags, an opened QP's secret, tenant and window:
+/// 72 B) and `credits` replay entries (24 B each): 840 B for the default `W = 32`. The response frames themselves live in the
 /// worker's response cache, shared by all its QPs.
 pub const fn qp_state_bytes(credits: u16) -> usize {
     crate::clients::CLIENT_BYTES + credits as usize * crate::replay::ENTRY_BYTES

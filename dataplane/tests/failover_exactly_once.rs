@@ -25,9 +25,9 @@ use dataplane::mutation::MutationSink;
 use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::scan::ScanShared;
 use dataplane::repl::worker_log::ReplLog;
-use dataplane::server::Server;
+use dataplane::server::{Server, TenantRule};
 use dataplane::stats::WorkerStats;
-use kvclient::{Client, ClientConfig, Config, Error, Op, PacketIo, Ticket};
+use kvclient::{Client, ClientConfig, Config, Credentials, Error, Op, PacketIo, Ticket};
 use kvwire::{Atomic, MasterHint, Status};
 use std::cell::Cell;
 use std::net::Ipv4Addr;
@@ -40,6 +40,24 @@ const MASTER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 9];
 const MASTER_IP: Ipv4Addr = Ipv4Addr::new(127, 0, 0, 9);
 const QPS: [(u32, u32); 2] = [(100, RKEY), (101, RKEY)];
 const ADDS: u64 = 100;
+/// Fetch-adds the client batches into one request.
+const OPS_PER_REQUEST: usize = 10;
+/// The tenant of [`Qps::Tenant`], its secret and its window (`max_credits`).
+const TENANT: u32 = 7;
+const TENANT_SECRET: &[u8] = b"tenant-secret-0123456789";
+const TENANT_WINDOW: u16 = 4;
+
+/// The client's QPs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Qps {
+    /// The config's static QPs.
+    Static,
+    /// QPs the master opened for it.
+    Opened,
+    /// QPs the master opened for it as tenant [`TENANT`], whose window is
+    /// [`TENANT_WINDOW`] (both nodes have the tenant).
+    Tenant,
+}
 
 /// One record of the master's stream, as the replication log would carry it.
 #[derive(Clone, Debug)]
@@ -86,6 +104,8 @@ struct Switch {
     to_client: Vec<Vec<u8>>,
     stats: WorkerStats,
     clock: Rc<Cell<u64>>,
+    /// The counter's key in the store (the tenant's namespace for its client).
+    ctr: Vec<u8>,
 }
 
 impl Switch {
@@ -95,7 +115,7 @@ impl Switch {
         self.nodes[k]
             .server
             .engine_mut()
-            .get(b"ctr", &mut b)
+            .get(&self.ctr, &mut b)
             .unwrap();
         u64::from_le_bytes(b)
     }
@@ -135,7 +155,11 @@ impl PacketIo for Switch {
 
 /// A replica (node 0) and a master (node 1, with the capturing tap), both keeping
 /// completion records, and a client connected to the master.
-fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
+fn world(stream: &Arc<Mutex<Vec<Rec>>>, qps: Qps) -> Client<Switch> {
+    let ctr = match qps {
+        Qps::Tenant => kvwire::tenant::prefixed(TENANT, b"ctr"),
+        _ => b"ctr".to_vec(),
+    };
     let mut nodes = Vec::new();
     for (mac, ip) in [(SERVER_MAC, common::SERVER_IP), (MASTER_MAC, MASTER_IP)] {
         let mut id = identity();
@@ -145,7 +169,19 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
         server.set_completion_records(true);
         let gate = Arc::new(WriteGate::writable());
         server.set_write_gate(gate.clone());
-        server.engine_mut().put(b"ctr", &0u64.to_le_bytes());
+        server.engine_mut().put(&ctr, &0u64.to_le_bytes());
+        if qps == Qps::Tenant {
+            let rule = TenantRule {
+                id: TENANT,
+                name: "t".into(),
+                secret: TENANT_SECRET.to_vec(),
+                acl: kvwire::tenant::ALL,
+                max_connections: 0,
+                requests_per_s: 0,
+                max_credits: TENANT_WINDOW,
+            };
+            server.set_tenants(vec![rule], true, &WorkerStats::default());
+        }
         nodes.push(Node {
             mac,
             server,
@@ -172,6 +208,7 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
         to_client: Vec::new(),
         stats: WorkerStats::default(),
         clock: clock.clone(),
+        ctr,
     };
     let cfg = ClientConfig {
         transport: Config {
@@ -180,18 +217,23 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>, opened: bool) -> Client<Switch> {
             max_retries: 5,
             ..Config::default()
         },
-        max_ops_per_packet: 10,
+        max_ops_per_packet: OPS_PER_REQUEST,
         ..ClientConfig::default()
     };
     let mut params = request_params();
     params.dst_mac = MASTER_MAC;
     params.dst_ip = MASTER_IP;
     let clock = Box::new(move || clock.get());
-    let mut c = if opened {
-        Client::opened(sw, cfg, params, clock)
-    } else {
-        Client::new(sw, cfg, &QPS, params, clock)
+    let mut c = match qps {
+        Qps::Static => Client::new(sw, cfg, &QPS, params, clock),
+        Qps::Opened | Qps::Tenant => Client::opened(sw, cfg, params, clock),
     };
+    if qps == Qps::Tenant {
+        c.set_credentials(Some(Credentials {
+            tenant: TENANT,
+            secret: TENANT_SECRET.to_vec(),
+        }));
+    }
     c.set_nodes(&[(MASTER_MAC, MASTER_IP), (SERVER_MAC, common::SERVER_IP)]);
     c.connect().unwrap();
     c
@@ -211,16 +253,15 @@ fn fetch_add() -> Op {
 /// Returns each fetch-add's outcome (its original value, or the status), the
 /// counter on the replica, and the client.
 fn failover(ship: impl Fn(&Rec) -> bool) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
-    failover_on(ship, false)
+    failover_on(ship, Qps::Static)
 }
 
-/// [`failover`] with the client on static QPs, or (`opened`) on QPs the master
-/// opened for it.
+/// [`failover`] with the client on `qps`.
 fn failover_on(
     ship: impl Fn(&Rec) -> bool,
-    opened: bool,
+    qps: Qps,
 ) -> (Vec<Result<u64, Status>>, u64, Client<Switch>) {
-    let (mut c, tickets, stream) = run_on_master(opened);
+    let (mut c, tickets, stream) = run_on_master(qps);
     // The master dies; the replica gets (part of) its stream and is elected.
     let sw = c.io_mut();
     sw.nodes[1].dead = true;
@@ -232,10 +273,11 @@ fn failover_on(
 }
 
 /// A client that pipelined [`ADDS`] fetch-adds to the master (node 1), which ran them
-/// all with its answers lost: the client, its tickets and the master's stream.
-fn run_on_master(opened: bool) -> (Client<Switch>, Vec<Ticket>, Arc<Mutex<Vec<Rec>>>) {
+/// all (a tenant's client: as many as its window) with its answers lost: the
+/// client, its tickets and the master's stream.
+fn run_on_master(qps: Qps) -> (Client<Switch>, Vec<Ticket>, Arc<Mutex<Vec<Rec>>>) {
     let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream, opened);
+    let mut c = world(&stream, qps);
     c.io_mut().nodes[1].mute = true;
     let tickets: Vec<Ticket> = (0..ADDS).map(|_| c.submit(fetch_add())).collect();
     c.flush();
@@ -244,10 +286,19 @@ fn run_on_master(opened: bool) -> (Client<Switch>, Vec<Ticket>, Arc<Mutex<Vec<Re
     }
     assert_eq!(
         c.io_mut().counter(1),
-        ADDS,
-        "the master ran every fetch-add"
+        ran_on_master(qps),
+        "the master ran every fetch-add the client could send"
     );
     (c, tickets, stream)
+}
+
+/// The fetch-adds the master runs before it fails: all, or for a tenant's client one
+/// window of requests (no answer returns a credit).
+fn ran_on_master(qps: Qps) -> u64 {
+    match qps {
+        Qps::Tenant => u64::from(TENANT_WINDOW) * OPS_PER_REQUEST as u64,
+        _ => ADDS,
+    }
 }
 
 /// Applies stream records to a replica's server, as its worker would.
@@ -357,7 +408,7 @@ fn resent_requests_get_their_original_answers_and_do_not_run_again() {
 /// and every resent request gets its original answer.
 #[test]
 fn an_opened_qp_resumes_on_the_new_master() {
-    let (outcomes, ctr, mut c) = failover_on(|_| true, true);
+    let (outcomes, ctr, mut c) = failover_on(|_| true, Qps::Opened);
     assert_original_answers(&outcomes);
     assert_eq!(ctr, ADDS, "not one applied twice on the new master");
     assert!(c.transport().stats().resumed >= 1);
@@ -367,6 +418,27 @@ fn an_opened_qp_resumes_on_the_new_master() {
         "installed from the stream"
     );
     assert!(c.io_mut().stats.restored_replays.get() >= ADDS / 10);
+}
+
+/// A tenant's opened QP keeps its window (`max_credits`) across the failover: the
+/// OPENED record carries it, the new master's RESUME ACCEPT grants the same, so the
+/// client goes on with its requests in flight (a different window would start a new
+/// incarnation and fail them); each fetch-add counts once.
+#[test]
+fn a_tenants_window_is_carried_to_the_new_master() {
+    let (outcomes, ctr, c) = failover_on(|_| true, Qps::Tenant);
+    assert_original_answers(&outcomes);
+    assert_eq!(ctr, ADDS, "not one applied twice on the new master");
+    let t = c.transport();
+    assert!(t.stats().resumed >= 1);
+    assert_eq!(t.stats().resume_refused, 0);
+    assert_eq!(t.credits(0), TENANT_WINDOW);
+}
+
+/// Both ways a full sync carries a tenant's window too.
+#[test]
+fn a_full_sync_carries_a_tenants_window() {
+    full_sync_failover(Qps::Tenant, WriteGate::open);
 }
 
 #[test]
@@ -399,14 +471,14 @@ fn requests_the_replica_never_heard_of_run_there_once() {
 /// resent fetch-add again. The full sync now carries the records with the data.
 #[test]
 fn a_full_sync_carries_the_completion_records_with_the_data() {
-    full_sync_failover(false, WriteGate::open);
+    full_sync_failover(Qps::Static, WriteGate::open);
 }
 
 /// The synced node never heard of an opened QP (it joined after the OPEN): the sync
 /// installs it (R_Key, secret) with its records, and the client resumes there.
 #[test]
 fn a_full_sync_carries_opened_qps() {
-    full_sync_failover(true, WriteGate::open);
+    full_sync_failover(Qps::Opened, WriteGate::open);
 }
 
 /// The nemesis's seed 5: the master (frozen, then fenced: its lease had lapsed)
@@ -417,7 +489,7 @@ fn a_full_sync_carries_opened_qps() {
 /// permission: fenced ...
 #[test]
 fn a_full_sync_from_a_fenced_master_carries_what_it_ran() {
-    full_sync_failover(false, |g| {
+    full_sync_failover(Qps::Static, |g| {
         g.set_fence_deadline(1);
         g.refuse_not_master();
     });
@@ -426,22 +498,26 @@ fn a_full_sync_from_a_fenced_master_carries_what_it_ran() {
 /// ... or short of replicas in sync (as while one joins).
 #[test]
 fn a_full_sync_from_a_master_short_of_replicas_carries_what_it_ran() {
-    full_sync_failover(false, WriteGate::refuse_not_enough_replicas);
+    full_sync_failover(Qps::Static, WriteGate::refuse_not_enough_replicas);
 }
 
 /// Runs [`ADDS`] fetch-adds on the master, answers lost; with its gate set by
 /// `gate` the master full-syncs the replica, dies, and the replica is elected:
 /// every resend must get its original answer, none run twice.
-fn full_sync_failover(opened: bool, gate: fn(&WriteGate)) {
-    let (mut c, tickets, stream) = run_on_master(opened);
+fn full_sync_failover(qps: Qps, gate: fn(&WriteGate)) {
+    let (mut c, tickets, stream) = run_on_master(qps);
     let sw = c.io_mut();
     gate(&sw.nodes[1].gate);
     // A burst reads the gate (an empty one: the client's frames were lost).
     let mut tx = VecSink::default();
     sw.nodes[1].server.handle_burst(&[], &sw.stats, &mut tx);
-    full_sync_to_replica(&mut c, &stream, !opened);
+    full_sync_to_replica(&mut c, &stream, qps == Qps::Static);
     let sw = c.io_mut();
-    assert_eq!(sw.counter(0), ADDS, "the data came with the sync");
+    assert_eq!(
+        sw.counter(0),
+        ran_on_master(qps),
+        "the data came with the sync"
+    );
     sw.nodes[1].dead = true;
     assert_original_answers(&promote(&mut c, tickets));
     assert_eq!(
@@ -449,7 +525,9 @@ fn full_sync_failover(opened: bool, gate: fn(&WriteGate)) {
         ADDS,
         "not one applied twice on the synced node"
     );
-    assert!(c.io_mut().stats.restored_replays.get() >= ADDS / 10);
+    // Each request the master ran is answered from the records it synced.
+    let requests = ran_on_master(qps) / OPS_PER_REQUEST as u64;
+    assert!(c.io_mut().stats.restored_replays.get() >= requests);
 }
 
 /// A chain relay's full sync carries what it restored from its master: the replica
@@ -457,7 +535,7 @@ fn full_sync_failover(opened: bool, gate: fn(&WriteGate)) {
 /// the source), which is then elected; every resend gets its original answer.
 #[test]
 fn a_relay_full_sync_carries_the_records_it_restored() {
-    let (mut c, tickets, stream) = run_on_master(false);
+    let (mut c, tickets, stream) = run_on_master(Qps::Static);
     let sw = c.io_mut();
     sw.nodes[1].dead = true;
     apply(&mut sw.nodes[0].server, stream.lock().unwrap().iter());
@@ -476,7 +554,7 @@ fn a_relay_full_sync_carries_the_records_it_restored() {
 #[test]
 fn a_resume_at_a_node_that_is_not_master_is_not_answered() {
     let stream = Arc::new(Mutex::new(Vec::new()));
-    let mut c = world(&stream, false);
+    let mut c = world(&stream, Qps::Static);
     c.io_mut().nodes[1].mute = true;
     let t = c.submit(fetch_add());
     c.flush();

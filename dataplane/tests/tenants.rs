@@ -32,6 +32,7 @@ fn rule(id: u32, secret: &[u8], acl: u8) -> TenantRule {
         acl,
         max_connections: 0,
         requests_per_s: 0,
+        max_credits: 0,
     }
 }
 
@@ -358,6 +359,57 @@ fn quotas_limit_connections_and_requests() {
         (2, 1, 5)
     );
     assert_eq!(t.over_quota.get(), drops(&st, DropReason::OverQuota));
+}
+
+/// A tenant's `max_credits` is the window its QPs are granted: its requests are served
+/// at the slots of that window; one addressed as for the server's larger window (a
+/// client ignoring its ACCEPT) is dropped `bad_va`, one a window ahead or more is not
+/// its connection's (dropped, unanswered).
+#[test]
+fn a_tenants_credits_quota_is_its_window() {
+    let mut r = rule(7, SECRET_A, tenant::ALL);
+    r.max_credits = 4;
+    let mut s = server(vec![r, rule(8, SECRET_B, tenant::ALL)], true);
+    let st = WorkerStats::default();
+    let now = now_ms();
+    let a = try_open(&mut s, &st, tenant_open(1, 7, SECRET_A, now)).unwrap();
+    let b = try_open(&mut s, &st, tenant_open(2, 8, SECRET_B, now)).unwrap();
+    let anonymous = Join::Open {
+        partition: 0,
+        tenant: None,
+    };
+    let anon = try_open(&mut s, &st, open_frame(3, anonymous)).unwrap();
+    assert_eq!(a.accept.credits, 4);
+    assert_eq!(
+        (b.accept.credits, anon.accept.credits),
+        (common::W, common::W)
+    );
+    let k = prefixed(7, b"w");
+    let get = [KvOp::Get { key: &k }];
+    let served = |out: &[Vec<u8>]| {
+        out.iter()
+            .filter(|f| kvwire::parse_response(f).is_ok())
+            .count()
+    };
+    let frames: Vec<Vec<u8>> = (0..4).map(|n| a.request(&get, n, n)).collect();
+    assert_eq!(
+        served(&run(&mut s, &st, &frames)),
+        4,
+        "a window of requests"
+    );
+    // Request 4 at the slot the server's window would give it.
+    let mut wide = a;
+    wide.accept.credits = common::W;
+    let n = (4..4 + u32::from(common::W))
+        .find(|&n| wide.va(n) != a.va(n))
+        .unwrap();
+    let bad_va = drops(&st, DropReason::BadVa);
+    assert!(run(&mut s, &st, &[wide.request(&get, n, n)]).is_empty());
+    assert_eq!(drops(&st, DropReason::BadVa), bad_va + 1);
+    // A request a whole window ahead of the next expected one (PSN + 4).
+    assert!(run(&mut s, &st, &[a.request(&get, 8, 8)]).is_empty());
+    // The next expected request at its own slot is served.
+    assert_eq!(served(&run(&mut s, &st, &[a.request(&get, 4, 4)])), 1);
 }
 
 #[test]

@@ -241,10 +241,18 @@ impl Driver {
             self.io.flush();
             t.poll(&mut self.io, clock.now(), &mut |_| {});
         }
+        // The window each QP was granted (a tenant's may be smaller than the server's).
+        let windows: Vec<u16> = (0..t.qp_count()).map(|q| t.credits(q)).collect();
+        let (lo, hi) = (windows.iter().min(), windows.iter().max());
         eprintln!(
-            "pktgen: {} QPs connected in {:.1} ms",
+            "pktgen: {} QPs connected in {:.1} ms, window {}",
             t.qp_count(),
-            start.elapsed().as_secs_f64() * 1e3
+            start.elapsed().as_secs_f64() * 1e3,
+            match (lo, hi) {
+                (Some(l), Some(h)) if l != h => format!("{l}..{h}"),
+                (Some(l), _) => l.to_string(),
+                _ => "-".to_string(),
+            }
         );
         Ok(())
     }

@@ -70,11 +70,12 @@ amis=$(json_field "$E2E_TMP/readmitted.json" 'd["mismatches"]')
 pass "re-admitted QPN 20: $aops ops verified, 0 timeouts"
 
 # Tenants from pktgen (docs/PROTOCOL.md §6.8): with --tenant-file the server opens
-# its QPs, every key in the tenant's namespace; the exactly-once check and a verified
-# workload pass there, and the tenant's counters hold its requests. A read-only
+# its QPs, granted the tenant's window (max_credits 8), every key in the tenant's
+# namespace; the exactly-once check and a verified workload pass there, and the
+# tenant's counters hold its requests. A read-only
 # tenant's writes are all refused DENIED (nothing lost: its reads still run); after a
 # rotation the old credentials open nothing.
-ctl tenants add --name gen --id 5 --credentials-out "$E2E_TMP/gen.json" >/dev/null
+ctl tenants add --name gen --id 5 --max-credits 8 --credentials-out "$E2E_TMP/gen.json" >/dev/null
 ctl tenants add --name ro --id 6 --acl read --credentials-out "$E2E_TMP/ro.json" >/dev/null
 run_pktgen tenant --no-huge --json "$E2E_TMP/tenant.json" --verify --tenant-file "$E2E_TMP/gen.json" \
   --keys 1000 --value-size 8 --load --get 0.5 --put 0.3 --atomic 0.2 --warmup 0.2 --duration 1 \
@@ -89,7 +90,9 @@ tviol=$(json_field "$E2E_TMP/tenant.json" 'd["exactly_once"]["violations"]')
 echo /kvd/tenants/stats | dpdk-telemetry.py -f "$PREFIX" >"$E2E_TMP/tstats.json"
 treq=$(python3 -c 'import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])["/kvd/tenants/stats"]; print(d["requests"][d["id"].index(5)])' "$E2E_TMP/tstats.json")
 [ "$treq" -gt 1000 ] || { cat "$E2E_TMP/tstats.json"; fail "tenant 5 counted $treq requests"; }
-pass "tenant 5 via pktgen --tenant-file: $tops ops verified, exactly-once clean, $treq requests counted for it"
+grep -q "QPs connected in .* ms, window 8$" "$E2E_TMP/tenant.out" \
+  || { cat "$E2E_TMP/tenant.out"; fail "tenant 5's QPs were not granted its 8 credits"; }
+pass "tenant 5 via pktgen --tenant-file: window 8 (its max_credits), $tops ops verified, exactly-once clean, $treq requests counted for it"
 if run_pktgen readonly --no-huge --json "$E2E_TMP/ro.json.out" --tenant-file "$E2E_TMP/ro.json" \
   --keys 1000 --value-size 8 --get 0.5 --put 0.5 --warmup 0 --duration 0.5 --calibrate 0 \
   --timeout-ms 3000 >"$E2E_TMP/readonly.out" 2>&1; then :; fi

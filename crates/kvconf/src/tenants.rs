@@ -27,6 +27,10 @@ pub struct TenantConfig {
     /// request gets an RNR NAK.
     #[serde(default)]
     pub requests_per_s: u32,
+    /// Requests in flight per opened QP of the tenant: the window its ACCEPTs grant, a
+    /// power of two (0: the server's `server.credits`; above it, the server's).
+    #[serde(default)]
+    pub max_credits: u16,
 }
 
 fn default_acl() -> String {
@@ -77,7 +81,7 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
 }
 
 impl TenantConfig {
-    /// Checks the id and the secret.
+    /// Checks the id, the secret and the window.
     pub fn validate(&self) -> Result<(), String> {
         if self.id == 0 || self.id >= 1 << 24 {
             return Err(format!(
@@ -91,6 +95,13 @@ impl TenantConfig {
             return Err(format!(
                 "tenant {:?}: the secret must be 16 to 64 bytes (32 to 128 hex digits)",
                 self.name
+            ));
+        }
+        if self.max_credits != 0 && !self.max_credits.is_power_of_two() {
+            return Err(format!(
+                "tenant {:?}: max_credits must be a power of two (or 0: the server's credits), \
+                 not {}",
+                self.name, self.max_credits
             ));
         }
         Ok(())

@@ -20,6 +20,7 @@ pub fn tenant_rule(t: &kvconf::TenantConfig) -> Result<TenantRule, String> {
             .map_err(|e| format!("tenant {:?}: acl: {e}", t.name))?,
         max_connections: t.max_connections,
         requests_per_s: t.requests_per_s,
+        max_credits: t.max_credits,
     })
 }
 
@@ -77,6 +78,14 @@ impl TenantSync {
 mod tests {
     use super::*;
 
+    /// A tenant record with window `w`.
+    fn windowed(id: u32, w: u16) -> Vec<u8> {
+        format!(
+            r#"{{"name":"w{id}","id":{id},"secret":"000102030405060708090a0b0c0d0e0f","max_credits":{w}}}"#
+        )
+        .into_bytes()
+    }
+
     #[test]
     fn records_read_as_config_tenants_and_bad_ones_are_named() {
         let good =
@@ -86,15 +95,19 @@ mod tests {
             (8, good.to_vec()),
             (9, b"{not json".to_vec()),
             (10, br#"{"name":"x","id":10,"secret":"00"}"#.to_vec()),
+            (11, windowed(11, 8)),
+            (12, windowed(12, 3)),
         ];
         let mut bad = Vec::new();
         let rules = rules_of(&records, &mut bad);
-        assert_eq!(rules.len(), 1);
+        assert_eq!(rules.len(), 2);
         assert_eq!(
-            (rules[0].id, rules[0].acl),
-            (7, kvwire::tenant::parse_acl("read").unwrap())
+            (rules[0].id, rules[0].acl, rules[0].max_credits),
+            (7, kvwire::tenant::parse_acl("read").unwrap(), 0)
         );
-        assert_eq!(bad.len(), 3, "{bad:?}");
+        assert_eq!((rules[1].id, rules[1].max_credits), (11, 8));
+        assert_eq!(bad.len(), 4, "{bad:?}");
+        assert!(bad[3].contains("power of two"), "{bad:?}");
         assert!(bad[0].contains("differs"));
     }
 }

@@ -168,6 +168,7 @@ mod tests {
             acl: kvwire::tenant::ALL,
             max_connections: 0,
             requests_per_s: 0,
+            max_credits: 0,
         }
     }
 

@@ -302,7 +302,7 @@ impl Server {
         let c = &self.clients.as_slice()[ci];
         let accept = Accept {
             nonce,
-            credits: self.credits,
+            credits: c.window,
             // A resumed connection goes on at the client's next PSN, with this
             // node's next response PSN.
             request_psn: match (resumed, cf.resume()) {
@@ -380,13 +380,14 @@ impl Server {
             stats.drop(DropReason::NotConnected);
             return false;
         }
-        let slot = slot_va(id.region_va, self.slot_size, self.credits, req.psn);
+        // The client's window: the server's credits, or its tenant's smaller one.
+        let slot = slot_va(id.region_va, self.slot_size, c.window, req.psn);
         if req.va != slot || req.payload.len() as u64 > self.slot_size {
             stats.drop(DropReason::BadVa);
             return false;
         }
         let e = c.rx.expected();
-        let arrival = c.rx.arrival(req.psn, u32::from(self.credits));
+        let arrival = c.rx.arrival(req.psn, u32::from(c.window));
         if arrival == Arrival::Expected {
             // A connection resumed across a failover: a request the old master
             // executed is answered from its completion records, never executed again.

@@ -14,6 +14,7 @@
 
 use super::Server;
 use crate::chunk::Chunk;
+use crate::clients::OpenedQp;
 use crate::packet::{PktCtx, RESPONSE_UDP_SRC_PORT};
 use crate::respond::Responder;
 use crate::stats::WorkerStats;
@@ -123,9 +124,13 @@ impl Server {
                     Ok(t) => t,
                     Err(why) => return stats.drop(why),
                 };
-                let rkey = self.keys.next_u32();
-                let secret = self.keys.next_u64();
-                let Some((i, qpn)) = self.clients.open(rkey, secret, tenant, self.now_s) else {
+                let q = OpenedQp {
+                    rkey: self.keys.next_u32(),
+                    secret: self.keys.next_u64(),
+                    tenant,
+                    window: self.tenants.window(tenant, self.credits),
+                };
+                let Some((i, qpn)) = self.clients.open(q, self.now_s) else {
                     return stats.drop(DropReason::NoFreeQp);
                 };
                 self.tenants.count(tenant, 1);
@@ -139,7 +144,7 @@ impl Server {
         let c = &self.clients.as_slice()[ci];
         let accept = Accept {
             nonce,
-            credits: self.credits,
+            credits: c.window,
             request_psn: c.start_psn,
             response_psn: c.start_resp_psn,
             slot_size: self.slot_size as u32,

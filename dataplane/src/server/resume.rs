@@ -205,7 +205,7 @@ impl Server {
         let c = &self.clients.as_slice()[ci];
         let mut buf = [0u8; completion::OPENED_LEN];
         let blob: &[u8] = if c.is_opened() {
-            buf = completion::opened(c.nonce, c.rkey, c.secret, c.tenant);
+            buf = completion::opened(c.nonce, &c.opened_qp());
             &buf
         } else {
             let b = completion::incarnation(c.nonce);
@@ -342,12 +342,7 @@ impl CompletionKeeper for Keeper<'_> {
 /// QP not here or a blob not understood.
 fn restore(clients: &mut ClientTable, ring: &mut Arena, qpn: u32, blob: &[u8], now: u32) -> bool {
     let i = match completion::decode(blob) {
-        Some(completion::Blob::Opened {
-            rkey,
-            secret,
-            tenant,
-            ..
-        }) => clients.install_opened(qpn, rkey, secret, tenant, now),
+        Some(completion::Blob::Opened { qp, .. }) => clients.install_opened(qpn, qp, now),
         Some(completion::Blob::Closed { nonce }) => {
             if let Some(i) = clients.find(qpn) {
                 let same = clients.restored_mut(i).is_some_and(|r| r.nonce == nonce);

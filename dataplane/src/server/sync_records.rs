@@ -187,14 +187,11 @@ impl SyncRecords<'_> {
     }
 }
 
-/// The OPENED (an opened QP: its R_Key, secret and tenant come along) or INCARNATION
+/// The OPENED (an opened QP: its R_Key, secret, tenant and window come along) or INCARNATION
 /// record of incarnation `nonce` of `c`.
 fn emit_incarnation(c: &Client, nonce: u64, emit: &mut dyn FnMut(u32, &[u8])) {
     if c.is_opened() {
-        emit(
-            c.qpn,
-            &completion::opened(nonce, c.rkey, c.secret, c.tenant),
-        );
+        emit(c.qpn, &completion::opened(nonce, &c.opened_qp()));
     } else {
         emit(c.qpn, &completion::incarnation(nonce));
     }

@@ -36,6 +36,8 @@ pub struct TenantRule {
     pub max_connections: u32,
     /// Requests per second per worker (0: no limit).
     pub requests_per_s: u32,
+    /// Requests in flight per opened QP: a power of two (0: the server's credits).
+    pub max_credits: u16,
 }
 
 /// The tenant state of one worker.
@@ -213,6 +215,16 @@ impl Tenants {
         }
         count(|s| &s.opens);
         Ok(c.id)
+    }
+
+    /// The window `W` of a QP tenant `id` opens, of a server granting `credits`: the
+    /// tenant's `max_credits` when it is smaller (both are powers of two), else
+    /// `credits`.
+    pub fn window(&self, id: u32, credits: u16) -> u16 {
+        match self.find(id).map(|i| self.rules[i].max_credits) {
+            Some(m) if m != 0 && m < credits => m,
+            _ => credits,
+        }
     }
 
     /// An opened QP of tenant `id` began (`+1`) or ended (`-1`).

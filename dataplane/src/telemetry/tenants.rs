@@ -52,6 +52,7 @@ fn list(ctl: &ControlState, d: &mut TelDict<'_>) {
     let _ = d.add_u64_array("acl", &col(&|r| u64::from(r.acl)));
     let _ = d.add_u64_array("max_connections", &col(&|r| u64::from(r.max_connections)));
     let _ = d.add_u64_array("requests_per_s", &col(&|r| u64::from(r.requests_per_s)));
+    let _ = d.add_u64_array("max_credits", &col(&|r| u64::from(r.max_credits)));
     let _ = d.add_dict("name", |x| {
         for r in &rules {
             let _ = x.add_str(&r.id.to_string(), &r.name);
@@ -113,8 +114,8 @@ fn fields<'a, const N: usize>(p: &'a str, usage: &str) -> Result<[&'a str; N], S
 }
 
 fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
-    let usage = "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S";
-    let rule = fields::<6>(p, usage).and_then(|[name, id, secret, acl, maxc, rps]| {
+    let usage = "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S,MAX_CREDITS";
+    let rule = fields::<7>(p, usage).and_then(|[name, id, secret, acl, maxc, rps, credits]| {
         if name.is_empty() {
             return Err("empty tenant name".to_string());
         }
@@ -128,6 +129,10 @@ fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
                 .ok_or("ACL_BITS: a mask of read 1, write 2, atomic 4, txn 8")?,
             max_connections: parse_u32(maxc)?,
             requests_per_s: parse_u32(rps)?,
+            max_credits: u16::try_from(parse_u32(credits)?)
+                .ok()
+                .filter(|&w| w == 0 || w.is_power_of_two())
+                .ok_or("MAX_CREDITS: a power of two, or 0 for the server's credits")?,
         })
     });
     let rule = match rule {
