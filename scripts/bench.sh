@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|idle|tenants|paper|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|tenants|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -89,6 +89,13 @@ case "$suite" in
     # Sentinel, async and with WAIT 1 (results/nemesis_redis.json).
     scripts/setup.sh >/dev/null
     exec python3 scripts/nemesis_redis.py "$@" ;;
+  repl-cost)
+    # CPU per replicated PUT (issue 31): standalone vs master + 1 async replica, idle
+    # policies yield and adaptive, Redis 7 master + replica side by side
+    # (results/repl_cost.json).
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane -p pktgen
+    exec python3 scripts/bench_repl_cost.py "$@" ;;
   tenants)
     # Connections and tenants (issue 32): opens/s, 10 000 QPs vs 4, tenant checks on vs
     # off, 1000 tenants vs 1, hijack and isolation counts, Redis ACL users side by
@@ -111,5 +118,5 @@ case "$suite" in
     fi
     exec python3 scripts/bench_idle.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|idle|tenants|paper|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|tenants|paper|all}" >&2; exit 2 ;;
 esac

@@ -8,7 +8,7 @@
 //!   poll, a whole core still);
 //! * `Sleep`: once the loop found nothing for `after` polls in a row *and* for
 //!   `quiet_us` microseconds (so a loaded loop's short gaps between bursts never
-//!   sleep), sleep (`nanosleep`, the thread's timer slack set to 1 µs) for a time
+//!   sleep; until then it yields as `Yield` does), sleep (`nanosleep`, the thread's timer slack set to 1 µs) for a time
 //!   that starts at `min_us` and doubles on each further empty poll up to `max_us`;
 //!   any work resets it. An idle loop then costs a wake-up per `max_us`, and the
 //!   first packet after a quiet spell waits at most `max_us` (plus the kernel's
@@ -136,6 +136,10 @@ impl IdleBackoff {
             } => {
                 let since = *self.quiet_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < Duration::from_micros(u64::from(quiet_us)) {
+                    // Not idle long enough to sleep: yield as `Yield` does, so a thread
+                    // sharing the core (a client, another lcore) runs now rather than
+                    // after a scheduler slice of spinning.
+                    std::thread::yield_now();
                     return 0;
                 }
                 self.sleep(max_us)

@@ -44,7 +44,7 @@ pub mod snapshot;
 
 pub use applier::{Applier, Outcome, Reply, Sink, SinkError};
 pub use backlog::{random_repl_id, Backlog, ReadError};
-pub use log::{log_ring, LogConsumer, LogItem, LogProducer, PushError};
+pub use log::{log_ring, Drained, LogConsumer, LogItem, LogProducer, PushError};
 pub use messages::{Control, Hello, Probe, ProbeReply, Progress, Welcome, WelcomeMode};
 pub use progress::{DurableCursor, Gate, GateConfig, GateRules, Liveness, Mode, ProbeConfig};
 pub use record::{
