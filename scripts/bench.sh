@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|tenants|paper|all}
+# Benchmarks. Usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|idle-tap|tenants|paper|all}
 # Each suite writes JSON (+ PNG plots) into results/ with the command and machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -96,6 +96,13 @@ case "$suite" in
     scripts/setup.sh >/dev/null
     cargo build --release -q -p dataplane -p pktgen
     exec python3 scripts/bench_repl_cost.py "$@" ;;
+  idle-tap)
+    # Idle lcores on net_tap with Rx interrupts (issue 31): yield vs adaptive vs
+    # adaptive without Rx interrupts; idle CPU, sparse and back-to-back GET latency
+    # from the Python binding (results/idle_tap.json). Needs root.
+    scripts/setup.sh >/dev/null
+    cargo build --release -q -p dataplane
+    exec python3 scripts/bench_idle_tap.py "$@" ;;
   tenants)
     # Connections and tenants (issue 32): opens/s, 10 000 QPs vs 4, tenant checks on vs
     # off, 1000 tenants vs 1, hijack and isolation counts, Redis ACL users side by
@@ -118,5 +125,5 @@ case "$suite" in
     fi
     exec python3 scripts/bench_idle.py "$@" ;;
   all) scripts/bench-engine.sh "$@"; scripts/bench-e2e.sh "$@"; "$0" ooo; "$0" scale; "$0" transport; "$0" clients; "$0" hardening; "$0" replication; "$0" tx ;;
-  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|tenants|paper|all}" >&2; exit 2 ;;
+  *) echo "usage: scripts/bench.sh {engine|e2e|ooo|scale|transport|clients|hardening|replication|tx|nemesis|nemesis-redis|repl-cost|idle|idle-tap|tenants|paper|all}" >&2; exit 2 ;;
 esac

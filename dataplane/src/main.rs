@@ -68,6 +68,10 @@ struct Args {
     /// and the replication lcore (the A/B baseline of `scripts/bench_doorbell.py`).
     #[arg(long)]
     no_doorbells: bool,
+    /// With `adaptive`: sleep timed only, without waking on the port's Rx interrupts
+    /// (net_tap has them; the A/B baseline of `scripts/bench_idle_tap.py`).
+    #[arg(long)]
+    no_rx_intr: bool,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
     #[arg(long)]
     pdump: bool,
@@ -314,7 +318,15 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let worker_lcores = startup::worker_lcores(repl_lcore);
     let nw = worker_lcores.len();
     let pool = Arc::new(startup::mbuf_pool(cfg)?);
-    let (port, queues) = startup::open_port(cfg, nw, &pool)?;
+    let sleeping = matches!(
+        startup::idle_policy(&plan, &args),
+        dpdk::IdlePolicy::Sleep { .. }
+    );
+    let (port, queues) = startup::open_port(cfg, nw, &pool, sleeping && !args.no_rx_intr)?;
+    if queues.rx.iter().any(|q| q.intr_fd().is_some()) {
+        let driver = port.driver_name().unwrap_or_default();
+        println!("dataplane: idle workers wake on Rx interrupts ({driver})");
+    }
     let registry = startup::functions(cfg)?;
     let ooo = args.ooo.unwrap_or(cfg.server.ooo);
     let spec = startup::PartitionSpec {
@@ -328,11 +340,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut stores = spec.stores(nw)?;
     let rings = startup::handoff_rings(nw, port.socket_id())?;
     startup::print_banner(&plan, &args, &port, nw, ooo, &registry);
-    let sleeps = !args.no_doorbells
-        && matches!(
-            startup::idle_policy(&plan, &args),
-            dpdk::IdlePolicy::Sleep { .. }
-        );
+    let sleeps = !args.no_doorbells && sleeping;
     let mut repl = replication::setup(cfg, plan.role, repl_lcore, &mut stores, &pool, sleeps)?;
     if let Some(r) = &repl {
         let (role, lcore, links) = (plan.role, r.lcore.0, r.links.len());

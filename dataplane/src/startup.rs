@@ -83,11 +83,14 @@ pub fn mbuf_pool(cfg: &Config) -> Result<Mempool, StartError> {
     )?)
 }
 
-/// The client-facing port with one rx/tx queue pair per worker.
+/// The client-facing port with one rx/tx queue pair per worker; with `rx_intr`, Rx
+/// interrupts where its PMD has them (`dpdk::RX_INTR_DRIVERS`), for idle workers to
+/// sleep on.
 pub fn open_port(
     cfg: &Config,
     nw: usize,
     pool: &Mempool,
+    rx_intr: bool,
 ) -> Result<(Port, PortQueues), StartError> {
     let p = &cfg.dataplane;
     let mtu = cfg.server.mtu;
@@ -98,6 +101,7 @@ pub fn open_port(
         rxd: p.rxd,
         txd: p.txd,
         mtu: (usize::from(mtu) != kvwire::DEFAULT_MTU).then_some(mtu),
+        rx_intr,
         ..PortConfig::default()
     };
     let queues = port.configure(&pcfg, pool).map_err(|e| match e.op {

@@ -436,7 +436,14 @@ pub fn run(
         .maintain((tsc::now() / hz.max(1)) as u32, stats);
     // Snapshots: picked up in the control tick, scanned a little per iteration.
     let mut snap = WorkerSnap::new(handoff.me as usize);
-    let mut idle = IdleBackoff::with_policy(cfg.idle).with_doorbell(store.bell.clone());
+    // Sleeps end on a ring from the replication lcore and on a packet where the port
+    // has Rx interrupts.
+    let rx_fd = matches!(cfg.idle, dpdk::IdlePolicy::Sleep { .. })
+        .then(|| rxq.intr_fd())
+        .flatten();
+    let mut idle = IdleBackoff::with_policy(cfg.idle)
+        .with_doorbell(store.bell.clone())
+        .with_rx_fds(rx_fd);
     let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
     stats
         .latency
@@ -520,6 +527,7 @@ pub fn run(
         if slept > 0 {
             stats.idle_sleeps.inc();
             stats.idle_sleep_us.add(u64::from(slept));
+            stats.idle_rx_wakeups.set(idle.rx_wakeups);
         }
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;

@@ -5,7 +5,10 @@
 # application key is private to each tenant and to clients without one; the read-only
 # tenant's write is refused DENIED; a rotated secret stops the old credentials at once
 # while the new ones work; a removed tenant's credentials open nothing; the counters
-# (`denied`, `bad_credential`) and `ctlplane tenants list` agree.
+# (`denied`, `bad_credential`) and `ctlplane tenants list` agree. The dataplane runs
+# `--idle adaptive`: between the kvcli calls its worker sleeps, woken by the tap
+# queue's Rx interrupt (every request above is answered across those sleeps; the
+# worker's `idle_rx_wakeups` counts them).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -21,7 +24,7 @@ fail() { echo "FAIL: tenants: $*"; exit 1; }
 source scripts/e2e/tapns.sh
 tapns_init tenants
 START=$(date +%s)
-tapns_start "$TGT/release/dataplane"
+tapns_start "$TGT/release/dataplane" --idle adaptive --stats-json "$TMP/dp.json"
 ctl() { "$CTL" "$@" --file-prefix "$PREFIX"; }
 
 check() { # name ok detail
@@ -103,5 +106,10 @@ check tenant-metrics "$([ "$PROM" = 1 ] && [ "${REQ:-0}" -ge 3 ] && echo 1 || ec
   "promtool clean $PROM, kvd_tenant_requests_total{tenant=\"7\"} ${REQ:-none} (tenant 9 was removed: ${DEN9:-no series})"
 
 tapns_stop
+INTR=0
+grep -q "idle workers wake on Rx interrupts (net_tap)" "$TMP/dp.log" && INTR=1
+WAKES=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["idle_rx_wakeups"])' "$TMP/dp.json")
+check rx-interrupts "$([ "$INTR" = 1 ] && [ "$WAKES" -ge 5 ] && echo 1 || echo 0)" \
+  "adaptive idle on net_tap: Rx interrupts $INTR, $WAKES sleeps ended by a packet"
 [ "$FAILS" = 0 ] || fail "$FAILS of $CASES cases failed"
 echo "PASS: tenants: $CASES cases ($(( $(date +%s) - START )) s)"

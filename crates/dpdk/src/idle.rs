@@ -23,8 +23,13 @@
 //! it slept, so it wakes at once instead of at the end of its sleep. Ringing costs the
 //! producer one relaxed load per notification while the consumer is awake, and one
 //! `write(2)` per sleep that a push interrupts — never a syscall per record.
+//!
+//! A loop whose port gives Rx interrupts ([`crate::RxQueue::intr_fd`]: net_tap) also
+//! wakes on its rx queue's descriptor ([`IdleBackoff::with_rx_fds`]): readable exactly
+//! while packets wait, so a packet that arrives at any moment of the sleep, or just
+//! before it, ends it at once — none waits for the timeout, none is missed.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -66,6 +71,13 @@ pub struct IdleBackoff {
     pub slept_us: u64,
     /// Where sleeps wait to be rung (`None`: a plain timed sleep).
     doorbell: Option<Arc<Doorbell>>,
+    /// Rx queue interrupt descriptors a sleep also wakes on.
+    rx_fds: Vec<RawFd>,
+    /// What a sleep polls: the doorbell's eventfd (if any) first, then `rx_fds`.
+    /// Empty: a plain timed sleep.
+    pfds: Vec<libc::pollfd>,
+    /// Sleeps ended by a packet (an rx descriptor readable).
+    pub rx_wakeups: u64,
 }
 
 impl IdleBackoff {
@@ -95,13 +107,44 @@ impl IdleBackoff {
             sleeps: 0,
             slept_us: 0,
             doorbell: None,
+            rx_fds: Vec::new(),
+            pfds: Vec::new(),
+            rx_wakeups: 0,
         }
     }
 
     /// Sleeps on `bell` (rung by the loop's producers) instead of a plain timed sleep.
     pub fn with_doorbell(mut self, bell: Option<Arc<Doorbell>>) -> Self {
         self.doorbell = bell;
+        self.rebuild_pfds();
         self
+    }
+
+    /// Sleeps also end when one of `fds` (rx queue interrupt descriptors, readable
+    /// while packets wait: [`crate::RxQueue::intr_fd`]) is readable.
+    pub fn with_rx_fds(mut self, fds: impl IntoIterator<Item = RawFd>) -> Self {
+        self.rx_fds.extend(fds);
+        self.rebuild_pfds();
+        self
+    }
+
+    /// Whether a sleep wakes on rx descriptors.
+    pub fn wakes_on_rx(&self) -> bool {
+        !self.rx_fds.is_empty()
+    }
+
+    fn rebuild_pfds(&mut self) {
+        let pollin = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        self.pfds = self
+            .doorbell
+            .iter()
+            .map(|d| pollin(d.fd.as_raw_fd()))
+            .chain(self.rx_fds.iter().map(|&fd| pollin(fd)))
+            .collect();
     }
 
     /// The policy.
@@ -170,14 +213,67 @@ impl IdleBackoff {
     #[inline(never)]
     fn sleep(&mut self, max_us: u32) -> u32 {
         let us = self.next_us;
-        match &self.doorbell {
-            Some(d) => d.sleep(us),
-            None => std::thread::sleep(Duration::from_micros(u64::from(us))),
+        if self.pfds.is_empty() {
+            std::thread::sleep(Duration::from_micros(u64::from(us)));
+        } else {
+            self.sleep_polling(us);
         }
         self.sleeps += 1;
         self.slept_us += u64::from(us);
         self.next_us = us.saturating_mul(2).min(max_us.max(1));
         us
+    }
+}
+
+impl IdleBackoff {
+    /// Sleeps up to `us` or until the doorbell rings or an rx descriptor is readable.
+    fn sleep_polling(&mut self, us: u32) {
+        let bell = self.doorbell.as_deref();
+        if let Some(d) = bell {
+            d.announce();
+        }
+        for p in &mut self.pfds {
+            p.revents = 0;
+        }
+        let r = ppoll_us(&mut self.pfds, us);
+        if let Some(d) = bell {
+            d.woke(r > 0 && self.pfds[0].revents != 0);
+        }
+        if r <= 0 {
+            return;
+        }
+        let rx = usize::from(bell.is_some());
+        let mut packet = false;
+        for p in &mut self.pfds[rx..] {
+            if p.revents & libc::POLLIN != 0 {
+                packet = true;
+            } else if p.revents != 0 {
+                // A descriptor gone bad (error, hang-up) would end every sleep at
+                // once: poll ignores a negative fd, so the loop falls back to timed
+                // sleeps for it.
+                p.fd = -1;
+            }
+        }
+        self.rx_wakeups += u64::from(packet);
+    }
+}
+
+/// `ppoll` on `fds` for up to `us` microseconds: the number of ready descriptors,
+/// 0 on timeout, negative on error (EINTR: a signal, as a timeout).
+fn ppoll_us(fds: &mut [libc::pollfd], us: u32) -> i32 {
+    let ts = libc::timespec {
+        tv_sec: libc::time_t::from(us / 1_000_000),
+        tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
+    };
+    // SAFETY: `fds` is a valid array of `fds.len()` pollfds and `ts` a timespec, both
+    // alive across the call; no signal mask.
+    unsafe {
+        libc::ppoll(
+            fds.as_mut_ptr(),
+            fds.len() as libc::nfds_t,
+            &ts,
+            std::ptr::null(),
+        )
     }
 }
 
@@ -249,20 +345,26 @@ impl Doorbell {
 
     /// The consumer sleeps up to `us` microseconds or until rung.
     pub fn sleep(&self, us: u32) {
-        self.sleeping.store(true, Ordering::SeqCst);
-        let mut pfd = libc::pollfd {
+        self.announce();
+        let mut pfd = [libc::pollfd {
             fd: self.fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
-        };
-        let ts = libc::timespec {
-            tv_sec: libc::time_t::from(us / 1_000_000),
-            tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
-        };
-        // SAFETY: one valid pollfd and a timespec alive across the call; no sigmask.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        }];
+        let r = ppoll_us(&mut pfd, us);
+        self.woke(r > 0);
+    }
+
+    /// The consumer is about to wait on the eventfd: producers must ring.
+    fn announce(&self) {
+        self.sleeping.store(true, Ordering::SeqCst);
+    }
+
+    /// The consumer's wait ended, `rung` when the eventfd was readable: resets it and
+    /// counts the wake-up.
+    fn woke(&self, rung: bool) {
         self.sleeping.store(false, Ordering::Relaxed);
-        if r > 0 {
+        if rung {
             let mut v: u64 = 0;
             // SAFETY: reads 8 bytes into `v` (the eventfd's counter, which resets it).
             unsafe {
@@ -301,7 +403,10 @@ fn fine_timer_slack() {
 #[cfg(test)]
 mod tests {
     use super::{Doorbell, IdleBackoff, IdlePolicy};
+    use std::os::fd::{AsRawFd, FromRawFd};
     use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Duration;
 
     #[test]
     fn a_ring_wakes_a_sleeper_and_a_ring_to_the_awake_writes_nothing() {
@@ -335,6 +440,86 @@ mod tests {
         .with_doorbell(Some(d.clone()));
         assert_eq!(b.poll(true), 1);
         assert_eq!(b.poll(true), 2);
+        assert_eq!(b.sleeps, 2);
+    }
+
+    /// A pipe standing for an rx queue's interrupt descriptor (readable while bytes,
+    /// i.e. packets, wait): (read end, write end).
+    fn rx_pipe() -> (std::fs::File, std::fs::File) {
+        let mut fds = [0; 2];
+        // SAFETY: pipe writes two new descriptors into the array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        // SAFETY: both descriptors were just created and are owned by nothing else.
+        unsafe {
+            (
+                std::fs::File::from_raw_fd(fds[0]),
+                std::fs::File::from_raw_fd(fds[1]),
+            )
+        }
+    }
+
+    /// A backoff that sleeps at once, each sleep `us` long, waking on `rx`.
+    fn sleeper_on(rx: &std::fs::File, us: u32, bell: Option<Arc<Doorbell>>) -> IdleBackoff {
+        IdleBackoff::with_policy(IdlePolicy::Sleep {
+            after: 0,
+            quiet_us: 0,
+            min_us: us,
+            max_us: us,
+        })
+        .with_doorbell(bell)
+        .with_rx_fds([rx.as_raw_fd()])
+    }
+
+    #[test]
+    fn a_packet_waiting_before_or_arriving_during_a_sleep_ends_it() {
+        use std::io::Write;
+        let (r, mut w) = rx_pipe();
+        // Sleeps of 30 s: a wake-up counted as a packet's came before the timeout.
+        let mut b = sleeper_on(&r, 30_000_000, Doorbell::new().ok());
+        assert!(b.wakes_on_rx());
+        // Waiting before the sleep (the race of a packet landing after the last empty
+        // poll): the sleep ends at once.
+        w.write_all(b"p").unwrap();
+        b.poll(true);
+        assert_eq!(b.rx_wakeups, 1);
+        // Still unread (the PMD has not taken it): every sleep ends at once.
+        b.poll(true);
+        assert_eq!(b.rx_wakeups, 2);
+        let (r, mut w) = rx_pipe();
+        let mut b = sleeper_on(&r, 30_000_000, None);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            w.write_all(b"p").unwrap();
+            w
+        });
+        b.poll(true);
+        let _w = t.join().unwrap();
+        assert_eq!((b.rx_wakeups, b.sleeps), (1, 1));
+    }
+
+    #[test]
+    fn a_doorbell_still_rings_beside_rx_descriptors_and_a_dead_one_is_dropped() {
+        let (r, w) = rx_pipe();
+        let d = Doorbell::new().unwrap();
+        let mut b = sleeper_on(&r, 30_000_000, Some(d.clone()));
+        let d2 = d.clone();
+        let t = std::thread::spawn(move || {
+            while !d2.sleeping.load(Ordering::SeqCst) {
+                std::thread::yield_now();
+            }
+            d2.ring();
+        });
+        b.poll(true);
+        t.join().unwrap();
+        assert_eq!(d.wakeups.load(Ordering::Relaxed), 1);
+        assert_eq!(b.rx_wakeups, 0, "rung, not a packet");
+        // The write end closed: POLLHUP. The descriptor leaves the set instead of
+        // ending every sleep at once.
+        drop(w);
+        let mut b = sleeper_on(&r, 1, None);
+        b.poll(true);
+        assert_eq!((b.rx_wakeups, b.pfds[0].fd), (0, -1));
+        b.poll(true);
         assert_eq!(b.sleeps, 2);
     }
 

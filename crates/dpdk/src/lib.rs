@@ -49,6 +49,7 @@ pub use mbuf::{Mbuf, MbufBurst};
 pub use mempool::Mempool;
 pub use port::{
     LinkStatus, Port, PortConfig, PortId, PortQueues, PortStats, QueueId, RxQueue, TxQueue,
+    RX_INTR_DRIVERS,
 };
 pub use ring::{Ring, RingConsumer, RingItem, RingMode, RingProducer};
 

@@ -49,7 +49,19 @@ pub struct PortConfig {
     /// handles returned: start it later with [`Port::restart`] (e.g. a memif client
     /// whose server is not up yet, whose start would fail).
     pub start: bool,
+    /// Ask for Rx interrupts (`intr_conf.rxq`) where the PMD gives each rx queue a
+    /// level-triggered descriptor ([`RX_INTR_DRIVERS`]: net_tap, whose queue fd is
+    /// the tap's own): an idle loop can then sleep until a packet is there
+    /// ([`RxQueue::intr_fd`]). Ignored for any other PMD.
+    pub rx_intr: bool,
 }
+
+/// The PMDs whose rx queue interrupt descriptor is readable exactly while packets
+/// wait (so polling it needs no arming and can miss none): net_tap's is the queue's
+/// tap file descriptor. A PMD whose interrupts must be armed per sleep (most NICs'
+/// MSI-X vectors, with `rte_eth_dev_rx_intr_enable` and a last rx poll after it)
+/// is not in the list; memif has no Rx interrupts in DPDK 22.11.
+pub const RX_INTR_DRIVERS: &[&str] = &["net_tap"];
 
 impl Default for PortConfig {
     fn default() -> Self {
@@ -62,6 +74,7 @@ impl Default for PortConfig {
             promisc: true,
             rss: true,
             start: true,
+            rx_intr: false,
         }
     }
 }
@@ -180,6 +193,11 @@ impl Port {
         unsafe { dpdk_sys::rte_eth_dev_socket_id(self.id.0) }
     }
 
+    /// The name of the port's driver (its PMD), e.g. `net_tap`, `net_memif`.
+    pub fn driver_name(&self) -> Result<String> {
+        Ok(driver_name(&self.dev_info()?).to_string())
+    }
+
     fn dev_info(&self) -> Result<dpdk_sys::rte_eth_dev_info> {
         let mut info = dpdk_sys::rte_eth_dev_info::default();
         // SAFETY: valid port id, valid out-pointer.
@@ -213,6 +231,9 @@ impl Port {
         }
         if info.tx_offload_capa & dpdk_sys::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE != 0 {
             conf.txmode.offloads |= dpdk_sys::RTE_ETH_TX_OFFLOAD_MBUF_FAST_FREE;
+        }
+        if cfg.rx_intr && RX_INTR_DRIVERS.contains(&driver_name(&info)) {
+            conf.intr_conf.set_rxq(1);
         }
         // SAFETY: valid port, conf fully initialised.
         unsafe { dpdk_sys::rte_eth_dev_configure(port, cfg.nb_rxq, cfg.nb_txq, &conf) }
@@ -392,6 +413,18 @@ pub struct TxQueue {
     _not_sync: NotSync,
 }
 
+/// The driver name of a port's `info` ("" when it has none).
+fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> &str {
+    if info.driver_name.is_null() {
+        return "";
+    }
+    // SAFETY: a non-null driver_name of rte_eth_dev_info points at the PMD's static,
+    // NUL-terminated name, alive for the whole process.
+    unsafe { CStr::from_ptr(info.driver_name) }
+        .to_str()
+        .unwrap_or("")
+}
+
 impl RxQueue {
     fn new(port: PortId, queue: QueueId) -> Self {
         LIVE_QUEUES[port.0 as usize].fetch_add(1, Ordering::AcqRel);
@@ -410,6 +443,25 @@ impl RxQueue {
     /// Queue id.
     pub fn queue(&self) -> QueueId {
         self.queue
+    }
+
+    /// The queue's Rx interrupt descriptor, readable while packets wait, when the
+    /// port was configured with [`PortConfig::rx_intr`] and its PMD is one of
+    /// [`RX_INTR_DRIVERS`]; `None` otherwise. Poll it (`POLLIN`), never read it: the
+    /// PMD reads the packets.
+    pub fn intr_fd(&self) -> Option<std::os::fd::RawFd> {
+        let mut info = dpdk_sys::rte_eth_dev_info::default();
+        // SAFETY: valid port id (the handle keeps the port configured), valid
+        // out-pointer.
+        if unsafe { dpdk_sys::rte_eth_dev_info_get(self.port.0, &mut info) } != 0
+            || !RX_INTR_DRIVERS.contains(&driver_name(&info))
+        {
+            return None;
+        }
+        // SAFETY: valid port and queue ids; returns the queue's efd or a negative errno
+        // (no interrupt vector: the port was configured without intr_conf.rxq).
+        let fd = unsafe { dpdk_sys::rte_eth_dev_rx_intr_ctl_q_get_fd(self.port.0, self.queue.0) };
+        (fd >= 0).then_some(fd)
     }
 
     /// Receives up to `burst.remaining()` packets, appending them to `burst`; returns

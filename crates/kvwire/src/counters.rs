@@ -191,6 +191,10 @@ macro_rules! worker_counters {
             /// Sleeps of the idle policy `adaptive` (docs/OPERATIONS.md "Idle lcores").
             idle_sleeps: "Sleeps of an idle worker (server.idle adaptive).",
                 Family("kvd_idle_sleeps_total"), false;
+            /// Those sleeps ended by a packet: the rx queue's interrupt descriptor
+            /// became readable (net_tap; `crate` docs of `dpdk::RxQueue::intr_fd`).
+            idle_rx_wakeups: "Sleeps of an idle worker ended by a packet (Rx interrupt).",
+                Family("kvd_idle_rx_wakeups_total"), false;
             /// Microseconds those sleeps asked for (the kernel adds its timer slack).
             idle_sleep_us: "Microseconds an idle worker asked to sleep.",
                 Skip("Prometheus counts time in seconds; kvd_idle_sleeps_total counts the sleeps"), false;
