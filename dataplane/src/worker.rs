@@ -436,14 +436,7 @@ pub fn run(
         .maintain((tsc::now() / hz.max(1)) as u32, stats);
     // Snapshots: picked up in the control tick, scanned a little per iteration.
     let mut snap = WorkerSnap::new(handoff.me as usize);
-    // Sleeps end on a ring from the replication lcore and on a packet where the port
-    // has Rx interrupts.
-    let rx_fd = matches!(cfg.idle, dpdk::IdlePolicy::Sleep { .. })
-        .then(|| rxq.intr_fd())
-        .flatten();
-    let mut idle = IdleBackoff::with_policy(cfg.idle)
-        .with_doorbell(store.bell.clone())
-        .with_rx_fds(rx_fd);
+    let mut idle = idle_backoff(cfg, &store, &rxq);
     let mut sampler = Sampler::new(cfg.latency_sample_every, hz);
     stats
         .latency
@@ -518,16 +511,10 @@ pub fn run(
         }
         // Held responses (sync mode) wait for the replicas: yield, never sleep.
         let holding = || tx.hold.as_ref().is_some_and(|h| !h.q.is_empty());
-        let slept = if idle_now && holding() {
+        if idle_now && holding() {
             idle.poll_waiting();
-            0
         } else {
-            idle.poll(idle_now)
-        };
-        if slept > 0 {
-            stats.idle_sleeps.inc();
-            stats.idle_sleep_us.add(u64::from(slept));
-            stats.idle_rx_wakeups.set(idle.rx_wakeups);
+            idle_step(&mut idle, idle_now, stats);
         }
         if now.wrapping_sub(last_check) >= check_ticks {
             last_check = now;
@@ -570,6 +557,29 @@ fn echo(rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats, tx: &mut TxSide<'_>)
 /// tap, so a snapshot taken on a replica sees them); a transaction over several
 /// partitions with their workers parked. Records applied.
 #[inline]
+/// The worker's idle policy: its sleeps end on a ring from the replication lcore and
+/// on a packet where the port has Rx interrupts.
+fn idle_backoff(cfg: &WorkerConfig, store: &Store, rxq: &RxQueue) -> IdleBackoff {
+    let rx_fd = matches!(cfg.idle, dpdk::IdlePolicy::Sleep { .. })
+        .then(|| rxq.intr_fd())
+        .flatten();
+    IdleBackoff::with_policy(cfg.idle)
+        .with_doorbell(store.bell.clone())
+        .with_rx_fds(rx_fd)
+}
+
+/// One poll of the idle policy (`empty`: the iteration found no work), its sleep
+/// counted.
+#[inline]
+fn idle_step(idle: &mut IdleBackoff, empty: bool, stats: &WorkerStats) {
+    let slept = idle.poll(empty);
+    if slept > 0 {
+        stats.idle_sleeps.inc();
+        stats.idle_sleep_us.add(u64::from(slept));
+        stats.idle_rx_wakeups.set(idle.rx_wakeups);
+    }
+}
+
 fn apply_replicated(store: &mut Store) -> usize {
     let Some(a) = store.apply.as_mut() else {
         return 0;
