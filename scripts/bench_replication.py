@@ -117,8 +117,9 @@ class Cluster:
         self.dir = os.path.join(tmp, tag)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.huge = huge
-        # Extra dataplane flags of every node.
-        self.flags = []
+        # Extra dataplane flags of every node: the placement's documented idle policy
+        # (`yield`; the dataplane's default is `adaptive`) unless a caller sets others.
+        self.flags = ["--idle", "yield"]
         self.n = 1 + replicas
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.dir,
                         str(replicas), "--prefix", PREFIX, "--probe-ms", str(probe_ms),

@@ -190,12 +190,26 @@ fn rel(a: u64, b: u64) -> &'static str {
 
 /// The reply without what moves on an idle dataplane (nothing today, but the
 /// comparison is of counters only).
-fn counters(v: &Value) -> (Value, Value, Value) {
-    (
-        v["total"].clone(),
-        v["per_worker"].clone(),
-        v["mbufs_in_use"].clone(),
-    )
+/// The counters the identities read, of the total and of every worker: an idle
+/// dataplane holds them still, while others (an `adaptive` lcore's sleeps) move.
+fn counters(v: &Value) -> Vec<Value> {
+    let terms = RX_TERMS.iter().chain(TX_TERMS).chain(&[
+        "rx_packets",
+        "tx_packets",
+        "drop",
+        "handed_off",
+        "handed_in",
+    ]);
+    let mut cols: Vec<&Value> = vec![&v["total"]];
+    if let Some(w) = v["per_worker"].as_object() {
+        cols.extend(w.values());
+    }
+    let mut out: Vec<Value> = cols
+        .iter()
+        .flat_map(|c| terms.clone().map(move |k| c[*k].clone()))
+        .collect();
+    out.push(v["mbufs_in_use"].clone());
+    out
 }
 
 /// `ctlplane stats --check`: waits for quiescence, prints every term and verdict;
@@ -258,6 +272,25 @@ mod tests {
         json!({"workers": 2, "mbufs_in_use": 7,
             "tx_side_drops": ["tx_full", "no_mbuf", "mtu_too_small"],
             "total": total, "per_worker": {"1": w1, "0": w0}})
+    }
+
+    #[test]
+    fn quiescence_reads_the_identity_terms_only() {
+        let v = json!({"total": {"requests": 5, "idle_sleeps": 1, "drop": {"bad_va": 0}},
+            "per_worker": {"0": {"requests": 5, "idle_sleep_us": 10}}, "mbufs_in_use": 3});
+        let mut w = v.clone();
+        w["total"]["idle_sleeps"] = json!(9);
+        w["per_worker"]["0"]["idle_sleep_us"] = json!(99);
+        assert_eq!(
+            counters(&v),
+            counters(&w),
+            "an adaptive lcore's sleeps move"
+        );
+        w["per_worker"]["0"]["requests"] = json!(6);
+        assert_ne!(counters(&v), counters(&w));
+        let mut d = v.clone();
+        d["total"]["drop"]["bad_va"] = json!(1);
+        assert_ne!(counters(&v), counters(&d));
     }
 
     #[test]

@@ -195,6 +195,8 @@ fn assign_work(
     ctl: &Arc<ControlState>,
 ) -> Result<Vec<Work>, Box<dyn std::error::Error>> {
     let nw = stores.len();
+    // A worker hands requests to a sleeping owner through its doorbell.
+    let bells: Vec<_> = stores.iter().map(|s| s.bell.clone()).collect();
     let (mut rxs, mut txs) = (queues.rx.into_iter(), queues.tx.into_iter());
     let mut work = Vec::with_capacity(nw);
     for (w, (store, (inbox, outboxes))) in stores.into_iter().zip(rings).enumerate() {
@@ -206,6 +208,7 @@ fn assign_work(
             n: nw as u32,
             inbox,
             outboxes,
+            bells: bells.clone(),
         };
         work.push((store, rxq, txq, handoff, ctl.worker(w)));
     }
@@ -338,6 +341,12 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         ooo,
     };
     let mut stores = spec.stores(nw)?;
+    if nw > 1 && sleeping && !args.no_doorbells {
+        // Idle workers sleep on a doorbell the others ring when they hand them requests.
+        for s in &mut stores {
+            s.bell = Some(dpdk::Doorbell::new()?);
+        }
+    }
     let rings = startup::handoff_rings(nw, port.socket_id())?;
     startup::print_banner(&plan, &args, &port, nw, ooo, &registry);
     let sleeps = !args.no_doorbells && sleeping;

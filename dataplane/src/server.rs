@@ -504,6 +504,7 @@ impl Server {
             let guard = self.guard(ci);
             if let Some(s) = guard.and_then(|g| stats.tenants.slot(g.slot)) {
                 s.requests.inc();
+                s.request_bytes.add(req.payload.len() as u64);
             }
             self.stage_ops(reader, pkt, guard, &mut chunk, &pkts, stats, &mut out);
         }

@@ -343,6 +343,10 @@ pub fn print_banner(
 pub fn idle_policy(plan: &Plan, args: &Args) -> dpdk::IdlePolicy {
     let s = &plan.cfg.server;
     let after = args.idle_yield_polls.unwrap_or(s.idle_yield_polls);
+    if after == 0 {
+        // `idle_yield_polls: 0` is pure busy polling whatever the policy.
+        return dpdk::IdlePolicy::Poll;
+    }
     match args.idle.unwrap_or(s.idle) {
         kvconf::IdleMode::Poll => dpdk::IdlePolicy::Poll,
         kvconf::IdleMode::Yield => dpdk::IdleBackoff::new(after).policy(),

@@ -4,6 +4,7 @@
 //! Single writer (the worker), like every counter of [`crate::stats`].
 
 use crate::stats::Counter;
+use kvwire::counters::TENANT_FAMILIES;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 /// Tenants with series of their own.
@@ -13,13 +14,16 @@ pub const OTHER: u8 = TENANT_SERIES as u8;
 /// No slot (a client without a tenant).
 pub const NO_SLOT: u8 = u8::MAX;
 
-/// The counters of one tenant (or of `other`).
+/// The counters of one tenant (or of `other`); their names and export are
+/// `kvwire::counters::TENANT_FAMILIES`, in the order of [`TenantSlot::values`].
 #[derive(Debug, Default)]
 pub struct TenantSlot {
     /// The tenant id (0: `other`, or unused).
     pub id: AtomicU32,
     /// Requests served (not refused).
     pub requests: Counter,
+    /// Their payload bytes.
+    pub request_bytes: Counter,
     /// Ops answered DENIED (ACL or namespace).
     pub denied: Counter,
     /// Requests refused over the tenant's rate (RNR NAK).
@@ -28,6 +32,28 @@ pub struct TenantSlot {
     pub opens: Counter,
     /// OPENs naming the tenant refused (wrong proof, stale, over the connection quota).
     pub bad_credentials: Counter,
+    /// Opened QPs live (a level, set by the worker each control tick).
+    pub connections: Counter,
+}
+
+impl TenantSlot {
+    /// The counters, in the order of `kvwire::counters::TENANT_FAMILIES`.
+    pub fn counters(&self) -> [&Counter; TENANT_FAMILIES.len()] {
+        [
+            &self.requests,
+            &self.request_bytes,
+            &self.denied,
+            &self.over_quota,
+            &self.opens,
+            &self.bad_credentials,
+            &self.connections,
+        ]
+    }
+
+    /// Their values, in the same order.
+    pub fn values(&self) -> [u64; TENANT_FAMILIES.len()] {
+        self.counters().map(Counter::get)
+    }
 }
 
 /// One worker's tenant slots.
@@ -64,13 +90,7 @@ impl TenantStats {
             let id = ids.next().unwrap_or(0);
             if slot.id.load(Ordering::Relaxed) != id {
                 slot.id.store(id, Ordering::Relaxed);
-                for c in [
-                    &slot.requests,
-                    &slot.denied,
-                    &slot.over_quota,
-                    &slot.opens,
-                    &slot.bad_credentials,
-                ] {
+                for c in slot.counters() {
                     c.set(0);
                 }
             }

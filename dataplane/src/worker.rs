@@ -119,6 +119,9 @@ pub struct Handoff {
     pub inbox: Option<RingConsumer<Mbuf>>,
     /// Producers into every worker's inbox, indexed by partition (`None` for `me`).
     pub outboxes: Vec<Option<RingProducer<Mbuf>>>,
+    /// Every worker's doorbell by partition (`None`: it does not sleep on one), rung
+    /// once per burst that handed it requests.
+    pub bells: Vec<Option<Arc<dpdk::Doorbell>>>,
 }
 
 impl Handoff {
@@ -127,6 +130,8 @@ impl Handoff {
     #[inline]
     fn steer(&mut self, rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats) {
         let mut keep = MbufBurst::<MAX_BURST>::new();
+        // The owners handed something in this burst (partitions < 64).
+        let mut handed: u64 = 0;
         for m in rx.drain() {
             let owner = peek_owner(m.data(), self.n).unwrap_or(self.me);
             match self
@@ -135,7 +140,10 @@ impl Handoff {
                 .and_then(Option::as_mut)
             {
                 Some(out) if owner != self.me => match out.enqueue(m) {
-                    Ok(()) => stats.handed_off.inc(),
+                    Ok(()) => {
+                        stats.handed_off.inc();
+                        handed |= 1 << (owner % 64);
+                    }
                     Err(m) => {
                         stats.drop(DropReason::HandoffFull);
                         drop(m);
@@ -149,6 +157,13 @@ impl Handoff {
             }
         }
         std::mem::swap(rx, &mut keep);
+        while handed != 0 {
+            let owner = handed.trailing_zeros() as usize;
+            handed &= handed - 1;
+            if let Some(Some(b)) = self.bells.get(owner) {
+                b.ring();
+            }
+        }
     }
 }
 

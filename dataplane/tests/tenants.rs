@@ -359,6 +359,12 @@ fn quotas_limit_connections_and_requests() {
         (2, 1, 5)
     );
     assert_eq!(t.over_quota.get(), drops(&st, DropReason::OverQuota));
+    let frame = a.request(&[KvOp::Get { key: &k }], 0, 0);
+    let get_bytes = kvwire::parse_request(&frame).unwrap().payload.len() as u64;
+    assert_eq!(t.request_bytes.get(), 5 * get_bytes);
+    // The live QPs, published at the worker's control tick.
+    s.maintain(1, &st);
+    assert_eq!(t.connections.get(), 2);
 }
 
 /// A tenant's `max_credits` is the window its QPs are granted: its requests are served

@@ -131,7 +131,7 @@ pub struct ServerConfig {
     #[serde(default = "default_idle_yield_polls")]
     pub idle_yield_polls: u32,
     /// What a worker or replication lcore does once `idle_yield_polls` empty polls
-    /// in a row found nothing ([`IdleMode`]; default `yield`).
+    /// in a row found nothing ([`IdleMode`]; default `adaptive`).
     #[serde(default)]
     pub idle: IdleMode,
     /// `idle: adaptive`: the longest sleep, microseconds (the first is 1 µs,
@@ -325,11 +325,12 @@ pub enum IdleMode {
     Poll,
     /// `sched_yield` on empty polls: a thread sharing the core runs; a whole core
     /// still when alone on it.
-    #[default]
     Yield,
-    /// Sleep on empty polls, 1 µs doubling to `idle_sleep_max_us`: an idle lcore
-    /// costs next to nothing, the first request after a quiet spell waits up to the
-    /// longest sleep.
+    /// Yield as `Yield`, and once idle for `idle_quiet_us` sleep, 1 µs doubling to
+    /// `idle_sleep_max_us` (woken at once by a packet where the port has Rx
+    /// interrupts): an idle lcore costs next to nothing, the first request after a
+    /// quiet spell waits up to the longest sleep on a port without them. The default.
+    #[default]
     Adaptive,
 }
 

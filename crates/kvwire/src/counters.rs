@@ -243,6 +243,67 @@ pub const DERIVED: &[CounterDef] = &[
     },
 ];
 
+/// One per-tenant family (docs/OPERATIONS.md "Tenants"): its key in the dataplane's
+/// `/kvd/tenants/stats` (an array, one entry per tenant id) and its Prometheus family
+/// (`ctlplane metrics`, labelled `tenant`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TenantFamily {
+    /// Key in `/kvd/tenants/stats`.
+    pub key: &'static str,
+    /// Prometheus family.
+    pub family: &'static str,
+    /// One line for `# HELP`.
+    pub help: &'static str,
+    /// A gauge (a level) rather than a counter.
+    pub gauge: bool,
+}
+
+/// Every per-tenant family, in the order of the dataplane's `TenantSlot::values`.
+pub const TENANT_FAMILIES: [TenantFamily; 7] = [
+    TenantFamily {
+        key: "requests",
+        family: "kvd_tenant_requests_total",
+        help: "Requests served, by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "request_bytes",
+        family: "kvd_tenant_request_bytes_total",
+        help: "Request payload bytes served, by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "denied",
+        family: "kvd_tenant_denied_total",
+        help: "Ops refused DENIED (ACL or namespace), by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "over_quota",
+        family: "kvd_tenant_over_quota_total",
+        help: "Requests refused over the tenant's rate, by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "opens",
+        family: "kvd_tenant_opens_total",
+        help: "QPs opened, by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "bad_credentials",
+        family: "kvd_tenant_bad_credentials_total",
+        help: "OPENs refused for a bad credential, by tenant.",
+        gauge: false,
+    },
+    TenantFamily {
+        key: "connections",
+        family: "kvd_tenant_connections",
+        help: "Opened QPs live, by tenant.",
+        gauge: true,
+    },
+];
+
 /// The counter or derived figure called `name`.
 pub fn find(name: &str) -> Option<&'static CounterDef> {
     WORKER_COUNTERS

@@ -279,31 +279,9 @@ pub fn collect(f: &mut Families<'_>, stats: &Value, engine: &Value) -> Result<()
 /// The per-tenant families of a `/kvd/tenants/stats` reply: one series per tenant id
 /// (the first 64 tenants; `other` for the rest), summed over the workers.
 fn tenant_stats(f: &mut Families<'_>, t: &Value) -> Result<(), String> {
-    const FAMILIES: [(&str, &str, &str); 5] = [
-        (
-            "requests",
-            "kvd_tenant_requests_total",
-            "Requests served, by tenant.",
-        ),
-        (
-            "denied",
-            "kvd_tenant_denied_total",
-            "Ops refused DENIED (ACL or namespace), by tenant.",
-        ),
-        (
-            "over_quota",
-            "kvd_tenant_over_quota_total",
-            "Requests refused over the tenant's rate, by tenant.",
-        ),
-        ("opens", "kvd_tenant_opens_total", "QPs opened, by tenant."),
-        (
-            "bad_credentials",
-            "kvd_tenant_bad_credentials_total",
-            "OPENs refused for a bad credential, by tenant.",
-        ),
-    ];
     let ids = u64_array(t, "id")?;
-    for (key, name, help) in FAMILIES {
+    for fam in kvwire::counters::TENANT_FAMILIES {
+        let (key, name, help) = (fam.key, fam.family, fam.help);
         let v = u64_array(t, key)?;
         if v.len() != ids.len() {
             return Err(format!(
@@ -318,7 +296,11 @@ fn tenant_stats(f: &mut Families<'_>, t: &Value) -> Result<(), String> {
             } else {
                 id.to_string()
             };
-            f.counter(name, help, &[("tenant", &label)], x);
+            if fam.gauge {
+                f.gauge(name, help, &[("tenant", &label)], x as f64);
+            } else {
+                f.counter(name, help, &[("tenant", &label)], x);
+            }
         }
     }
     Ok(())

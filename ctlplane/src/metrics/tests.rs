@@ -406,9 +406,18 @@ fn http_server_answers_metrics_root_and_404() {
 fn tenant_series_are_labelled_by_tenant_and_bounded() {
     let (mut stats, engine) = sample();
     stats["tenant_stats"] = json!({"id": [7, 9, 0], "requests": [10, 20, 5],
-        "denied": [1, 0, 0], "over_quota": [0, 3, 0], "opens": [2, 1, 9],
-        "bad_credentials": [0, 4, 0]});
+        "request_bytes": [640, 0, 1], "denied": [1, 0, 0], "over_quota": [0, 3, 0],
+        "opens": [2, 1, 9], "bad_credentials": [0, 4, 0], "connections": [2, 0, 4]});
     let text = render(&mut Monotonic::default(), &stats, &engine).unwrap();
+    assert!(text.contains("kvd_tenant_request_bytes_total{tenant=\"7\"} 640"));
+    assert!(
+        text.contains("# TYPE kvd_tenant_connections gauge"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kvd_tenant_connections{tenant=\"other\"} 4"),
+        "{text}"
+    );
     assert!(
         text.contains("kvd_tenant_requests_total{tenant=\"7\"} 10"),
         "{text}"

@@ -215,6 +215,7 @@ impl Server {
         self.now_s = now_s;
         // The tenants' counter slots follow the rules (a no-op unless they changed).
         self.assign_tenant_slots(stats);
+        self.tenants.publish_connections(stats);
         if self.idle_close_s == 0 {
             return;
         }

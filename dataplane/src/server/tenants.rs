@@ -227,6 +227,23 @@ impl Tenants {
         }
     }
 
+    /// Publishes each tenant's opened QPs on this worker in its counters slot (the
+    /// tenants beyond the first series summed in `other`).
+    pub fn publish_connections(&self, stats: &WorkerStats) {
+        let mut other = 0u64;
+        for (i, &n) in self.live.iter().enumerate() {
+            let slot = TenantStats::slot_of(i);
+            if slot == crate::tenant_stats::OTHER {
+                other += u64::from(n);
+            } else if let Some(s) = stats.tenants.slot(slot) {
+                s.connections.set(u64::from(n));
+            }
+        }
+        if let Some(s) = stats.tenants.slot(crate::tenant_stats::OTHER) {
+            s.connections.set(other);
+        }
+    }
+
     /// An opened QP of tenant `id` began (`+1`) or ended (`-1`).
     pub fn count(&mut self, id: u32, delta: i32) {
         if let Some(i) = self.find(id) {

@@ -62,7 +62,7 @@ impl Server {
                 stats.outcome_unknown.inc();
                 Outcome::Committed
             }
-            Ok(r) => match self.tx_denied(ci, r, stats) {
+            Ok(r) => match self.tx_denied(ci, r, req.payload.len(), stats) {
                 Some(abort) => Outcome::Aborted(abort),
                 None => match self.other_partitions(r) {
                     0 => self.run_local(r),
@@ -124,12 +124,20 @@ impl Server {
     /// `CROSS_PARTITION`); a commit's post-images go to the tap.
     /// Why client `ci`'s tenant may not run transaction `r` (its ACL has no `txn`,
     /// or an op is outside its ACL or namespace): an abort naming the op (255: the
-    /// transaction itself) with status DENIED; `None` if it may.
-    fn tx_denied(&self, ci: usize, r: &TxReader<'_>, stats: &WorkerStats) -> Option<TxAbort> {
+    /// transaction itself) with status DENIED; `None` if it may. Counts the request
+    /// (`bytes` of payload) for the tenant.
+    fn tx_denied(
+        &self,
+        ci: usize,
+        r: &TxReader<'_>,
+        bytes: usize,
+        stats: &WorkerStats,
+    ) -> Option<TxAbort> {
         let g = self.guard(ci)?;
         let slot = stats.tenants.slot(g.slot);
         if let Some(s) = slot {
             s.requests.inc();
+            s.request_bytes.add(bytes as u64);
         }
         let deny = |op: u8| {
             stats.denied.inc();

@@ -62,9 +62,10 @@ fn list(ctl: &ControlState, d: &mut TelDict<'_>) {
 
 /// Per tenant (by id; `other` as 0), the counters of every worker's slots summed.
 fn tenant_stats(ctl: &ControlState, d: &mut TelDict<'_>) {
+    use kvwire::counters::TENANT_FAMILIES;
     use std::collections::BTreeMap;
     use std::sync::atomic::Ordering;
-    let mut by_id: BTreeMap<u32, [u64; 5]> = BTreeMap::new();
+    let mut by_id: BTreeMap<u32, [u64; TENANT_FAMILIES.len()]> = BTreeMap::new();
     for w in 0..ctl.workers() {
         let t = &ctl.stats(w).tenants;
         for (i, s) in t.0.iter().enumerate() {
@@ -73,13 +74,7 @@ fn tenant_stats(ctl: &ControlState, d: &mut TelDict<'_>) {
             } else {
                 s.id.load(Ordering::Relaxed)
             };
-            let v = [
-                s.requests.get(),
-                s.denied.get(),
-                s.over_quota.get(),
-                s.opens.get(),
-                s.bad_credentials.get(),
-            ];
+            let v = s.values();
             // An unused slot, or `other` with nothing counted.
             if id == 0 && (i != usize::from(OTHER) || v.iter().all(|&x| x == 0)) {
                 continue;
@@ -93,17 +88,8 @@ fn tenant_stats(ctl: &ControlState, d: &mut TelDict<'_>) {
     let col = |k: usize| by_id.values().map(|v| v[k]).collect::<Vec<u64>>();
     let ids: Vec<u64> = by_id.keys().map(|&i| u64::from(i)).collect();
     let _ = d.add_u64_array("id", &ids);
-    for (k, name) in [
-        "requests",
-        "denied",
-        "over_quota",
-        "opens",
-        "bad_credentials",
-    ]
-    .iter()
-    .enumerate()
-    {
-        let _ = d.add_u64_array(name, &col(k));
+    for (k, f) in TENANT_FAMILIES.iter().enumerate() {
+        let _ = d.add_u64_array(f.key, &col(k));
     }
 }
 
