@@ -20,7 +20,6 @@ processes over the benchmark over its requests.
 Writes results/repl_cost.json.
 """
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -117,27 +116,14 @@ def redis_cost(tmp, reps, clients, pipeline, n):
     os.makedirs(d, exist_ok=True)
     out = {"none": [], "replica1": []}
 
-    def server(name, cpu, port, extra):
-        cmd = ["taskset", "-c", str(cpu), "redis-server", "--port", str(port), "--bind",
-               "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", d,
-               "--dbfilename", f"{name}.rdb", "--protected-mode", "no"] + extra
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-            if r.stdout.strip() == "PONG":
-                return p
-            time.sleep(0.05)
-        p.kill()
-        raise RuntimeError(f"redis {name} did not start")
-
     for rep in range(reps):
         for cfg in out:
             pm, ps = br.free_port(), br.free_port()
-            procs = [server("master", 1, pm, [])]
+            procs = [br.start_redis(d, "master", 1, pm, [])]
             try:
                 if cfg == "replica1":
-                    procs.append(server("replica", 0, ps, ["--replicaof", "127.0.0.1", str(pm)]))
+                    procs.append(br.start_redis(d, "replica", 0, ps,
+                                                ["--replicaof", "127.0.0.1", str(pm)]))
                     for _ in range(200):
                         if br.redis_info(ps, "replication").get("master_link_status") == "up":
                             break
@@ -163,26 +149,14 @@ def redis_cost(tmp, reps, clients, pipeline, n):
                 out[cfg].append({"cpu_ns_per_set": cpu / n, "mops": n / secs / 1e6})
                 log(f"  rep {rep} redis {cfg}: {cpu / n:.0f} CPU ns per SET")
             finally:
-                for p in procs:
-                    p.terminate()
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(10)
-                    if p.poll() is None:
-                        p.kill()
+                br.stop_all(procs)
     return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=3.0)
-    ap.add_argument("--warmup", type=float, default=0.5)
-    ap.add_argument("--keys", type=int, default=20000)
-    ap.add_argument("--window", type=int, default=32)
-    ap.add_argument("--qps", type=int, default=4)
-    ap.add_argument("--ops-per-packet", type=int, default=8)
-    ap.add_argument("--no-huge", dest="huge", action="store_false")
+    br.add_run_args(ap, duration=3.0)
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "repl_cost.json"))
     a = ap.parse_args()

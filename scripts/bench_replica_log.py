@@ -82,14 +82,7 @@ def run(tmp, a, policy, sync, rep):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--warmup", type=float, default=0.5)
-    ap.add_argument("--keys", type=int, default=20000)
-    ap.add_argument("--window", type=int, default=32)
-    ap.add_argument("--qps", type=int, default=4)
-    ap.add_argument("--ops-per-packet", type=int, default=8)
-    ap.add_argument("--no-huge", dest="huge", action="store_false")
+    br.add_run_args(ap)
     ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
     ap.add_argument("--quiet-below", type=float, default=0.25)
     ap.add_argument("--quiet-wait", type=float, default=240)

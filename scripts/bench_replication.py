@@ -265,6 +265,47 @@ class Cluster:
         return json.load(open(out))
 
 
+def add_run_args(ap, duration=2.0):
+    """The flags of a saturated pktgen run against a cluster (repetitions, times,
+    keys, window, QPs, batching, hugepages), as every replication benchmark takes them."""
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--duration", type=float, default=duration)
+    ap.add_argument("--warmup", type=float, default=0.5)
+    ap.add_argument("--keys", type=int, default=20000)
+    ap.add_argument("--window", type=int, default=32)
+    ap.add_argument("--qps", type=int, default=4)
+    ap.add_argument("--ops-per-packet", type=int, default=8)
+    ap.add_argument("--no-huge", dest="huge", action="store_false",
+                    help="run every node and pktgen with --no-huge")
+
+
+def start_redis(d, name, cpu, port, extra):
+    """redis-server `name` on CPU `cpu` and `port` (no persistence, files in `d`, plus
+    `extra` flags), once it answers PING."""
+    cmd = ["taskset", "-c", str(cpu), "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+           "--save", "", "--appendonly", "no", "--dir", d, "--dbfilename", f"{name}.rdb",
+           "--protected-mode", "no", "--logfile", os.path.join(d, f"{name}.log")] + extra
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for _ in range(100):
+        r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        if r.stdout.strip() == "PONG":
+            return p
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"redis {name} did not start")
+
+
+def stop_all(procs):
+    """Terminates `procs` (Popen), killing any that has not exited after 10 s."""
+    for p in procs:
+        p.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(10)
+        if p.poll() is None:
+            p.kill()
+
+
 def pg_args(a, value_size, get, rep):
     return a.pg_extra + ["--keys", str(a.keys), "--key-size", "8", "--value-size", str(value_size),
             "--load", "--warmup", str(a.warmup), "--duration", str(a.duration),
@@ -498,16 +539,8 @@ def timeline(tmp, a):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--duration", type=float, default=2.0)
-    ap.add_argument("--warmup", type=float, default=0.5)
-    ap.add_argument("--keys", type=int, default=20000)
-    ap.add_argument("--window", type=int, default=32)
-    ap.add_argument("--qps", type=int, default=4)
-    ap.add_argument("--ops-per-packet", type=int, default=8)
+    add_run_args(ap)
     ap.add_argument("--max-replicas", type=int, default=3)
-    ap.add_argument("--no-huge", dest="huge", action="store_false",
-                    help="run every node and pktgen with --no-huge")
     ap.add_argument("--quick", action="store_true", help="1 rep, tiny durations (smoke check)")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--pg-extra", default="", help="more pktgen flags for the saturated runs")
@@ -610,18 +643,7 @@ def redis_run(tmp, reps, quick, clients, pipeline):
     runs = {f"{c}_{p}": [] for c in ("none", "replica1") for p in ("pipelined", "unpipelined")}
 
     def server(name, cpu, port, extra):
-        cmd = ["taskset", "-c", str(cpu), "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-               "--save", "", "--appendonly", "no", "--dir", d, "--dbfilename", f"{name}.rdb",
-               "--protected-mode", "no", "--logfile", os.path.join(d, f"{name}.log")] + extra
-        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-        for _ in range(100):
-            r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-            if r.stdout.strip() == "PONG":
-                return p
-            time.sleep(0.05)
-        p.kill()
-        raise RuntimeError(f"redis {name} did not start")
+        return start_redis(d, name, cpu, port, extra)
 
     for rep in range(reps):
         for cfg in ("none", "replica1"):
@@ -663,12 +685,7 @@ def redis_run(tmp, reps, quick, clients, pipeline):
                     runs[f"{cfg}_{pipe}"].append(one)
                     log(f"  rep {rep} redis {cfg} {pipe}: {one['mops']:.3f} Mops SET")
                 finally:
-                    for p in procs:
-                        p.terminate()
-                        with contextlib.suppress(subprocess.TimeoutExpired):
-                            p.wait(10)
-                        if p.poll() is None:
-                            p.kill()
+                    stop_all(procs)
     m = {k: statistics.median(r["mops"] for r in v) for k, v in runs.items()}
     return {
         "version": version,
