@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_replication as br  # noqa: E402
-from benchlib import ROOT, log  # noqa: E402
+from benchlib import ROOT, free_port, log, redis_info, start_redis, stop_all  # noqa: E402
 
 TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 POLICIES = ["yield", "adaptive"]
@@ -118,14 +118,14 @@ def redis_cost(tmp, reps, clients, pipeline, n):
 
     for rep in range(reps):
         for cfg in out:
-            pm, ps = br.free_port(), br.free_port()
-            procs = [br.start_redis(d, "master", 1, pm, [])]
+            pm, ps = free_port(), free_port()
+            procs = [start_redis(d, "master", 1, pm, [])]
             try:
                 if cfg == "replica1":
-                    procs.append(br.start_redis(d, "replica", 0, ps,
+                    procs.append(start_redis(d, "replica", 0, ps,
                                                 ["--replicaof", "127.0.0.1", str(pm)]))
                     for _ in range(200):
-                        if br.redis_info(ps, "replication").get("master_link_status") == "up":
+                        if redis_info(ps, "replication").get("master_link_status") == "up":
                             break
                         time.sleep(0.05)
                     else:
@@ -140,8 +140,8 @@ def redis_cost(tmp, reps, clients, pipeline, n):
                 if cfg == "replica1":
                     # The replica's share of the work: until it has the whole stream.
                     for _ in range(200):
-                        mo = int(br.redis_info(pm, "replication").get("master_repl_offset", -1))
-                        so = int(br.redis_info(ps, "replication").get("slave_repl_offset", -2))
+                        mo = int(redis_info(pm, "replication").get("master_repl_offset", -1))
+                        so = int(redis_info(ps, "replication").get("slave_repl_offset", -2))
                         if mo == so:
                             break
                         time.sleep(0.05)
@@ -149,7 +149,7 @@ def redis_cost(tmp, reps, clients, pipeline, n):
                 out[cfg].append({"cpu_ns_per_set": cpu / n, "mops": n / secs / 1e6})
                 log(f"  rep {rep} redis {cfg}: {cpu / n:.0f} CPU ns per SET")
             finally:
-                br.stop_all(procs)
+                stop_all(procs)
     return out
 
 

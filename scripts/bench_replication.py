@@ -60,7 +60,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import BIN, DP, PG, ROOT, log  # noqa: E402
+from benchlib import (  # noqa: E402
+    BIN, DP, PG, ROOT, free_port, log, redis_info, start_redis, stop_all)
 
 LOCK = "/tmp/kvd-dpdk.lock"
 PREFIX = "kvd-hbench"
@@ -277,33 +278,6 @@ def add_run_args(ap, duration=2.0):
     ap.add_argument("--ops-per-packet", type=int, default=8)
     ap.add_argument("--no-huge", dest="huge", action="store_false",
                     help="run every node and pktgen with --no-huge")
-
-
-def start_redis(d, name, cpu, port, extra):
-    """redis-server `name` on CPU `cpu` and `port` (no persistence, files in `d`, plus
-    `extra` flags), once it answers PING."""
-    cmd = ["taskset", "-c", str(cpu), "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-           "--save", "", "--appendonly", "no", "--dir", d, "--dbfilename", f"{name}.rdb",
-           "--protected-mode", "no", "--logfile", os.path.join(d, f"{name}.log")] + extra
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    for _ in range(100):
-        r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
-                           stderr=subprocess.DEVNULL, text=True)
-        if r.stdout.strip() == "PONG":
-            return p
-        time.sleep(0.05)
-    p.kill()
-    raise RuntimeError(f"redis {name} did not start")
-
-
-def stop_all(procs):
-    """Terminates `procs` (Popen), killing any that has not exited after 10 s."""
-    for p in procs:
-        p.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            p.wait(10)
-        if p.poll() is None:
-            p.kill()
 
 
 def pg_args(a, value_size, get, rep):
@@ -617,18 +591,6 @@ def main():
     if not out["replicas_equal_master_all_runs"]:
         log("bench replication: FAILED: a replica's data differed from its master's (see runs)")
         sys.exit(1)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def redis_info(port, section):
-    r = subprocess.run(["redis-cli", "-p", str(port), "info", section], stdout=subprocess.PIPE,
-                       text=True, timeout=10)
-    return dict(l.strip().split(":", 1) for l in r.stdout.splitlines() if ":" in l)
 
 
 def redis_run(tmp, reps, quick, clients, pipeline):

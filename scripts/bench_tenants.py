@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -31,17 +30,12 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import BIN, ROOT, Dataplane, log, pktgen  # noqa: E402
+from benchlib import (  # noqa: E402
+    BIN, ROOT, Dataplane, free_port, log, pktgen, start_redis, stop_all)
 
 EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "tenants_bench")
 RATIOS = ["mops_10000_conns_vs_4", "acl_namespace_cost", "tenants_1000_vs_1"]
 TARGETS = {"mops_10000_conns_vs_4": 0.9, "acl_namespace_cost": 0.97, "tenants_1000_vs_1": 0.9}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def redis_acl(tmp, reps, n):
@@ -49,17 +43,8 @@ def redis_acl(tmp, reps, n):
     port = free_port()
     d = os.path.join(tmp, "redis")
     os.makedirs(d, exist_ok=True)
-    srv = subprocess.Popen(
-        ["taskset", "-c", "1", "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-         "--save", "", "--appendonly", "no", "--dir", d, "--protected-mode", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    srv = start_redis(d, "acl", 1, port, [])
     try:
-        for _ in range(100):
-            r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
-                               stderr=subprocess.DEVNULL, text=True)
-            if r.stdout.strip() == "PONG":
-                break
-            time.sleep(0.05)
         subprocess.run(["redis-cli", "-p", str(port), "ACL", "SETUSER", "bench", "on", ">benchpw",
                         "~key:*", "+@read", "+@write", "+ping"], check=True,
                        stdout=subprocess.DEVNULL)
@@ -90,8 +75,7 @@ def redis_acl(tmp, reps, n):
         out["raw"] = runs
         return out
     finally:
-        srv.kill()
-        srv.wait()
+        stop_all([srv])
 
 
 # The end-to-end workload: read-mostly, small values, batched (the tenant checks are

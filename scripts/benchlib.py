@@ -1,11 +1,13 @@
 """Shared pieces of the benchmark scripts (bench_e2e.py, bench_ooo.py, bench_scale.py):
 paths, a dataplane started on its own memif socket, a pktgen run, and repeated runs
-against fresh dataplanes with a retry of a failed run.
+against fresh dataplanes with a retry of a failed run; Redis 7 servers as peers.
 """
+import contextlib
 import glob
 import json
 import os
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -185,3 +187,44 @@ class BusySampler:
         plateau = [x for x in iv if top > 0 and x[2] / x[0] >= 0.9 * top]
         d_tsc = sum(x[0] * x[3] for x in plateau)
         return sum(x[1] for x in plateau) / d_tsc if d_tsc else None
+
+
+# Redis 7 as a peer (bench_replication, bench_repl_cost, bench_tenants).
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def redis_info(port, section):
+    r = subprocess.run(["redis-cli", "-p", str(port), "info", section], stdout=subprocess.PIPE,
+                       text=True, timeout=10)
+    return dict(l.strip().split(":", 1) for l in r.stdout.splitlines() if ":" in l)
+
+
+def start_redis(d, name, cpu, port, extra):
+    """redis-server `name` on CPU `cpu` and `port` (no persistence, files in `d`, plus
+    `extra` flags), once it answers PING."""
+    cmd = ["taskset", "-c", str(cpu), "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+           "--save", "", "--appendonly", "no", "--dir", d, "--dbfilename", f"{name}.rdb",
+           "--protected-mode", "no", "--logfile", os.path.join(d, f"{name}.log")] + extra
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    for _ in range(100):
+        r = subprocess.run(["redis-cli", "-p", str(port), "ping"], stdout=subprocess.PIPE,
+                           stderr=subprocess.DEVNULL, text=True)
+        if r.stdout.strip() == "PONG":
+            return p
+        time.sleep(0.05)
+    p.kill()
+    raise RuntimeError(f"redis {name} did not start")
+
+
+def stop_all(procs):
+    """Terminates `procs` (Popen), killing any that has not exited after 10 s."""
+    for p in procs:
+        p.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            p.wait(10)
+        if p.poll() is None:
+            p.kill()
