@@ -60,7 +60,13 @@ for _ in $(seq 1 100); do
   done
   sleep 0.1
 done
-[ -n "$new" ] || fail "no data holder elected within 10 s of SIGCONT"
+if [ -z "$new" ]; then
+  for k in 0 1 2; do
+    echo "--- node$k: alive $(kill -0 "${NODE_PID[$k]}" 2>/dev/null && echo yes || echo no), role $(status "$k" 'd["role"]'), election wait $(status "$k" 'd["election_wait"]')"
+    tail -n 15 "$D/node$k.log"
+  done
+  fail "no data holder elected within 10 s of SIGCONT"
+fi
 epoch=$(status "$new" 'd["epoch"]')
 [ "$epoch" -ge 2 ] || fail "epoch $epoch"
 wait_for "node2 in sync with node$new" 30 "$new" "$synced"
