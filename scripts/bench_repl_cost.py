@@ -32,7 +32,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_replication as br  # noqa: E402
-from benchlib import ROOT, free_port, log, redis_info, start_redis, stop_all  # noqa: E402
+from benchlib import (  # noqa: E402
+    ROOT, free_port, log, redis_lag, start_redis, start_redis_replica, stop_all)
 
 TICK_NS = 1e9 / os.sysconf("SC_CLK_TCK")
 POLICIES = ["yield", "adaptive"]
@@ -122,14 +123,7 @@ def redis_cost(tmp, reps, clients, pipeline, n):
             procs = [start_redis(d, "master", 1, pm, [])]
             try:
                 if cfg == "replica1":
-                    procs.append(start_redis(d, "replica", 0, ps,
-                                                ["--replicaof", "127.0.0.1", str(pm)]))
-                    for _ in range(200):
-                        if redis_info(ps, "replication").get("master_link_status") == "up":
-                            break
-                        time.sleep(0.05)
-                    else:
-                        raise RuntimeError("redis replica did not connect")
+                    procs.append(start_redis_replica(d, 0, ps, pm))
                 cpu0 = sum(cpu_ns(p.pid) for p in procs)
                 t0 = time.monotonic()
                 subprocess.run(["taskset", "-c", "0", "redis-benchmark", "-h", "127.0.0.1",
@@ -140,9 +134,7 @@ def redis_cost(tmp, reps, clients, pipeline, n):
                 if cfg == "replica1":
                     # The replica's share of the work: until it has the whole stream.
                     for _ in range(200):
-                        mo = int(redis_info(pm, "replication").get("master_repl_offset", -1))
-                        so = int(redis_info(ps, "replication").get("slave_repl_offset", -2))
-                        if mo == so:
+                        if redis_lag(pm, ps) == 0:
                             break
                         time.sleep(0.05)
                 cpu = sum(cpu_ns(p.pid) for p in procs) - cpu0

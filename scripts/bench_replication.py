@@ -61,7 +61,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import (  # noqa: E402
-    BIN, DP, PG, ROOT, free_port, log, redis_info, start_redis, stop_all)
+    BIN, DP, PG, ROOT, free_port, log, redis_info, redis_lag, start_redis, start_redis_replica,
+    stop_all)
 
 LOCK = "/tmp/kvd-dpdk.lock"
 PREFIX = "kvd-hbench"
@@ -604,23 +605,14 @@ def redis_run(tmp, reps, quick, clients, pipeline):
     version = subprocess.run(["redis-server", "--version"], stdout=subprocess.PIPE, text=True).stdout.strip()
     runs = {f"{c}_{p}": [] for c in ("none", "replica1") for p in ("pipelined", "unpipelined")}
 
-    def server(name, cpu, port, extra):
-        return start_redis(d, name, cpu, port, extra)
-
     for rep in range(reps):
         for cfg in ("none", "replica1"):
             for pipe in ("pipelined", "unpipelined"):
                 pm, ps = free_port(), free_port()
-                procs = [server("master", 1, pm, [])]
+                procs = [start_redis(d, "master", 1, pm, [])]
                 try:
                     if cfg == "replica1":
-                        procs.append(server("replica", 0, ps, ["--replicaof", "127.0.0.1", str(pm)]))
-                        for _ in range(200):
-                            if redis_info(ps, "replication").get("master_link_status") == "up":
-                                break
-                            time.sleep(0.05)
-                        else:
-                            raise RuntimeError("redis replica did not connect")
+                        procs.append(start_redis_replica(d, 0, ps, pm))
                     n, depth = (n_pipe, pipeline) if pipe == "pipelined" else (n_one, 1)
                     b = subprocess.run(["taskset", "-c", "0", "redis-benchmark", "-h", "127.0.0.1",
                                         "-p", str(pm), "-t", "set", "-n", str(n), "-c", str(clients),
@@ -635,9 +627,7 @@ def redis_run(tmp, reps, quick, clients, pipeline):
                     if cfg == "replica1":
                         lag = None
                         for _ in range(200):
-                            mo = int(redis_info(pm, "replication").get("master_repl_offset", -1))
-                            so = int(redis_info(ps, "replication").get("slave_repl_offset", -2))
-                            lag = mo - so
+                            lag = redis_lag(pm, ps)
                             if lag == 0:
                                 break
                             time.sleep(0.05)

@@ -228,3 +228,21 @@ def stop_all(procs):
             p.wait(10)
         if p.poll() is None:
             p.kill()
+
+
+def start_redis_replica(d, cpu, port, master_port):
+    """A redis-server replica of the master on `master_port`, once its link is up."""
+    p = start_redis(d, "replica", cpu, port, ["--replicaof", "127.0.0.1", str(master_port)])
+    for _ in range(200):
+        if redis_info(port, "replication").get("master_link_status") == "up":
+            return p
+        time.sleep(0.05)
+    stop_all([p])
+    raise RuntimeError("redis replica did not connect")
+
+
+def redis_lag(master_port, replica_port):
+    """Replication bytes the replica has not taken yet."""
+    mo = int(redis_info(master_port, "replication").get("master_repl_offset", -1))
+    so = int(redis_info(replica_port, "replication").get("slave_repl_offset", -2))
+    return mo - so

@@ -265,8 +265,7 @@ fn ppoll_us(fds: &mut [libc::pollfd], us: u32) -> i32 {
         tv_sec: libc::time_t::from(us / 1_000_000),
         tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
     };
-    // SAFETY: `fds` is a valid array of `fds.len()` pollfds and `ts` a timespec, both
-    // alive across the call; no signal mask.
+    // SAFETY: `fds` (of `fds.len()` pollfds) and `ts` outlive the call; no sigmask.
     unsafe {
         libc::ppoll(
             fds.as_mut_ptr(),

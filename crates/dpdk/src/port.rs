@@ -418,8 +418,8 @@ fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> &str {
     if info.driver_name.is_null() {
         return "";
     }
-    // SAFETY: a non-null driver_name of rte_eth_dev_info points at the PMD's static,
-    // NUL-terminated name, alive for the whole process.
+    // A non-null driver_name points at the PMD's static name, alive for the process.
+    // SAFETY: non-null, NUL-terminated, never freed.
     unsafe { CStr::from_ptr(info.driver_name) }
         .to_str()
         .unwrap_or("")
@@ -451,15 +451,15 @@ impl RxQueue {
     /// PMD reads the packets.
     pub fn intr_fd(&self) -> Option<std::os::fd::RawFd> {
         let mut info = dpdk_sys::rte_eth_dev_info::default();
-        // SAFETY: valid port id (the handle keeps the port configured), valid
-        // out-pointer.
+        // The handle keeps the port configured.
+        // SAFETY: valid port id, valid out-pointer.
         if unsafe { dpdk_sys::rte_eth_dev_info_get(self.port.0, &mut info) } != 0
             || !RX_INTR_DRIVERS.contains(&driver_name(&info))
         {
             return None;
         }
-        // SAFETY: valid port and queue ids; returns the queue's efd or a negative errno
-        // (no interrupt vector: the port was configured without intr_conf.rxq).
+        // Negative when the queue has no interrupt vector (no intr_conf.rxq).
+        // SAFETY: valid port and queue ids; no memory passed.
         let fd = unsafe { dpdk_sys::rte_eth_dev_rx_intr_ctl_q_get_fd(self.port.0, self.queue.0) };
         (fd >= 0).then_some(fd)
     }
