@@ -88,9 +88,7 @@ def main():
             # The run's ops at the dataplane: everything it executed minus the load phase.
             shares = []
             for r, s in zip(runs, st):
-                ops = sum(s.get(k, 0) for k in ("gets", "puts", "deletes", "atomics",
-                                                 "vector_updates", "reduces", "filters"))
-                ops -= r["load"]["keys_loaded"]
+                ops = s.get("ops", 0) - r["load"]["keys_loaded"]
                 shares.append(s.get("station_forwarded", 0) / ops if ops > 0 else 0.0)
             zipf[mode][str(put)] = {"mops": mops, "runs": [r["throughput_mops"] for r in runs],
                                     "forwarded_share": statistics.median(shares),

@@ -6,6 +6,7 @@
 //!
 //! * a PUT that stored its value → `put(key, value)`;
 //! * a DELETE that removed a key → `delete(key)` (one that found nothing: nothing);
+//!   so does a COMPARE_DELETE whose value matched (one that did not: nothing);
 //! * a read-modify-write op (atomic UPDATE_S2S, vector UPDATE_S2V / UPDATE_V2V, user
 //!   functions) → `put(key, stored value after the update)`: the reservation station's
 //!   write-back of a chain, so several updates of one key merged into one write give

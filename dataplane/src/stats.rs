@@ -155,15 +155,14 @@ impl WorkerStats {
         self.drops[why.index()].inc();
     }
 
-    /// Total operations executed.
+    /// Total operations executed: the sum of the counters the op table names (each
+    /// once; two opcodes may share one).
     pub fn ops(&self) -> u64 {
-        self.gets.get()
-            + self.puts.get()
-            + self.deletes.get()
-            + self.atomics.get()
-            + self.vector_updates.get()
-            + self.reduces.get()
-            + self.filters.get()
+        self.counters()
+            .iter()
+            .filter(|(name, _)| kvwire::OPS.iter().any(|s| s.counter == *name))
+            .map(|(_, c)| c.get())
+            .sum()
     }
 
     /// A figure computed from the counters ([`kvwire::counters::DERIVED`]), `None`

@@ -87,6 +87,7 @@ enum TOp {
     Sum32(u8),
     FilterGt8(u8, u8),
     SatAdd8(u8, u8),
+    Cad(u8, Vec<u8>),
 }
 
 impl TOp {
@@ -101,7 +102,8 @@ impl TOp {
             | TOp::XorV2V64(k, _)
             | TOp::Sum32(k)
             | TOp::FilterGt8(k, _)
-            | TOp::SatAdd8(k, _) => *k,
+            | TOp::SatAdd8(k, _)
+            | TOp::Cad(k, _) => *k,
         };
         vec![b'k', k]
     }
@@ -150,6 +152,7 @@ impl TOp {
                 param: u64::from(*p),
                 param2: 0,
             },
+            TOp::Cad(_, v) => KvOp::CompareDelete { key, expected: v },
         }
     }
 }
@@ -176,6 +179,9 @@ fn top() -> impl Strategy<Value = TOp> {
         1 => k().prop_map(TOp::Sum32),
         1 => (k(), any::<u8>()).prop_map(|(k, p)| TOp::FilterGt8(k, p)),
         1 => (k(), any::<u8>()).prop_map(|(k, p)| TOp::SatAdd8(k, p)),
+        // Mostly the value PUTs store most often, so it often deletes.
+        2 => (k(), prop_oneof![3 => Just(vec![0u8; 8]), 1 => prop::collection::vec(any::<u8>(), 8)])
+            .prop_map(|(k, v)| TOp::Cad(k, v)),
     ]
 }
 

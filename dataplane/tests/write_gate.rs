@@ -50,6 +50,11 @@ fn refused_writes_change_nothing_and_reads_go_on() {
         KvOp::Get { key: b"k" },
         add,
         KvOp::Delete { key: b"k" },
+        // The key's own value: it would delete.
+        KvOp::CompareDelete {
+            key: b"k",
+            expected: b"12345678",
+        },
     ];
     let out = run(&mut s, &st, &[c.request(&ops, 2, 1)]);
     let h = hint.encode().to_vec();
@@ -58,6 +63,7 @@ fn refused_writes_change_nothing_and_reads_go_on() {
         vec![
             (Status::NotMaster, h.clone()),
             (Status::Ok, b"12345678".to_vec()),
+            (Status::NotMaster, h.clone()),
             (Status::NotMaster, h.clone()),
             (Status::NotMaster, h),
         ]

@@ -152,6 +152,14 @@ pub enum Cmd {
         /// Key.
         key: String,
     },
+    /// Compare-and-delete: deletes KEY only if it holds VALUE (releasing a lock only its
+    /// owner holds); prints `deleted`, or the value it holds instead (exit 1).
+    Cad {
+        /// Key.
+        key: String,
+        /// The value the key must hold (text or 0x hex).
+        value: String,
+    },
     /// Fetch-and-add N (default 1) to a 64-bit counter (an 8-byte LE value); prints
     /// the new value.
     Incr {
@@ -291,6 +299,7 @@ impl Cmd {
             Cmd::Get { .. } => "get",
             Cmd::Put { .. } => "put",
             Cmd::Del { .. } => "del",
+            Cmd::Cad { .. } => "cad",
             Cmd::Incr { .. } => "incr",
             Cmd::Cas { .. } => "cas",
             Cmd::Update { .. } => "update",
@@ -312,6 +321,7 @@ impl Cmd {
             Cmd::Get { key }
             | Cmd::Put { key, .. }
             | Cmd::Del { key }
+            | Cmd::Cad { key, .. }
             | Cmd::Incr { key, .. }
             | Cmd::Cas { key, .. }
             | Cmd::Update { key, .. }
@@ -329,8 +339,8 @@ impl Cmd {
 
 /// Command names for completion and `help` in the interactive mode.
 pub const COMMANDS: &[&str] = &[
-    "get", "put", "del", "incr", "cas", "update", "vput", "vget", "vadd", "vupdate", "vapply",
-    "reduce", "filter", "stats", "tx", "help", "quit", "exit",
+    "get", "put", "del", "cad", "incr", "cas", "update", "vput", "vget", "vadd", "vupdate",
+    "vapply", "reduce", "filter", "stats", "tx", "help", "quit", "exit",
 ];
 
 /// Lowercases the command word of `args` (the arguments after the binary name, or

@@ -120,6 +120,9 @@ pub fn check(cmd: &Cmd) -> Result<(), String> {
     }
     match cmd {
         Cmd::Get { .. } | Cmd::Del { .. } => {}
+        Cmd::Cad { key, value } => {
+            v::parse_value(value, v::parse_key(key)?.len())?;
+        }
         Cmd::Put { key, value, stdin } => {
             put_value(v::parse_key(key)?.len(), value.as_deref(), stdin.as_deref())?;
         }
@@ -292,6 +295,7 @@ fn exec(kv: &mut Kv, cmd: &Cmd, out: OutArgs, j: &mut Map<String, Json>) -> Resu
             j.insert("deleted".into(), true.into());
             ok("deleted".into())
         }
+        Cmd::Cad { key, value } => cad(kv, j, key, value, out.hex),
         Cmd::Incr { key, n } => {
             let k = v::parse_key(key)?;
             let d = v::parse_int(n.as_deref().unwrap_or("1"), Width::W8)?;
@@ -418,6 +422,35 @@ fn get(kv: &mut Kv, j: &mut Map<String, Json>, key: &str, hex: bool) -> Result<D
     j.insert("encoding".into(), enc.into());
     // An empty value is shown as redis-cli shows it, not as a blank line.
     ok(if val.is_empty() { "\"\"".into() } else { s })
+}
+
+/// `cad KEY VALUE`: compare-and-delete; exit 1 unless it deleted.
+fn cad(
+    kv: &mut Kv,
+    j: &mut Map<String, Json>,
+    key: &str,
+    value: &str,
+    hex: bool,
+) -> Result<Done, Fail> {
+    let k = v::parse_key(key)?;
+    let expected = v::parse_value(value, k.len())?;
+    let r = kv.exec(Op::CompareDelete {
+        key: k,
+        expected: expected.clone(),
+    })?;
+    let held = r.ok()?;
+    let deleted = held == expected;
+    j.insert("deleted".into(), deleted.into());
+    if deleted {
+        return ok("deleted".into());
+    }
+    let (shown, enc) = v::show(&held, hex);
+    j.insert("value".into(), shown.clone().into());
+    j.insert("encoding".into(), enc.into());
+    Ok(Done {
+        code: EXIT_NOT_FOUND,
+        text: format!("not deleted (it holds {shown})"),
+    })
 }
 
 /// `cas KEY EXPECTED NEW` (8-byte counters).

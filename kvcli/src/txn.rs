@@ -54,6 +54,11 @@ pub fn parse(words: &[String]) -> Result<(Vec<Op>, Vec<TxCondition>), String> {
                 Op::Put { key: k, value }
             }
             ("del" | "delete", 1) => Op::Delete { key: key(0)? },
+            ("cad", 2) => {
+                let k = key(0)?;
+                let expected = v::parse_value(args[1], k.len())?;
+                Op::CompareDelete { key: k, expected }
+            }
             ("incr", 1 | 2) => Op::UpdateS2S {
                 key: key(0)?,
                 atomic: Atomic {
@@ -66,7 +71,7 @@ pub fn parse(words: &[String]) -> Result<(Vec<Op>, Vec<TxCondition>), String> {
             },
             _ => {
                 return Err(format!(
-                    "tx: {:?}: ops are `get KEY [=VALUE|absent]`, `put KEY VALUE`, `del KEY`, `incr KEY [N]`, separated by `,`",
+                    "tx: {:?}: ops are `get KEY [=VALUE|absent]`, `put KEY VALUE`, `del KEY`, `cad KEY VALUE`, `incr KEY [N]`, separated by `,`",
                     part.trim()
                 ))
             }
@@ -102,6 +107,7 @@ pub fn run(
             Op::Get { .. } => "get",
             Op::Put { .. } => "put",
             Op::Delete { .. } => "del",
+            Op::CompareDelete { .. } => "cad",
             _ => "incr",
         };
         let key = v::show(op.key(), false).0;
@@ -112,6 +118,15 @@ pub fn run(
                 let old = u64::from_le_bytes(r.value[..].try_into().unwrap_or_default());
                 o.insert("old".into(), old.into());
                 format!("{} -> {}", old, old.wrapping_add(*param))
+            }
+            (Op::CompareDelete { expected, .. }, Status::Ok) => {
+                let deleted = r.value == *expected;
+                o.insert("deleted".into(), deleted.into());
+                if deleted {
+                    "deleted".into()
+                } else {
+                    format!("not deleted (it holds {})", v::show(&r.value, hex).0)
+                }
             }
             (Op::Get { .. }, Status::Ok) => {
                 let (s, enc) = v::show(&r.value, hex);

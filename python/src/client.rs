@@ -223,6 +223,10 @@ pub(crate) fn reply_value<'py>(
             .into_pyobject(py)?
             .into_any()),
         (Kind::Cas, Status::Ok) => Ok((le_u64(&r.value) as i64).into_pyobject(py)?.into_any()),
+        (Kind::CompareDelete(expected), Status::Ok | Status::NotFound) => {
+            let deleted = r.status == Status::Ok && r.value == expected;
+            Ok(PyBool::new(py, deleted).to_owned().into_any())
+        }
         (Kind::Elems(shape) | Kind::VGet(shape), Status::Ok) => shape.to_list(py, &r.value),
         (Kind::VGet(_), Status::NotFound) => Ok(py.None().into_bound(py)),
         (Kind::Elem(shape), Status::Ok) => shape.to_int(py, &r.value),
@@ -398,6 +402,21 @@ impl Client {
     fn delete<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let key = convert::key(key, "delete")?;
         self.run(py, Kind::Delete, Op::Delete { key })
+    }
+
+    /// `compare_delete(key, value) -> bool`: deletes `key` only if it holds `value`
+    /// (releasing a lock only its owner holds); whether it did (`False` also for an
+    /// absent key).
+    fn compare_delete<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let key = convert::key(key, "compare_delete")?;
+        let expected = convert::value(value, "compare_delete")?;
+        let kind = Kind::CompareDelete(expected.clone());
+        self.run(py, kind, Op::CompareDelete { key, expected })
     }
 
     /// `incr(key, delta=1) -> int`: atomic fetch-and-add on the 8-byte little-endian

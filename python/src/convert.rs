@@ -188,7 +188,7 @@ pub fn seconds(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
 }
 
 /// What a batch entry asked for: how its reply becomes a Python value.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Kind {
     /// `bytes` or `None`.
     Get,
@@ -200,6 +200,8 @@ pub enum Kind {
     Incr(u64),
     /// `int`: the original value.
     Cas,
+    /// `bool`: whether the key held this value (and so was deleted).
+    CompareDelete(Vec<u8>),
     /// `list[int]` or `None` for an absent key (`vget`).
     VGet(crate::vector::Shape),
     /// `list[int]`: the value's elements.
@@ -237,8 +239,8 @@ fn word_atomic(func: u8) -> Atomic {
 }
 
 /// One entry of `Client.batch`: a tuple (or list) `("get", key)`, `("put", key,
-/// value)`, `("delete", key)`, `("incr", key[, delta=1])` or `("cas", key,
-/// expected, new)`.
+/// value)`, `("delete", key)`, `("compare_delete", key, value)`, `("incr", key[,
+/// delta=1])` or `("cas", key, expected, new)`.
 pub fn batch_op(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(Kind, Op)> {
     let what = format!("batch op {i}");
     let items: Vec<Bound<'_, PyAny>> = if let Ok(t) = obj.cast::<PyTuple>() {
@@ -294,6 +296,13 @@ pub fn batch_op(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(Kind, Op)> {
             let key = key(&items[1], &what)?;
             Ok((Kind::Delete, Op::Delete { key }))
         }
+        "compare_delete" => {
+            arity(&[2], "(\"compare_delete\", key, value)")?;
+            let key = key(&items[1], &what)?;
+            let expected = value(&items[2], &what)?;
+            let kind = Kind::CompareDelete(expected.clone());
+            Ok((kind, Op::CompareDelete { key, expected }))
+        }
         "incr" => {
             arity(&[1, 2], "(\"incr\", key[, delta])")?;
             let key = key(&items[1], &what)?;
@@ -311,7 +320,7 @@ pub fn batch_op(obj: &Bound<'_, PyAny>, i: usize) -> PyResult<(Kind, Op)> {
             Ok((Kind::Cas, cas_op(key, expected, new)))
         }
         other => Err(PyValueError::new_err(format!(
-            "{what}: unknown operation {other:?} (expected get, put, delete, incr or cas)"
+            "{what}: unknown operation {other:?} (expected get, put, delete, compare_delete, incr or cas)"
         ))),
     }
 }

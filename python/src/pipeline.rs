@@ -99,6 +99,15 @@ impl Pipeline {
         Pipeline::push(slf, "delete", &[key])
     }
 
+    /// Queues `compare_delete(key, value)`.
+    fn compare_delete<'py>(
+        slf: PyRefMut<'py, Self>,
+        key: &Bound<'py, PyAny>,
+        value: &Bound<'py, PyAny>,
+    ) -> PyResult<PyRefMut<'py, Self>> {
+        Pipeline::push(slf, "compare_delete", &[key, value])
+    }
+
     /// Queues `incr(key, delta=1)`.
     #[pyo3(signature = (key, delta=None))]
     fn incr<'py>(

@@ -46,7 +46,7 @@ impl Client {
         // What each op saw: a read's value (None if absent), None for the writes and
         // the ops not reached.
         for (kind, r) in kinds.into_iter().zip(out.results) {
-            let seen = match (kind, r.status) {
+            let seen = match (&kind, r.status) {
                 (Kind::Get, Status::Ok | Status::NotFound) => {
                     reply_value(py, kind, Ok(r), self.decode)?
                 }

@@ -40,6 +40,22 @@ def test_put_get_delete(client, key):
     assert client.delete(k) is False
 
 
+def test_compare_delete_releases_only_its_owners_lock(client, key):
+    k = key("lock")
+    client.put(k, b"owner-1")
+    assert client.compare_delete(k, b"owner-2") is False
+    assert client.get(k) == b"owner-1"
+    assert client.compare_delete(k, "owner-1") is True
+    assert client.get(k) is None
+    assert client.compare_delete(k, b"owner-1") is False
+    client.put(k, b"owner-3")
+    assert client.batch([("compare_delete", k, b"x"), ("compare_delete", k, b"owner-3"),
+                         ("get", k)]) == [False, True, None]
+    p = client.pipeline()
+    p.put(k, b"v").compare_delete(k, b"v").get(k)
+    assert p.execute() == [None, True, None]
+
+
 def test_str_bytearray_and_int_arguments(client, key):
     k = key("ключ")  # a UTF-8 key
     client.put(k.decode(), "значение")

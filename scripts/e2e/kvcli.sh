@@ -6,7 +6,7 @@
 # talks to it through a raw socket on kvtap0 (client = the config's pktgen MAC/IP,
 # 127.0.0.3, which the kernel drops as a martian instead of answering). Every
 # command is checked for its output and exit code: put/get of text and hex values,
-# get of a missing key (1), del (0 then 1), incr, cas that swaps and one that does
+# get of a missing key (1), del (0 then 1), cad (compare-and-delete), incr, cas that swaps and one that does
 # not, the vector ops (vput, vget, vadd, vupdate, vapply, reduce, filter, update),
 # transactions (commit, abort on a stale condition changing nothing, --json)
 # and their server errors (BAD_LENGTH, UNKNOWN_FUNCTION -> 2), stats, --json
@@ -115,6 +115,13 @@ check put_del 0 "OK" put gone x
 check del_present 0 "deleted" del gone
 check del_absent 1 "" del gone
 check get_deleted 1 "" get gone
+# Compare-and-delete: only the holder's value deletes (a lock's release).
+check put_lock 0 "OK" put lock owner-1
+check cad_other 1 "not deleted (it holds owner-1)" cad lock owner-2
+check_json cad_other_json 1 "d['deleted'] is False and d['value']=='owner-1'" cad lock owner-2
+check cad_owner 0 "deleted" cad lock owner-1
+check cad_absent 1 "" cad lock owner-1
+check get_lock_gone 1 "" get lock
 
 # Counters.
 check put_counter 0 "OK" put ctr 0x0000000000000000
@@ -187,6 +194,11 @@ check tx_unchanged 0 "90" get alice
 check tx_setup_c 0 "OK" put txctr 0x0000000000000000
 check_json tx_json 0 "d['cmd']=='tx' and d['committed'] is True and d['results'][1]['old']==0" tx get nobody absent , incr txctr , get alice =90 , put txctr2 1
 check tx_after 0 "1" incr txctr 0
+check tx_cad 0 "committed
+0 cad txctr2: not deleted (it holds 1)
+1 cad txctr2: not deleted (it holds 1)" tx cad txctr2 2 , cad txctr2 0x3100
+check tx_cad_own 0 "committed
+0 cad txctr2: deleted" tx cad txctr2 1
 check_err tx_bad 2 "ops are" tx frob alice
 
 # Bad input: exit 2 with a message naming the limit, before any connection.

@@ -121,6 +121,13 @@ pub enum Op {
         /// Predicate parameter.
         param: u64,
     },
+    /// Delete if the key holds `expected`; returns the value it held.
+    CompareDelete {
+        /// Key.
+        key: Vec<u8>,
+        /// The value the key must hold to be deleted.
+        expected: Vec<u8>,
+    },
 }
 
 impl Op {
@@ -134,7 +141,8 @@ impl Op {
             | Op::UpdateS2V { key, .. }
             | Op::UpdateV2V { key, .. }
             | Op::Reduce { key, .. }
-            | Op::Filter { key, .. } => key,
+            | Op::Filter { key, .. }
+            | Op::CompareDelete { key, .. } => key,
         }
     }
 
@@ -158,7 +166,8 @@ impl Op {
             | Op::UpdateS2V { key, .. }
             | Op::UpdateV2V { key, .. }
             | Op::Reduce { key, .. }
-            | Op::Filter { key, .. } => key,
+            | Op::Filter { key, .. }
+            | Op::CompareDelete { key, .. } => key,
         }
     }
 
@@ -205,6 +214,7 @@ impl Op {
                 atomic,
                 param,
             } => KvOp::Filter { key, atomic, param },
+            Op::CompareDelete { key, expected } => KvOp::CompareDelete { key, expected },
         }
     }
 }
@@ -721,6 +731,19 @@ impl<I: PacketIo> Client<I> {
         match r.status {
             Status::NotFound => Ok(false),
             _ => r.ok().map(|_| true),
+        }
+    }
+
+    /// COMPARE_DELETE: deletes `key` if it holds `expected` (releasing a lock only its
+    /// owner holds, say); whether it did. `false` also when the key is absent.
+    pub fn compare_delete(&mut self, key: &[u8], expected: &[u8]) -> Result<bool, Error> {
+        let r = self.exec(Op::CompareDelete {
+            key: key.to_vec(),
+            expected: expected.to_vec(),
+        })?;
+        match r.status {
+            Status::NotFound => Ok(false),
+            _ => r.ok().map(|held| held == expected),
         }
     }
 

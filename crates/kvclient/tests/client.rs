@@ -121,6 +121,12 @@ fn blocking_api() {
     assert_eq!(c.get(b"a"), Ok(Some(b"hello".to_vec())));
     assert_eq!(c.delete(b"a"), Ok(true));
     assert_eq!(c.delete(b"a"), Ok(false));
+    assert_eq!(c.put(b"lock", b"owner-1"), Ok(()));
+    assert_eq!(c.compare_delete(b"lock", b"owner-2"), Ok(false));
+    assert_eq!(c.get(b"lock"), Ok(Some(b"owner-1".to_vec())));
+    assert_eq!(c.compare_delete(b"lock", b"owner-1"), Ok(true));
+    assert_eq!(c.compare_delete(b"lock", b"owner-1"), Ok(false));
+    assert_eq!(c.get(b"lock"), Ok(None));
     assert_eq!(c.put(b"n", &5u64.to_le_bytes()), Ok(()));
     assert_eq!(c.fetch_add(b"n", Width::W8, 10), Ok(5));
     assert_eq!(c.cas(b"n", Width::W8, 15, 1), Ok(15));

@@ -1,5 +1,6 @@
 //! What each read-modify-write op does to a value, written once: UPDATE_S2S,
-//! UPDATE_S2V, UPDATE_V2V, REDUCE and FILTER (docs/PROTOCOL.md §3.2). The
+//! UPDATE_S2V, UPDATE_V2V, REDUCE, FILTER and COMPARE_DELETE (docs/PROTOCOL.md
+//! §3.2). The
 //! reservation station (on its cached value, `crate::station`) and the transaction
 //! executor (on its copy, `kvtx`) both run an op through [`run`]; they differ only in
 //! where the value lives and how it is written back.
@@ -19,6 +20,9 @@ pub struct Done {
     pub len: usize,
     /// The value was changed in place (an update; REDUCE and FILTER only read).
     pub wrote: bool,
+    /// The key is to be deleted (a COMPARE_DELETE whose value matched); the caller
+    /// deletes it.
+    pub deletes: bool,
 }
 
 /// Whether `op` is a read-modify-write op that changes the value (an update) rather
@@ -38,7 +42,9 @@ pub const fn updates(op: &KvOp<'_>) -> bool {
 /// it, in place for an update. The result goes to `out`: the original value for an
 /// update, Σ for REDUCE, the kept elements for FILTER; `out` must hold the value's
 /// length and 8 bytes, else `ValueTooLarge`. On an error (a length the op does not fit)
-/// nothing is changed. GET, PUT and DELETE are not read-modify-write: `Internal`.
+/// nothing is changed. COMPARE_DELETE answers the value the key held and, when it
+/// equals the op's value, says [`Done::deletes`]. GET, PUT and DELETE are not
+/// read-modify-write: `Internal`.
 #[inline]
 pub fn run<'v>(
     op: &KvOp<'_>,
@@ -47,8 +53,16 @@ pub fn run<'v>(
     out: &mut [u8],
 ) -> Result<Done, Status> {
     let f = |opcode: u8, id: u8| registry.resolve_for(opcode, id).map_err(Status::from);
-    let updated = |len: usize| Done { len, wrote: true };
-    let read = |len: usize| Done { len, wrote: false };
+    let updated = |len: usize| Done {
+        len,
+        wrote: true,
+        deletes: false,
+    };
+    let read = |len: usize| Done {
+        len,
+        wrote: false,
+        deletes: false,
+    };
     match *op {
         KvOp::UpdateS2S {
             atomic: a,
@@ -107,6 +121,16 @@ pub fn run<'v>(
             let v = value(false)?;
             Ok(read(filter(p, a.width, a.signed, param, v, out)?))
         }
+        KvOp::CompareDelete { expected, .. } => {
+            let v = value(false)?;
+            out.get_mut(..v.len())
+                .ok_or(Status::ValueTooLarge)?
+                .copy_from_slice(v);
+            Ok(Done {
+                deletes: v == expected,
+                ..read(v.len())
+            })
+        }
         KvOp::Get { .. } | KvOp::Put { .. } | KvOp::Delete { .. } => Err(Status::Internal),
     }
 }
@@ -118,7 +142,7 @@ pub fn run<'v>(
 pub const fn post_image_bound(op: &KvOp<'_>, max_value_len: usize) -> Option<usize> {
     match *op {
         KvOp::Put { value, .. } => Some(value.len()),
-        KvOp::Delete { .. } => Some(0),
+        KvOp::Delete { .. } | KvOp::CompareDelete { .. } => Some(0),
         KvOp::UpdateS2S { atomic, .. } => Some(atomic.width.bytes()),
         KvOp::UpdateV2V { delta, .. } => Some(delta.len()),
         KvOp::UpdateS2V { .. } => Some(max_value_len),
@@ -160,7 +184,8 @@ mod tests {
             done,
             Ok(Done {
                 len: 8,
-                wrote: true
+                wrote: true,
+                deletes: false,
             })
         );
         assert_eq!(
@@ -193,7 +218,8 @@ mod tests {
             done,
             Ok(Done {
                 len: 4,
-                wrote: false
+                wrote: false,
+                deletes: false,
             })
         );
         assert_eq!(&out[..4], &16u32.to_le_bytes());
@@ -207,11 +233,54 @@ mod tests {
             done,
             Ok(Done {
                 len: 8,
-                wrote: false
+                wrote: false,
+                deletes: false,
             })
         );
         assert_eq!(&out[..8], &[9, 0, 0, 0, 4, 0, 0, 0]);
         assert_eq!(v, before);
+    }
+
+    #[test]
+    fn compare_delete_deletes_only_its_value_and_answers_what_was_there() {
+        let reg = FunctionRegistry::new();
+        let cad = KvOp::CompareDelete {
+            key: b"lock",
+            expected: b"owner-1",
+        };
+        assert!(!updates(&cad));
+        let mut out = [0u8; 16];
+        let mut held = *b"owner-1";
+        let done = run(&cad, &reg, on(&mut held), &mut out);
+        assert_eq!(
+            done,
+            Ok(Done {
+                len: 7,
+                wrote: false,
+                deletes: true,
+            })
+        );
+        assert_eq!(&out[..7], b"owner-1");
+        // Another owner's value (even one that starts the same) stays.
+        let mut other = *b"owner-12";
+        let done = run(&cad, &reg, on(&mut other), &mut out);
+        assert_eq!(
+            done,
+            Ok(Done {
+                len: 8,
+                wrote: false,
+                deletes: false,
+            })
+        );
+        assert_eq!((&out[..8], &other), (&b"owner-12"[..], b"owner-12"));
+        let missing = |_| -> Result<&mut [u8], Status> { Err(Status::NotFound) };
+        assert_eq!(run(&cad, &reg, missing, &mut out), Err(Status::NotFound));
+        // A value the result cannot hold: ValueTooLarge, nothing deleted.
+        let mut big = [7u8; 32];
+        assert_eq!(
+            run(&cad, &reg, on(&mut big), &mut out),
+            Err(Status::ValueTooLarge)
+        );
     }
 
     #[test]
@@ -243,41 +312,7 @@ mod tests {
     fn post_images_are_bounded_for_writes_only() {
         for spec in kvwire::OPS {
             let a = atomic(0, Width::W4);
-            let op = match spec.code {
-                op::GET => KvOp::Get { key: b"k" },
-                op::PUT => KvOp::Put {
-                    key: b"k",
-                    value: b"abc",
-                },
-                op::DELETE => KvOp::Delete { key: b"k" },
-                op::UPDATE_S2S => KvOp::UpdateS2S {
-                    key: b"k",
-                    atomic: a,
-                    param: 1,
-                    param2: 0,
-                },
-                op::UPDATE_S2V => KvOp::UpdateS2V {
-                    key: b"k",
-                    atomic: a,
-                    param: 1,
-                    param2: 0,
-                },
-                op::UPDATE_V2V => KvOp::UpdateV2V {
-                    key: b"k",
-                    atomic: a,
-                    delta: b"12345678",
-                },
-                op::REDUCE => KvOp::Reduce {
-                    key: b"k",
-                    atomic: a,
-                    init: 0,
-                },
-                _ => KvOp::Filter {
-                    key: b"k",
-                    atomic: a,
-                    param: 0,
-                },
-            };
+            let op = KvOp::from_parts(spec.code, b"k", b"12345678", a, 1, 0).unwrap();
             let bound = post_image_bound(&op, 100);
             assert_eq!(bound.is_some(), spec.writes, "{}", spec.name);
             assert_eq!(updates(&op), spec.writes && spec.atomic, "{}", spec.name);

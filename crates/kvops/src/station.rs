@@ -440,17 +440,7 @@ impl Exec {
                     self.stats.forwarded += 1;
                     return Err(Status::NotFound);
                 }
-                self.stats.writes_through += 1;
-                let s = store.delete(key);
-                if matches!(s, Status::Ok | Status::NotFound) {
-                    st.cached = Cached::Absent;
-                    st.dirty = false;
-                }
-                if s == Status::Ok {
-                    Ok(Out::Empty)
-                } else {
-                    Err(s)
-                }
+                delete_through(&mut self.stats, key, st, store).map(|()| Out::Empty)
             }
             // Read-modify-write: its meaning is `semantics::run`'s, on the cached value.
             _ => {
@@ -474,9 +464,33 @@ impl Exec {
                     st.dirty = true;
                     st.updates += 1;
                 }
+                if done.deletes {
+                    delete_through(&mut self.stats, key, st, store)?;
+                }
                 Ok(Out::Result(done.len))
             }
         }
+    }
+}
+
+/// Deletes `key` in the memory stage (a write-through: updates cached for it are
+/// dropped with it); the cache then knows the key is absent.
+fn delete_through<M: MemoryStage>(
+    stats: &mut StationStats,
+    key: &[u8],
+    st: &mut ChainState,
+    store: &mut M,
+) -> Result<(), Status> {
+    stats.writes_through += 1;
+    let s = store.delete(key);
+    if matches!(s, Status::Ok | Status::NotFound) {
+        st.cached = Cached::Absent;
+        st.dirty = false;
+    }
+    if s == Status::Ok {
+        Ok(())
+    } else {
+        Err(s)
     }
 }
 

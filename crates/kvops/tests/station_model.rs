@@ -100,6 +100,7 @@ enum TOp {
     V2V(u8, u8, Width, bool, Vec<u8>),
     Reduce(u8, u8, Width, bool, u64),
     Filter(u8, u8, Width, bool, u64),
+    Cad(u8, Vec<u8>),
 }
 
 fn at(func: u8, width: Width, signed: bool) -> Atomic {
@@ -149,6 +150,10 @@ fn borrow<'a>(op: &'a TOp, keys: &'a [Vec<u8>]) -> KvOp<'a> {
             atomic: at(pred, w, s),
             param,
         },
+        TOp::Cad(k, expected) => KvOp::CompareDelete {
+            key: &keys[*k as usize],
+            expected,
+        },
     }
 }
 
@@ -187,6 +192,15 @@ fn model(map: &mut HashMap<Vec<u8>, Vec<u8>>, key: &[u8], op: &TOp) -> Res {
             } else {
                 Status::NotFound
             })
+        }
+        TOp::Cad(_, ref expected) => {
+            let Some(v) = map.get(key).cloned() else {
+                return err(Status::NotFound);
+            };
+            if v == *expected {
+                map.remove(key);
+            }
+            return (Status::Ok, v);
         }
         TOp::Atomic(_, f, w, ..)
         | TOp::S2V(_, f, w, ..)
@@ -266,6 +280,11 @@ fn value() -> impl Strategy<Value = Vec<u8>> {
     len.prop_flat_map(|n| prop::collection::vec(any::<u8>(), n))
 }
 
+/// A few values, so that a COMPARE_DELETE's expected value is often the key's.
+fn pooled() -> impl Strategy<Value = Vec<u8>> {
+    prop::sample::select(vec![vec![1u8; 8], vec![2u8; 8], vec![1u8; 4], vec![]])
+}
+
 fn width() -> impl Strategy<Value = Width> {
     use Width::*;
     prop::sample::select(vec![W1, W2, W4, W8, W8, W8, W1, W2, W4])
@@ -288,6 +307,8 @@ fn top() -> impl Strategy<Value = TOp> {
         3 => k().prop_map(TOp::Get),
         3 => (k(), value()).prop_map(|(k, v)| TOp::Put(k, v)),
         1 => k().prop_map(TOp::Delete),
+        2 => (k(), pooled()).prop_map(|(k, v)| TOp::Put(k, v)),
+        2 => (k(), pooled()).prop_map(|(k, v)| TOp::Cad(k, v)),
         6 => (k(), func(), width(), any::<bool>(), param(), param())
             .prop_map(|(k, f, w, s, p, p2)| TOp::Atomic(k, f, w, s, p, p2)),
         2 => (k(), func(), width(), any::<bool>(), param(), param())

@@ -361,7 +361,8 @@ impl TxExecutor {
 
     /// A read-modify-write op on touched key `t` (current value `cur`): an update
     /// changes a copy, which becomes the key's post-image, and answers the original; a
-    /// read answers what it computed, copied into the arena.
+    /// read answers what it computed, copied into the arena (a COMPARE_DELETE that
+    /// matched also deletes the key).
     fn step_rmw(
         &mut self,
         i: usize,
@@ -400,6 +401,9 @@ impl TxExecutor {
             return Err(too_large(i));
         }
         let done = ran.map_err(|s| abort(AbortReason::OpFailed, i, s))?;
+        if done.deletes {
+            self.write(t, None);
+        }
         match (new, cur) {
             (Some(n), Some(c)) => {
                 self.write(t, Some(n));

@@ -54,6 +54,7 @@ enum MOp {
     Put(u8, Vec<u8>),
     Del(u8),
     Add(u8, u64),
+    Cad(u8, Vec<u8>),
 }
 
 fn key(k: u8) -> Vec<u8> {
@@ -96,6 +97,10 @@ fn encode(ops: &[MOp]) -> Vec<u8> {
                 atomic: Atomic::from_attr(func::FETCH_ADD, 0x03).unwrap(),
                 param: *d,
                 param2: 0,
+            },
+            MOp::Cad(k, v) => KvOp::CompareDelete {
+                key: &keys[*k as usize],
+                expected: v,
             },
         };
         w.push(&op).unwrap();
@@ -151,6 +156,19 @@ fn model(state: &Map, ops: &[MOp]) -> (bool, Results, Map) {
                     break;
                 }
             },
+            // A missing key fails the op, which aborts the transaction.
+            MOp::Cad(k, want) => match s.get(&key(*k)).cloned() {
+                Some(v) => {
+                    if v == *want {
+                        s.remove(&key(*k));
+                    }
+                    res.push((Status::Ok, v));
+                }
+                None => {
+                    ok = false;
+                    break;
+                }
+            },
         }
     }
     if ok {
@@ -172,6 +190,11 @@ fn mop() -> impl Strategy<Value = MOp> {
         (0..6u8, val).prop_map(|(k, v)| MOp::Put(k, v)),
         (0..6u8).prop_map(MOp::Del),
         (0..6u8, 0..5u64).prop_map(|(k, d)| MOp::Add(k, d)),
+        (
+            0..6u8,
+            prop::sample::select(vec![vec![0u8; 8], vec![1u8; 8]])
+        )
+            .prop_map(|(k, v)| MOp::Cad(k, v)),
     ]
 }
 

@@ -118,6 +118,9 @@ macro_rules! worker_counters {
             /// FILTER operations executed.
             filters: "KV operations executed, by type.",
                 Series("kvd_ops_total", "op", "filter"), false;
+            /// COMPARE_DELETE operations executed (deleted or not).
+            compare_deletes: "KV operations executed, by type.",
+                Series("kvd_ops_total", "op", "compare_delete"), false;
             /// Operations answered with a status other than OK/NOT_FOUND.
             op_errors: "Operations answered with an error status.",
                 Family("kvd_op_errors_total"), true;

@@ -455,7 +455,7 @@ pub fn seed_batches() -> Vec<Vec<u8>> {
         signed: s,
     };
     let v64 = [0x11u8; 64];
-    let ops: [KvOp<'_>; 12] = [
+    let ops: [KvOp<'_>; 13] = [
         KvOp::Put {
             key: b"user:1",
             value: &v64,
@@ -505,6 +505,10 @@ pub fn seed_batches() -> Vec<Vec<u8>> {
             atomic: a(200, Width::W8, false),
             param: 9,
             param2: 0,
+        },
+        KvOp::CompareDelete {
+            key: b"user:1",
+            expected: &v64,
         },
     ];
     let mut out = Vec::new();

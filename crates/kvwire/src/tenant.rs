@@ -34,7 +34,7 @@ pub const PROOF_WINDOW_MS: u64 = 60_000;
 
 /// ACL category: GET, REDUCE, FILTER (read the store).
 pub const READ: u8 = 1 << 0;
-/// ACL category: PUT, DELETE.
+/// ACL category: PUT, DELETE, COMPARE_DELETE.
 pub const WRITE: u8 = 1 << 1;
 /// ACL category: the atomic and vector updates (UPDATE_S2S, UPDATE_S2V, UPDATE_V2V).
 pub const ATOMIC: u8 = 1 << 2;

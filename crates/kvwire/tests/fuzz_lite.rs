@@ -154,7 +154,7 @@ fn seeds_are_valid() {
                 .unwrap()
                 .filter(Result::is_ok)
                 .count(),
-            12
+            13
         );
     }
 }

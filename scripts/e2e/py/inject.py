@@ -330,9 +330,9 @@ def main_run(a):
     K2, V2, K3 = b"e2e-k2", b"v2", b"e2e-k3"
     b = next_batch()
     expect["op_errors"] += 1
-    # PUT k2, then op with undefined opcode 9, then PUT k3 (must not be executed)
+    # PUT k2, then op with undefined opcode 31, then PUT k3 (must not be executed)
     expect_reply("unknown-kv-opcode",
-                 req(r.batch(b, [r.op_put(K2, V2), r.op_raw(9, K), r.op_put(K3, V2)])), b,
+                 req(r.batch(b, [r.op_put(K2, V2), r.op_raw(31, K), r.op_put(K3, V2)])), b,
                  [(r.ST_OK, b""), (r.ST_UNKNOWN_OPCODE, b"")])
     b = next_batch()
     expect["op_errors"] += 1
@@ -386,6 +386,17 @@ def main_run(a):
     expect_reply("ops-before-bad-op-ran-after-not",
                  req(r.batch(b, [r.op_get(K2), r.op_get(K3)])), b,
                  [(r.ST_OK, V2), (r.ST_NOT_FOUND, b"")])
+    # COMPARE_DELETE (PROTOCOL.md 3.2) answers the value the key held and deletes the
+    # key only when that is the op's value.
+    b = next_batch()
+    expect_reply("compare-delete-other-value-kept",
+                 req(r.batch(b, [r.op_compare_delete(K2, b"not-" + V2), r.op_get(K2)])), b,
+                 [(r.ST_OK, V2), (r.ST_OK, V2)])
+    b = next_batch()
+    expect_reply("compare-delete-own-value",
+                 req(r.batch(b, [r.op_compare_delete(K2, V2), r.op_get(K2),
+                                 r.op_compare_delete(K2, V2)])), b,
+                 [(r.ST_OK, V2), (r.ST_NOT_FOUND, b""), (r.ST_NOT_FOUND, b"")])
 
     # -- 9. opened QPs (PROTOCOL.md 6.1, "Opened QPs"; 5) -----------------------------
     onon = time.time_ns() ^ 0x5A5A

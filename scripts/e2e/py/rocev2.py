@@ -34,7 +34,7 @@ NAK_PSN_SEQ = 0x60
 NAK_INVALID = 0x61
 RNR_NAK = 0x20      # | timer
 
-KV_GET, KV_PUT, KV_DELETE = 1, 2, 3
+KV_GET, KV_PUT, KV_DELETE, KV_COMPARE_DELETE = 1, 2, 3, 9
 ST_OK, ST_NOT_FOUND, ST_MALFORMED, ST_UNKNOWN_OPCODE = 0, 1, 5, 6
 
 # The worked example of docs/PROTOCOL.md section 8 (a known-good request and response).
@@ -141,6 +141,12 @@ def op_get(key):
 
 def op_delete(key):
     return bytes([KV_DELETE, len(key)]) + key
+
+
+def op_compare_delete(key, expected):
+    """COMPARE_DELETE (PROTOCOL.md 3.2): carries a value, like PUT."""
+    return (bytes([KV_COMPARE_DELETE, len(key)]) + struct.pack("!H", len(expected))
+            + key + expected)
 
 
 def op_raw(opcode, key):

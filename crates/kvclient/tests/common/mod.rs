@@ -378,6 +378,15 @@ fn execute(
                     (Status::Ok, b[..n].to_vec())
                 }
             },
+            KvOp::CompareDelete { key, expected } => match store.get(key).cloned() {
+                Some(v) => {
+                    if v == expected {
+                        store.remove(key);
+                    }
+                    (Status::Ok, v)
+                }
+                None => (Status::NotFound, Vec::new()),
+            },
             _ => (Status::Unsupported, Vec::new()),
         };
         res.push(r);

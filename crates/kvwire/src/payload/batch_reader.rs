@@ -200,7 +200,7 @@ impl<'a> BatchReader<'a> {
         let opcode = opb & OPCODE_MASK;
         let copy_sizes = opb & FLAG_COPY_SIZES != 0;
         let copy_value = opb & FLAG_COPY_VALUE != 0;
-        if !(op::GET..=op::FILTER).contains(&opcode) {
+        if super::optable::spec(opcode).is_none() {
             return Err(PayloadError::UnknownOpcode(opcode));
         }
         let has_value = opcode_has_value(opcode);
@@ -258,38 +258,8 @@ impl<'a> BatchReader<'a> {
             width: Width::W1,
             signed: false,
         });
-        let op = match opcode {
-            op::GET => KvOp::Get { key },
-            op::PUT => KvOp::Put { key, value },
-            op::DELETE => KvOp::Delete { key },
-            op::UPDATE_S2S => KvOp::UpdateS2S {
-                key,
-                atomic: a,
-                param: p1,
-                param2: p2,
-            },
-            op::UPDATE_S2V => KvOp::UpdateS2V {
-                key,
-                atomic: a,
-                param: p1,
-                param2: p2,
-            },
-            op::UPDATE_V2V => KvOp::UpdateV2V {
-                key,
-                atomic: a,
-                delta: value,
-            },
-            op::REDUCE => KvOp::Reduce {
-                key,
-                atomic: a,
-                init: p1,
-            },
-            _ => KvOp::Filter {
-                key,
-                atomic: a,
-                param: p1,
-            },
-        };
+        let op = KvOp::from_parts(opcode, key, value, a, p1, p2)
+            .ok_or(PayloadError::UnknownOpcode(opcode))?;
         self.st = DecodeState {
             pos: c.pos,
             prev_key_len: key_len,
@@ -413,8 +383,8 @@ mod tests {
         );
         assert_eq!(first_err(&[], 1), Some(PayloadError::Truncated));
         assert_eq!(
-            first_err(&[0x09, 1, b'k'], 1),
-            Some(PayloadError::UnknownOpcode(9))
+            first_err(&[OPCOUNT + 1, 1, b'k'], 1),
+            Some(PayloadError::UnknownOpcode(OPCOUNT + 1))
         );
         assert_eq!(first_err(&[0x00], 1), Some(PayloadError::UnknownOpcode(0)));
         assert_eq!(first_err(&[0x81, b'k'], 1), Some(PayloadError::BadFlags));

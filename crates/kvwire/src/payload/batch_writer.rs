@@ -350,37 +350,8 @@ mod tests {
                     0
                 },
             );
-            match self.opcode {
-                op::GET => KvOp::Get { key },
-                op::PUT => KvOp::Put {
-                    key,
-                    value: &self.value,
-                },
-                op::DELETE => KvOp::Delete { key },
-                op::UPDATE_S2S => KvOp::UpdateS2S {
-                    key,
-                    atomic,
-                    param,
-                    param2,
-                },
-                op::UPDATE_S2V => KvOp::UpdateS2V {
-                    key,
-                    atomic,
-                    param,
-                    param2,
-                },
-                op::UPDATE_V2V => KvOp::UpdateV2V {
-                    key,
-                    atomic,
-                    delta: &self.value,
-                },
-                op::REDUCE => KvOp::Reduce {
-                    key,
-                    atomic,
-                    init: param,
-                },
-                _ => KvOp::Filter { key, atomic, param },
-            }
+            KvOp::from_parts(self.opcode, key, &self.value, atomic, param, param2)
+                .expect("a defined opcode")
         }
     }
 
@@ -404,16 +375,22 @@ mod tests {
                 width,
                 signed,
             });
-        (1u8..=8, key, value, atomic, any::<u64>(), any::<u64>()).prop_map(
-            |(opcode, key, value, atomic, p1, p2)| Owned {
+        (
+            1u8..=OPCOUNT,
+            key,
+            value,
+            atomic,
+            any::<u64>(),
+            any::<u64>(),
+        )
+            .prop_map(|(opcode, key, value, atomic, p1, p2)| Owned {
                 opcode,
                 key,
                 value,
                 atomic,
                 p1,
                 p2,
-            },
-        )
+            })
     }
 
     proptest! {

@@ -19,6 +19,8 @@ pub mod op {
     pub const REDUCE: u8 = 7;
     /// Return the elements passing a predicate.
     pub const FILTER: u8 = 8;
+    /// Delete the key if its value equals the op's value; returns the value it held.
+    pub const COMPARE_DELETE: u8 = 9;
 }
 
 /// Op byte flag: take key length (and value length) from the previous op.
@@ -315,9 +317,68 @@ pub enum KvOp<'a> {
         /// Predicate parameter.
         param: u64,
     },
+    /// Delete the key if its value is `expected`; returns the value it held (the key
+    /// was deleted iff that equals `expected`).
+    CompareDelete {
+        /// Key.
+        key: &'a [u8],
+        /// The value the key must hold to be deleted.
+        expected: &'a [u8],
+    },
 }
 
 impl<'a> KvOp<'a> {
+    /// The op of `opcode` from decoded parts, each variant taking the fields its
+    /// encoding carries (`value`: PUT's value, UPDATE_V2V's Δ, COMPARE_DELETE's
+    /// expected value; `p1`, `p2`: the parameters, REDUCE's initial Σ): the one place
+    /// an opcode becomes a variant. `None` for an undefined opcode.
+    pub const fn from_parts(
+        opcode: u8,
+        key: &'a [u8],
+        value: &'a [u8],
+        atomic: Atomic,
+        p1: u64,
+        p2: u64,
+    ) -> Option<KvOp<'a>> {
+        Some(match opcode {
+            op::GET => KvOp::Get { key },
+            op::PUT => KvOp::Put { key, value },
+            op::DELETE => KvOp::Delete { key },
+            op::UPDATE_S2S => KvOp::UpdateS2S {
+                key,
+                atomic,
+                param: p1,
+                param2: p2,
+            },
+            op::UPDATE_S2V => KvOp::UpdateS2V {
+                key,
+                atomic,
+                param: p1,
+                param2: p2,
+            },
+            op::UPDATE_V2V => KvOp::UpdateV2V {
+                key,
+                atomic,
+                delta: value,
+            },
+            op::REDUCE => KvOp::Reduce {
+                key,
+                atomic,
+                init: p1,
+            },
+            op::FILTER => KvOp::Filter {
+                key,
+                atomic,
+                param: p1,
+            },
+            op::COMPARE_DELETE => KvOp::CompareDelete {
+                key,
+                expected: value,
+            },
+            _ => return None,
+        })
+    }
+
     /// The opcode ([`op`]).
     pub const fn opcode(&self) -> u8 {
         match self {
@@ -329,6 +390,7 @@ impl<'a> KvOp<'a> {
             KvOp::UpdateV2V { .. } => op::UPDATE_V2V,
             KvOp::Reduce { .. } => op::REDUCE,
             KvOp::Filter { .. } => op::FILTER,
+            KvOp::CompareDelete { .. } => op::COMPARE_DELETE,
         }
     }
     /// The key.
@@ -341,10 +403,11 @@ impl<'a> KvOp<'a> {
             | KvOp::UpdateS2V { key, .. }
             | KvOp::UpdateV2V { key, .. }
             | KvOp::Reduce { key, .. }
-            | KvOp::Filter { key, .. } => key,
+            | KvOp::Filter { key, .. }
+            | KvOp::CompareDelete { key, .. } => key,
         }
     }
-    /// Whether the op may change the store (PUT, DELETE, the three updates): the ops
+    /// Whether the op may change the store (the op table's `writes`): the ops
     /// a replica or a fenced master refuses (`NOT_MASTER`).
     pub const fn is_write(&self) -> bool {
         match super::optable::spec(self.opcode()) {
@@ -352,11 +415,13 @@ impl<'a> KvOp<'a> {
             None => true,
         }
     }
-    /// The value bytes of PUT, the Δ vector of UPDATE_V2V, `None` otherwise.
+    /// The value bytes of PUT, the Δ vector of UPDATE_V2V, the expected value of
+    /// COMPARE_DELETE; `None` otherwise.
     pub const fn value(&self) -> Option<&'a [u8]> {
         match self {
             KvOp::Put { value, .. } => Some(value),
             KvOp::UpdateV2V { delta, .. } => Some(delta),
+            KvOp::CompareDelete { expected, .. } => Some(expected),
             _ => None,
         }
     }

@@ -6,7 +6,7 @@
 //! ```text
 //! op byte:  bit 7 COPY_SIZES | bit 6 COPY_VALUE | bit 5 reserved (0) | bits 4..0 opcode
 //! [key_len   u8 ]   absent if COPY_SIZES
-//! [value_len u16]   only for value-carrying ops (PUT, UPDATE_V2V), absent if COPY_SIZES or COPY_VALUE
+//! [value_len u16]   only for value-carrying ops (PUT, UPDATE_V2V, COMPARE_DELETE), absent if COPY_SIZES or COPY_VALUE
 //! [func u8][attr u8][param 1..2 × width bytes]   only for UPDATE_*, REDUCE, FILTER
 //! key bytes
 //! [value bytes]     only for value-carrying ops, absent if COPY_VALUE
@@ -54,7 +54,7 @@ pub use kvop::{
     ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE, FLAG_RESERVED, OPCODE_MASK,
 };
 pub use master_hint::{MasterHint, MASTER_HINT_LEN};
-pub use optable::{OpSpec, OPS};
+pub use optable::{OpSpec, OPCOUNT, OPS};
 /// An opcode's properties ([`OpSpec`]) and its lookup by name.
 pub mod ops {
     pub use super::optable::{by_name, spec};

@@ -30,7 +30,7 @@ pub struct OpSpec {
 }
 
 /// The opcodes, in opcode order (`OPS[i].code == i + 1`).
-pub const OPS: [OpSpec; 8] = [
+pub const OPS: [OpSpec; 9] = [
     OpSpec {
         code: op::GET,
         name: "get",
@@ -103,7 +103,19 @@ pub const OPS: [OpSpec; 8] = [
         category: READ,
         counter: "filters",
     },
+    OpSpec {
+        code: op::COMPARE_DELETE,
+        name: "compare_delete",
+        writes: true,
+        value: true,
+        atomic: false,
+        category: WRITE,
+        counter: "compare_deletes",
+    },
 ];
+
+/// The number of opcodes: they are 1 to `OPCOUNT`.
+pub const OPCOUNT: u8 = OPS.len() as u8;
 
 // The table is indexed by opcode.
 const _: () = {
@@ -118,7 +130,7 @@ const _: () = {
 #[inline]
 pub const fn spec(opcode: u8) -> Option<&'static OpSpec> {
     match opcode {
-        1..=8 => Some(&OPS[opcode as usize - 1]),
+        1..=OPCOUNT => Some(&OPS[opcode as usize - 1]),
         _ => None,
     }
 }
@@ -143,7 +155,7 @@ mod tests {
             assert_eq!(usize::from(s.code), i + 1);
         }
         assert_eq!(spec(0), None);
-        assert_eq!(spec(9), None);
+        assert_eq!(spec(OPCOUNT + 1), None);
         assert_eq!(by_name("append"), None);
     }
 
