@@ -8,19 +8,18 @@
 
 mod common;
 
+use common::repl::{master_config, replica_config};
 use common::Rng;
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
 use dataplane::repl::link::{ReplLogic, VecLinks};
-use dataplane::repl::master::{MasterConfig, MasterNode};
-use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
+use dataplane::repl::master::MasterNode;
+use dataplane::repl::replica::ReplicaNode;
 use dataplane::repl::scan::{NoClients, ScanDriver, ScanShared};
 use dataplane::repl::status::ReplStatus;
 use kvengine::{Engine, EngineConfig, Region};
 use kvrepl::log::{log_ring, LogProducer};
-use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
-use kvrepl::resync::ReplIds;
-use kvrepl::shipper::ShipperConfig;
+use kvrepl::progress::Mode;
 use kvrepl::Record;
 use kvwire::Status;
 use std::collections::BTreeMap;
@@ -38,7 +37,6 @@ impl CompletionKeeper for QpSeen {
     fn full_sync(&mut self) {}
 }
 
-const MS: u64 = 1_000_000;
 const STEP_NS: u64 = 100_000;
 
 fn engine() -> Engine {
@@ -92,34 +90,7 @@ impl Master {
         });
         let gate = Arc::new(WriteGate::writable());
         let status = Arc::new(ReplStatus::default());
-        let cfg = MasterConfig {
-            node_id: 1,
-            mac: [2, 0, 0, 0, 0x10, 0],
-            ip: Ipv4Addr::new(10, 77, 0, 1),
-            epoch: 1,
-            ids: ReplIds {
-                current: stream,
-                previous: None,
-            },
-            start_offset: 0,
-            backlog_bytes: 1 << 20,
-            sync_bytes: 1 << 20,
-            gate: GateConfig {
-                mode: Mode::Async,
-                min_replicas,
-                max_lag_ns: 200 * MS,
-            },
-            probe: ProbeConfig {
-                probe_interval_ns: 20 * MS,
-                waiting_time_ns: 60 * MS,
-            },
-            shipper: ShipperConfig {
-                rto_ns: 5 * MS,
-                ..ShipperConfig::default()
-            },
-            chain: false,
-            keep_foreign,
-        };
+        let cfg = master_config(Mode::Async, min_replicas, stream, keep_foreign);
         let node = MasterNode::new(cfg, 1, logs, scans, status.clone(), gate.clone(), 0).unwrap();
         Master {
             engine: engine(),
@@ -189,19 +160,7 @@ impl Replica {
         let (p, c) = log_ring(ring_bytes);
         let stats = Arc::new(ApplyStats::default());
         let status = Arc::new(ReplStatus::default());
-        let cfg = ReplicaConfig {
-            node_id: 2,
-            mac: [2, 0, 0, 0, 0x10, 1],
-            ip: Ipv4Addr::new(10, 77, 0, 2),
-            master: configured_master
-                .then_some(([2, 0, 0, 0, 0x10, 0], Ipv4Addr::new(10, 77, 0, 1))),
-            fallback: Vec::new(),
-            waiting_time_ns: 60 * MS,
-            ack_interval_ns: 2 * MS,
-            hello_interval_ns: 10 * MS,
-            slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,
-            rkey: 0x1234,
-        };
+        let cfg = replica_config(configured_master);
         let node = ReplicaNode::new(
             cfg,
             1,

@@ -3,6 +3,8 @@
 //! kvwire, and a `Vec`-backed transmit side that collects the response frames.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod repl;
+
 use dataplane::packet::Identity;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
