@@ -13,14 +13,15 @@ Usage: cluster_config.py DIR N_REPLICAS [--mode async|sync] [--min-replicas K]
        [--log-fsync always|everysec|no]  (every node but a fixed master logs the
                                           stream it applies to DIR/nodeK.aof)
        [--clients memif|tap]
+Node k serves clients at its own MAC and IP (02:00:00:00:20:kk, 10.78.0.k+1), and every
+config lists all of them in `replication.client_nodes`, so a client reading any node's
+config reaches whichever node answers and follows NOT_MASTER hints to the master.
 Also writes DIR/follow.json: a pktgen attached to every node's client port, for
-`pktgen --follow-ports net_memif20,net_memif21,...` (follows the master).
+`pktgen --follow-ports net_memif20,net_memif21,...` (follows the master; with `--tx`
+too).
 
 --clients tap (for kvcli, the Python binding and other kernel clients): node k serves
-a net_tap interface PREFIXtK instead of a memif client port, with its own MAC and IP
-(02:00:00:00:20:kk, 10.78.0.k+1), and every config lists all of them in
-`replication.client_nodes`, so a client reading any node's config reaches whichever
-node answers and follows NOT_MASTER hints to the master. scripts/cluster.sh joins the
+a net_tap interface PREFIXtK instead of a memif client port. scripts/cluster.sh joins the
 taps with a bridge PREFIXbr whose MAC is the config's client MAC (`pktgen.mac`): a
 kernel client uses `--iface PREFIXbr`. No follow.json then (pktgen needs memif).
 """
@@ -49,10 +50,13 @@ def node_config(base, d, k, n, args):
     memif = "net_memif0,role={},id=0,socket={},socket-abstract=no,rsize=11"
     dp["vdevs"] = [memif.format("server", sock)]
     pg["vdevs"] = [memif.format("client", sock)]
+    # Every node its own client-facing address, so a NOT_MASTER hint names the master
+    # and a client following the cluster (kvcli, Python, pktgen --follow-ports and
+    # --tx) reaches each node by it.
+    dp["mac"], dp["ip"] = client_addr(k)["mac"], client_addr(k)["ip"]
     if args.clients == "tap":
         dp["vdevs"] = [f"net_tap0,iface={tap_name(args.prefix, k)}"]
         dp["port"] = "net_tap0"
-        dp["mac"], dp["ip"] = client_addr(k)["mac"], client_addr(k)["ip"]
     c["engine"]["mem_mb"] = 128
     vdevs = []
     for peer in range(n):
@@ -100,14 +104,13 @@ def node_config(base, d, k, n, args):
             # later ones for a quorum of data holders (docs/FAILOVER.md).
             "nodes": n,
         }
-    if args.clients == "tap":
-        repl["client_nodes"] = [client_addr(j) for j in range(n)]
+    repl["client_nodes"] = [client_addr(j) for j in range(n)]
     c["replication"] = repl
     return c
 
 
 def client_addr(k):
-    """Node k's client-facing address with --clients tap."""
+    """Node k's client-facing address."""
     return {"mac": f"02:00:00:00:20:{k:02x}", "ip": f"10.78.0.{k + 1}"}
 
 

@@ -193,6 +193,42 @@ fn writes_refused_by_a_replica_go_to_the_master_it_names_once_each() {
     assert_eq!(sw.get(1, b"ctr"), Some(100u64.to_le_bytes().to_vec()));
 }
 
+/// A transaction refused by a replica (WRITES_REFUSED, NOT_MASTER with the hint) is
+/// sent again at the master it names, once, as a single op would be.
+#[test]
+fn a_transaction_refused_by_a_replica_commits_at_the_master_it_names() {
+    let qps = [(100, RKEY), (101, RKEY)];
+    let mut sw = Switch::new(&qps);
+    sw.make_replica(0, 1, 5);
+    for n in &mut sw.nodes {
+        n.server.engine_mut().put(b"a", b"10");
+    }
+    let mut c = client(sw);
+    c.connect().unwrap();
+    let cond = [kvclient::TxCondition {
+        op: 0,
+        expect: Some(b"10".to_vec()),
+    }];
+    let ops = [
+        Op::Get { key: b"a".to_vec() },
+        Op::Put {
+            key: b"a".to_vec(),
+            value: b"9".to_vec(),
+        },
+    ];
+    let out = c.transact(&cond, &ops).unwrap();
+    assert!(out.committed(), "{out:?}");
+    assert_eq!(c.redirects(), 1);
+    assert_eq!(c.node(), Some((MASTER_MAC, MASTER_IP)));
+    let sw = c.io_mut();
+    assert_eq!(sw.get(1, b"a"), Some(b"9".to_vec()));
+    assert_eq!(
+        sw.get(0, b"a"),
+        Some(b"10".to_vec()),
+        "the replica changed nothing"
+    );
+}
+
 #[test]
 fn a_stale_hint_is_reported_and_following_can_be_off() {
     let qps = [(100, RKEY), (101, RKEY)];

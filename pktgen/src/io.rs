@@ -18,6 +18,7 @@ use dpdk::{tsc, Mbuf, MbufBurst, Mempool, RxQueue, TxQueue};
 use kvclient::PacketIo;
 use kvload::faults::{FaultConfig, FaultCounts};
 use kvwire::partition::peek_owner;
+use kvwire::MacAddr;
 
 /// Frames per rx/tx burst.
 pub const BURST: usize = 32;
@@ -48,6 +49,10 @@ pub struct PortIo {
     /// Queue pairs per node: the queues of node `k` (`--follow-ports`) are
     /// `k * per_node ..`; all of them are received from.
     per_node: usize,
+    /// Node `k`'s client-facing MAC (the config's `replication.client_nodes`, in
+    /// `--follow-ports` order): a frame goes to the node its destination MAC names,
+    /// whichever node is in use. Empty: to the node in use.
+    node_macs: Vec<MacAddr>,
     txb: Vec<MbufBurst<BURST>>,
     rx: MbufBurst<BURST>,
     /// Next rx queue to poll.
@@ -86,6 +91,7 @@ impl PortIo {
             nparts: tx_of.len().max(1) as u32,
             base_tx_of: tx_of.clone(),
             per_node: n,
+            node_macs: Vec::new(),
             tx_of,
             txb: (0..n).map(|_| MbufBurst::new()).collect(),
             txqs,
@@ -106,6 +112,12 @@ impl PortIo {
     /// (`--follow-ports`); sending starts on node 0.
     pub fn set_nodes(&mut self, nodes: usize) {
         self.per_node = self.txqs.len() / nodes.max(1);
+    }
+
+    /// Routes each frame by its destination MAC: to node `k`'s queues when it is
+    /// `macs[k]` (the nodes of [`PortIo::set_nodes`], in order).
+    pub fn set_node_macs(&mut self, macs: Vec<MacAddr>) {
+        self.node_macs = macs;
     }
 
     /// Sends on node `k`'s queues from now on (frames already queued for another node
@@ -228,8 +240,14 @@ impl PortIo {
     /// The tx queue of a request frame: its owner's (the destination QP's partition,
     /// or the one an OPEN asks for).
     fn queue_of(&self, frame: &[u8]) -> usize {
-        let part = peek_owner(frame, self.nparts).unwrap_or(0);
-        self.tx_queue(part as usize)
+        let part = peek_owner(frame, self.nparts).unwrap_or(0) as usize;
+        let named = frame
+            .get(..6)
+            .and_then(|dst| self.node_macs.iter().position(|m| m[..] == *dst));
+        match named {
+            Some(k) => k * self.per_node + self.base_tx_of.get(part).copied().unwrap_or(0),
+            None => self.tx_queue(part),
+        }
     }
 
     /// The tx queue of partition `part`'s packets.

@@ -65,6 +65,30 @@ fn main() {
     }
 }
 
+/// The client-facing address of each `--follow-ports` node (the config's
+/// `replication.client_nodes`, in port order); empty for one port, or when the config
+/// lists none (the nodes then share the config's `dataplane` address).
+fn follow_nodes(cfg: &Config, ports: usize) -> Result<Vec<kvclient::NodeAddr>, String> {
+    let listed = &cfg.replication.client_nodes;
+    if ports < 2 || listed.is_empty() {
+        return Ok(Vec::new());
+    }
+    if listed.len() != ports {
+        return Err(format!(
+            "--follow-ports names {ports} ports but replication.client_nodes lists {} nodes",
+            listed.len()
+        ));
+    }
+    listed
+        .iter()
+        .map(|n| {
+            let mac = kvconf::parse_mac(&n.mac)
+                .map_err(|e| format!("replication.client_nodes[].mac: {e}"))?;
+            Ok((mac, n.ip))
+        })
+        .collect()
+}
+
 fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     let mut cfg = Config::load(&args.config)?;
     cfg.apply_overrides(Role::Pktgen, &args.overrides());
@@ -120,12 +144,14 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         .collect();
     let mut io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
     io.set_nodes(ports.len());
+    let nodes = follow_nodes(&cfg, ports.len())?;
+    io.set_node_macs(nodes.iter().map(|n| n.0).collect());
     if args.fuzz > 0 {
         setup_fuzz(&args, &cfg, &spec, params, &mut io);
     }
     let tcfg = transport_config(ph, mtu);
     if args.tx_audit {
-        let code = txn_bench::audit(io, &spec, tcfg, params)?;
+        let code = txn_bench::audit(io, &spec, tcfg, params, &nodes)?;
         stop_ports(&ports);
         drop(eal);
         return Ok(code);
@@ -134,7 +160,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         let mut tx = txn_bench::TxArgs::parse(t, args.tx_baseline)?;
         tx.shared = args.tx_shared;
         tx.inflight = args.tx_inflight;
-        let code = txn_bench::run(io, &spec, tcfg, params, &tx)?;
+        let code = txn_bench::run(io, &spec, tcfg, params, &tx, &nodes)?;
         stop_ports(&ports);
         drop(eal);
         return Ok(code);
@@ -156,7 +182,7 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         if ph.echo {
             return Err("--follow-ports needs the transport (not --echo)".into());
         }
-        d.follow(ports.len());
+        d.follow(ports.len(), nodes);
     }
     d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
 

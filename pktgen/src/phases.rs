@@ -75,6 +75,8 @@ pub struct Driver {
 #[derive(Debug, Default)]
 struct Follow {
     nodes: usize,
+    /// Each node's client-facing address (empty: they share the config's).
+    addrs: Vec<kvclient::NodeAddr>,
     cur: usize,
     /// Transport time of the last move.
     last_move_ns: u64,
@@ -140,14 +142,16 @@ impl Driver {
         }
     }
 
-    /// Follows the master over `nodes` nodes (their queues side by side in the I/O):
-    /// the transport keeps a lost QP's requests for a RESUME on the next node.
-    pub fn follow(&mut self, nodes: usize) {
+    /// Follows the master over `nodes` nodes (their queues side by side in the I/O) at
+    /// `addrs` (each node's client-facing address; empty when they share one): the
+    /// transport keeps a lost QP's requests for a RESUME on the next node.
+    pub fn follow(&mut self, nodes: usize, addrs: Vec<kvclient::NodeAddr>) {
         if let Some(t) = self.transport.as_mut() {
             t.set_resume(true);
         }
         self.follow = Some(Follow {
             nodes,
+            addrs,
             ..Follow::default()
         });
     }
@@ -182,6 +186,13 @@ impl Driver {
         f.moves += 1;
         f.last_move_ns = now_ns;
         io.set_node(f.cur);
+        if let Some(&(mac, ip)) = f.addrs.get(f.cur) {
+            for qp in 0..t.qp_count() {
+                let mut p = t.frame_params(qp);
+                (p.dst_mac, p.dst_ip) = (mac, ip);
+                t.set_frame_params(qp, p);
+            }
+        }
         for qp in 0..t.qp_count() {
             let st = t.state(qp);
             if t.in_flight(qp) > 0

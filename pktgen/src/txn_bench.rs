@@ -23,7 +23,7 @@ use crate::io::PortIo;
 use crate::spec::RunSpec;
 use dpdk::IdleBackoff;
 use hdrhistogram::Histogram;
-use kvclient::{Client, ClientConfig, Op, TxCondition};
+use kvclient::{Client, ClientConfig, NodeAddr, Op, TxCondition};
 use kvwire::payload::{func, Atomic, Width};
 use kvwire::FrameParams;
 use std::sync::atomic::Ordering;
@@ -132,6 +132,7 @@ fn connect(
     spec: &RunSpec,
     tcfg: kvclient::Config,
     params: FrameParams,
+    nodes: &[NodeAddr],
 ) -> Result<Client<Flushing>, kvclient::Error> {
     // Wall-clock based: connection nonces must grow across pktgen runs (PROTOCOL.md §6.1).
     let t0 = Instant::now();
@@ -154,6 +155,9 @@ fn connect(
         Box::new(clock),
     );
     c.set_credentials(spec.qps.credentials().cloned());
+    // With the nodes of --follow-ports: the client follows the master (NOT_MASTER
+    // hints, the next node when one stops answering, RESUME of what was in flight).
+    c.set_nodes(nodes);
     c.connect()?;
     Ok(c)
 }
@@ -165,6 +169,7 @@ pub fn run(
     tcfg: kvclient::Config,
     params: FrameParams,
     tx: &TxArgs,
+    nodes: &[NodeAddr],
 ) -> Result<i32, Box<dyn std::error::Error>> {
     let w = &spec.workload;
     let vsize: usize = w
@@ -177,7 +182,7 @@ pub fn run(
     if (n as usize) < need {
         return Err(format!("--tx needs at least {need} --keys").into());
     }
-    let mut c = connect(io, spec, tcfg, params)?;
+    let mut c = connect(io, spec, tcfg, params, nodes)?;
     if tx.shared {
         return crate::txn_shared::run(&mut c, spec, tx, tx.inflight);
     }
@@ -190,8 +195,14 @@ pub fn run(
         rng ^= rng << 17;
         rng
     };
-    let mut hist = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?;
-    let (mut committed, mut aborted, mut round_trips) = (0u64, 0u64, 0u64);
+    let mut k = Counts {
+        committed: 0,
+        aborted: 0,
+        round_trips: 0,
+        refused: 0,
+        unknown: 0,
+        hist: Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3)?,
+    };
     let warm_end = Instant::now() + Duration::from_secs_f64(spec.phases.warmup);
     let end = warm_end + Duration::from_secs_f64(spec.phases.duration);
     let mut picked: Vec<u64> = Vec::with_capacity(need);
@@ -211,81 +222,177 @@ pub fn run(
             newbal[1].1 += 1;
         }
         let start = Instant::now();
-        let ok = if tx.baseline {
+        let ended = if tx.baseline {
             let (ok, rts) = baseline(&mut c, reads, &newbal, &bal, ksize, vsize)?;
-            round_trips += rts;
-            ok
+            k.round_trips += rts;
+            if ok {
+                Ended::Committed
+            } else {
+                Ended::Aborted
+            }
         } else {
-            round_trips += 1;
-            design(&mut c, reads, &newbal, &bal, ksize, vsize).map_err(|e| match e {
-                kvclient::Error::TooLarge => format!(
-                    "a ({}, {}) transaction of {vsize} B values does not fit one request \
-                     packet at server.mtu {}: raise server.mtu (up to 9000, jumbo frames)",
-                    tx.reads, tx.writes, mtu
-                ),
-                e => e.to_string(),
-            })?
+            k.round_trips += 1;
+            match design(&mut c, reads, &newbal, &bal, ksize, vsize) {
+                // Refused writes ran nothing; following the master, they wait for it.
+                Ok(Ended::Refused) if nodes.is_empty() => Ended::Aborted,
+                Ok(e) => e,
+                // Following the master: a transaction in flight at a failover may
+                // have committed or not (PROTOCOL.md §6.6); the store says which.
+                Err(e) if !nodes.is_empty() && in_doubt(&e) => Ended::Unknown,
+                Err(kvclient::Error::TooLarge) => {
+                    return Err(format!(
+                        "a ({}, {}) transaction of {vsize} B values does not fit one \
+                         request packet at server.mtu {}: raise server.mtu (up to 9000, \
+                         jumbo frames)",
+                        tx.reads, tx.writes, mtu
+                    )
+                    .into())
+                }
+                Err(e) => return Err(e.to_string().into()),
+            }
         };
         let ns = start.elapsed().as_nanos() as u64;
-        if ok {
-            for &(a, b) in &newbal {
-                bal[a as usize] = b;
+        match ended {
+            Ended::Committed => {
+                for &(a, b) in &newbal {
+                    bal[a as usize] = b;
+                }
+                k.committed += 1;
             }
-            committed += 1;
-        } else {
-            aborted += 1;
+            Ended::Aborted => k.aborted += 1,
+            Ended::Refused => {
+                k.refused += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Ended::Unknown => {
+                reread(&mut c, &newbal, &mut bal, ksize)?;
+                k.unknown += 1;
+            }
         }
         if start >= warm_end {
-            hist.record(ns.max(1))?;
+            k.hist.record(ns.max(1))?;
         }
     }
-    let (total, wrong) = read_back(&mut c, ksize, &bal)?;
-    let secs = spec.phases.duration;
-    let measured = hist.len();
-    let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
-    let label = if tx.baseline { "baseline" } else { "design" };
-    println!(
-        "tx {},{} {label}, {vsize} B values, {n} accounts: {measured} transactions measured, \
-         {committed} committed, {aborted} aborted; avg {:.2} us p50 {:.2} us p99 {:.2} us; \
-         {:.0} tx/s; {:.1} round trips per transaction",
-        tx.reads,
-        tx.writes,
-        hist.mean() / 1e3,
-        us(0.5),
-        us(0.99),
-        measured as f64 / secs,
-        round_trips as f64 / (committed + aborted).max(1) as f64
-    );
-    let invariant = total == START_BALANCE * n && wrong == 0;
-    println!(
-        "tx read-back: total {total} (want {}), {wrong} balances differ from the committed transactions",
-        START_BALANCE * n
-    );
-    if let Some(path) = &spec.json {
-        let j = serde_json::json!({
-            "mode": label,
-            "reads": tx.reads,
-            "writes": tx.writes,
-            "value_size": vsize,
-            "accounts": n,
-            "measured": measured,
-            "committed": committed,
-            "aborted": aborted,
-            "avg_us": hist.mean() / 1e3,
-            "p50_us": us(0.5),
-            "p99_us": us(0.99),
-            "max_us": hist.max() as f64 / 1e3,
-            "tx_per_s": measured as f64 / secs,
-            "round_trips_per_tx": round_trips as f64 / (committed + aborted).max(1) as f64,
-            "invariant_holds": invariant,
-            "transport": serde_json::json!({
-                "retransmitted": c.transport().stats().retransmitted,
-                "failed": c.transport().stats().failed,
-            }),
-        });
-        std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
+    let read = read_back(&mut c, ksize, &bal)?;
+    let invariant = k.report(&c, spec, tx, (n, vsize), read, !nodes.is_empty())?;
+    Ok(if invariant && k.aborted == 0 { 0 } else { 1 })
+}
+
+/// What a bank run counted.
+struct Counts {
+    committed: u64,
+    aborted: u64,
+    round_trips: u64,
+    /// Transactions refused for want of a master (nothing ran; tried again).
+    refused: u64,
+    /// Transactions of unknown outcome (a failover while in flight).
+    unknown: u64,
+    /// Latency of the measured transactions (ns).
+    hist: Histogram<u64>,
+}
+
+impl Counts {
+    /// Prints the run (and writes `--json`) for `n` accounts of `vsize`-byte values
+    /// whose read-back found `(total, wrong)`; whether the invariant holds.
+    fn report(
+        &self,
+        c: &Client<Flushing>,
+        spec: &RunSpec,
+        tx: &TxArgs,
+        (n, vsize): (u64, usize),
+        (total, wrong): (u64, u64),
+        following: bool,
+    ) -> Result<bool, Box<dyn std::error::Error>> {
+        let Counts {
+            committed,
+            aborted,
+            round_trips,
+            refused,
+            unknown,
+            ref hist,
+        } = *self;
+        let secs = spec.phases.duration;
+        let measured = hist.len();
+        let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
+        let label = if tx.baseline { "baseline" } else { "design" };
+        println!(
+            "tx {},{} {label}, {vsize} B values, {n} accounts: {measured} transactions measured, \
+             {committed} committed, {aborted} aborted; avg {:.2} us p50 {:.2} us p99 {:.2} us; \
+             {:.0} tx/s; {:.1} round trips per transaction",
+            tx.reads,
+            tx.writes,
+            hist.mean() / 1e3,
+            us(0.5),
+            us(0.99),
+            measured as f64 / secs,
+            round_trips as f64 / (committed + aborted).max(1) as f64
+        );
+        let invariant = total == START_BALANCE * n && wrong == 0;
+        if following {
+            println!(
+                "tx follow: {} redirects, {refused} transactions refused for want of a master, \
+                 {unknown} of unknown outcome (their accounts re-read)",
+                c.redirects()
+            );
+        }
+        println!(
+            "tx read-back: total {total} (want {}), {wrong} balances differ from the committed transactions",
+            START_BALANCE * n
+        );
+        if let Some(path) = &spec.json {
+            let j = serde_json::json!({
+                "mode": label,
+                "reads": tx.reads,
+                "writes": tx.writes,
+                "value_size": vsize,
+                "accounts": n,
+                "measured": measured,
+                "committed": committed,
+                "aborted": aborted,
+                "avg_us": hist.mean() / 1e3,
+                "p50_us": us(0.5),
+                "p99_us": us(0.99),
+                "max_us": hist.max() as f64 / 1e3,
+                "tx_per_s": measured as f64 / secs,
+                "round_trips_per_tx": round_trips as f64 / (committed + aborted).max(1) as f64,
+                "invariant_holds": invariant,
+                "refused": refused,
+                "outcome_unknown": unknown,
+                "follow_redirects": c.redirects(),
+                "transport": serde_json::json!({
+                    "retransmitted": c.transport().stats().retransmitted,
+                    "failed": c.transport().stats().failed,
+                }),
+            });
+            std::fs::write(path, serde_json::to_string_pretty(&j)?)?;
+        }
+        Ok(invariant)
     }
-    Ok(if invariant && aborted == 0 { 0 } else { 1 })
+}
+
+/// An error after which a transaction may or may not have committed.
+fn in_doubt(e: &kvclient::Error) -> bool {
+    use kvclient::Error as E;
+    matches!(
+        e,
+        E::ConnectionLost | E::Timeout | E::Deadline | E::Status(kvwire::Status::OutcomeUnknown)
+    )
+}
+
+/// Reads the balances of the accounts `written` (a transaction of unknown outcome
+/// wrote them, or not) into `bal`.
+fn reread<I: kvclient::PacketIo>(
+    c: &mut Client<I>,
+    written: &[(u64, u64)],
+    bal: &mut [u64],
+    ksize: usize,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for &(a, _) in written {
+        let v = c.get(&key(a, ksize))?.unwrap_or_default();
+        let b = v.get(..8).ok_or("an account's balance is not 8 bytes")?;
+        bal[a as usize] = u64::from_le_bytes(b.try_into()?);
+    }
+    Ok(())
 }
 
 /// Stores `n` accounts at [`START_BALANCE`] (and, for the baseline, their lock words
@@ -366,6 +473,7 @@ pub fn audit(
     spec: &RunSpec,
     tcfg: kvclient::Config,
     params: FrameParams,
+    nodes: &[NodeAddr],
 ) -> Result<i32, Box<dyn std::error::Error>> {
     let w = &spec.workload;
     let (n, ksize) = (w.keys, w.key_size.max(4));
@@ -376,7 +484,7 @@ pub fn audit(
         )
         .into());
     }
-    let mut c = connect(io, spec, tcfg, params)?;
+    let mut c = connect(io, spec, tcfg, params, nodes)?;
     let ops: Vec<Op> = (0..n).map(|i| Op::Get { key: key(i, ksize) }).collect();
     let want = START_BALANCE * n;
     let (mut audits, mut wrong, mut incomplete) = (0u64, 0u64, 0u64);
@@ -442,7 +550,18 @@ pub fn audit(
     Ok(if wrong == 0 && audits > 0 { 0 } else { 1 })
 }
 
-/// One transaction request; whether it committed.
+/// How one transfer ended.
+enum Ended {
+    Committed,
+    /// A condition failed (another writer, or the client's view is stale).
+    Aborted,
+    /// The node took no writes (WRITES_REFUSED: nothing ran).
+    Refused,
+    /// Unknown: a failover while it was in flight (its accounts are re-read).
+    Unknown,
+}
+
+/// One transaction request; how it ended.
 fn design<I: kvclient::PacketIo>(
     c: &mut Client<I>,
     reads: &[u64],
@@ -450,7 +569,7 @@ fn design<I: kvclient::PacketIo>(
     bal: &[u64],
     ksize: usize,
     vsize: usize,
-) -> Result<bool, kvclient::Error> {
+) -> Result<Ended, kvclient::Error> {
     let mut ops = Vec::with_capacity(reads.len() + writes.len());
     let mut conds = Vec::with_capacity(reads.len());
     for (i, &a) in reads.iter().enumerate() {
@@ -466,7 +585,12 @@ fn design<I: kvclient::PacketIo>(
             value: value(b, vsize),
         });
     }
-    Ok(c.transact(&conds, &ops)?.committed())
+    let o = c.transact(&conds, &ops)?;
+    Ok(match o.abort {
+        None => Ended::Committed,
+        Some(a) if a.reason == kvwire::payload::AbortReason::WritesRefused => Ended::Refused,
+        Some(_) => Ended::Aborted,
+    })
 }
 
 /// The baseline: locks, reads, writes, unlocks, one round trip each; (whether every

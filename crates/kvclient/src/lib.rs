@@ -96,6 +96,7 @@ mod transport;
 
 pub use client::{Client, ClientConfig, Op, Reply, Ticket, TxCondition, TxOutcome, TxTicket};
 pub use endpoint::{kernel_client_config, Endpoint, EndpointError};
+pub use follow::NodeAddr;
 pub use kernel::{KernelError, KernelIo};
 pub use qp::{QpSpec, QpState};
 

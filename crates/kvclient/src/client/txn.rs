@@ -1,6 +1,7 @@
 //! [`Client::transact`]: one transaction (docs/PROTOCOL.md §3.4) as one request.
 
 use super::{Client, Op, Reply};
+use crate::follow::Verdict;
 use crate::transport::SendError;
 use crate::{Error, PacketIo};
 use kvwire::payload::{write_tx_header, CondKind, Condition, ResponseReader, TxAbort};
@@ -63,15 +64,50 @@ impl<I: PacketIo> Client<I> {
     /// may span partitions (the server then runs it with the other partitions'
     /// workers paused); it goes on the QP of its first key's partition, after what
     /// that QP already sent.
+    ///
+    /// Following the master (candidate nodes, [`Client::set_nodes`]), a transaction
+    /// refused `NOT_MASTER` (WRITES_REFUSED: nothing of it ran) is sent again once the
+    /// client moved to the node the refusal named, or once the cluster named one, as
+    /// a single operation would be.
     pub fn transact(&mut self, conds: &[TxCondition], ops: &[Op]) -> Result<TxOutcome, Error> {
-        let t = self.submit_tx(conds, ops)?;
+        let start = (self.clock)();
         loop {
-            if let Some(o) = self.tx_outcome(t) {
-                return o;
+            let t = self.submit_tx(conds, ops)?;
+            let o = loop {
+                if let Some(o) = self.tx_outcome(t) {
+                    break o?;
+                }
+                let now = (self.clock)();
+                self.pump(now);
+            };
+            if !self.follows_refusal(&o) {
+                return Ok(o);
             }
-            let now = (self.clock)();
-            self.pump(now);
+            loop {
+                let now = (self.clock)();
+                if now.saturating_sub(start) > self.cfg.op_timeout_ns {
+                    return Err(Error::Deadline);
+                }
+                if !self.follow.moving() && !self.follow.holding(now) {
+                    break;
+                }
+                self.pump(now);
+            }
         }
+    }
+
+    /// Whether `o` is a refusal `NOT_MASTER` the client follows (it then moves to the
+    /// named node, or holds until one is named).
+    fn follows_refusal(&mut self, o: &TxOutcome) -> bool {
+        let refused = o.abort.is_some_and(|a| {
+            a.reason == kvwire::payload::AbortReason::WritesRefused && a.status == Status::NotMaster
+        });
+        if !refused {
+            return false;
+        }
+        let hint = o.master.map(|h| h.encode().to_vec()).unwrap_or_default();
+        let now = (self.clock)();
+        self.follow.on_not_master(&hint, now) == Verdict::Requeue
     }
 
     /// Sends `ops` as one transaction with `conds` (as [`Client::transact`]) without
