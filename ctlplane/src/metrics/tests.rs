@@ -528,3 +528,43 @@ fn the_dashboards_replication_metrics_are_exported() {
         );
     }
 }
+
+/// Every worker counter the schema declares (`kvwire::counters::WORKER_COUNTERS`) is
+/// exported with its worker's value — as its own family or as its series of a shared
+/// one — unless the schema says why not (`Export::Skip`): a counter added to the
+/// dataplane cannot be forgotten by the exporter.
+#[test]
+fn every_declared_counter_is_exported() {
+    use kvwire::counters::{Export, WORKER_COUNTERS};
+    let (mut stats, engine) = sample();
+    for (i, c) in WORKER_COUNTERS.iter().enumerate() {
+        stats["per_worker"]["0"][c.name] = json!(1000 + i);
+    }
+    let text = render(&mut Monotonic::default(), &stats, &engine).unwrap();
+    let (families, samples) = parse(&text);
+    let w0 = [("worker", "0")];
+    let mut checked = 0;
+    for (i, c) in WORKER_COUNTERS.iter().enumerate() {
+        let want = (1000 + i) as f64;
+        match c.export {
+            Export::Family(f) => {
+                assert!(families.contains_key(f), "{}: family {f} missing", c.name);
+                assert_eq!(value(&samples, f, &w0), want, "{}", c.name);
+            }
+            Export::Series(f, label, v) => {
+                assert_eq!(
+                    value(&samples, f, &[("worker", "0"), (label, v)]),
+                    want,
+                    "{}",
+                    c.name
+                );
+            }
+            Export::Skip(why) => {
+                assert!(!why.is_empty(), "{}: skipped without a reason", c.name);
+                continue;
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked > 30, "only {checked} counters exported");
+}
