@@ -65,11 +65,9 @@ struct Redial {
 /// Whether the memif server listening on `socket` started after `dialed` (its socket
 /// file is newer): the server our pending connection reached is gone, so a redial is
 /// needed. While the same server lives — frozen, or slow to answer — the connection
-/// must be left waiting in its queue: a redial would close it, and DPDK 22.11's memif
-/// server, accepting a connection its client already closed, fails to send its
-/// HELLO, closes the socket without unregistering its interrupt callback, and its
-/// interrupt thread then panics ("Error adding fd N epoll_ctl, Bad file descriptor",
-/// issue 29: a node frozen while its peer was killed and restarted died on SIGCONT).
+/// is left waiting in its queue: a redial would close it, and the server would accept a
+/// dead connection on waking (DPDK 22.11's memif server then crashed; `dpdk::memif_fix`
+/// works around that, issue 29), only to tear it down and take the next one.
 fn server_restarted_since(socket: &Path, dialed: SystemTime) -> bool {
     std::fs::metadata(socket)
         .and_then(|m| m.modified())

@@ -33,6 +33,7 @@ pub mod idle;
 pub mod lcore;
 pub mod malloc;
 pub mod mbuf;
+pub mod memif_fix;
 pub mod mempool;
 pub mod pdump;
 pub mod port;
