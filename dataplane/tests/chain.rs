@@ -10,6 +10,8 @@
 //! and the survivors end equal key by key; a middle that comes back is redirected by
 //! the head to the tail and appended behind it (not a second follower of the head).
 
+mod common;
+
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::link::{ReplLogic, VecLinks};
@@ -19,9 +21,7 @@ use dataplane::repl::scan::{NoClients, ScanDriver, ScanShared};
 use dataplane::repl::status::ReplStatus;
 use kvengine::{Engine, EngineConfig, Region};
 use kvrepl::log::{log_ring, LogProducer};
-use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
-use kvrepl::resync::ReplIds;
-use kvrepl::shipper::ShipperConfig;
+use kvrepl::progress::{Mode, ProbeConfig};
 use kvrepl::Record;
 use kvwire::{MacAddr, Status};
 use std::collections::{BTreeMap, HashMap};
@@ -55,33 +55,17 @@ fn engine() -> Engine {
 }
 
 fn master_config(k: usize, chain: bool, mode: Mode, min_replicas: usize) -> MasterConfig {
+    let base = common::repl::master_config(mode, min_replicas, 0xc4a1, false);
     MasterConfig {
         node_id: k as u64 + 1,
         mac: mac(k),
         ip: ip(k),
-        epoch: 1,
-        ids: ReplIds {
-            current: 0xc4a1,
-            previous: None,
-        },
-        start_offset: 0,
-        backlog_bytes: 1 << 20,
-        sync_bytes: 1 << 20,
-        gate: GateConfig {
-            mode,
-            min_replicas,
-            max_lag_ns: 200 * MS,
-        },
         probe: ProbeConfig {
-            probe_interval_ns: 20 * MS,
             waiting_time_ns: WAITING_NS,
-        },
-        shipper: ShipperConfig {
-            rto_ns: 5 * MS,
-            ..ShipperConfig::default()
+            ..base.probe
         },
         chain,
-        keep_foreign: false,
+        ..base
     }
 }
 
@@ -93,10 +77,8 @@ fn replica_config(k: usize, upstream: usize, fallback: &[usize]) -> ReplicaConfi
         master: Some((mac(upstream), ip(upstream))),
         fallback: fallback.iter().map(|&f| (mac(f), ip(f))).collect(),
         waiting_time_ns: WAITING_NS,
-        ack_interval_ns: 2 * MS,
-        hello_interval_ns: 10 * MS,
-        slot_size: kvwire::repl::write_imm_payload_capacity(kvwire::DEFAULT_MTU) as u32,
         rkey: 0x1234 + k as u32,
+        ..common::repl::replica_config(true)
     }
 }
 

@@ -26,9 +26,7 @@ use kvcluster::records::DataState;
 use kvcluster::{ClusterView, MasterInfo, NodeAddr, Role};
 use kvengine::Engine;
 use kvrepl::log::log_ring;
-use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
-use kvrepl::resync::ReplIds;
-use kvrepl::shipper::ShipperConfig;
+use kvrepl::progress::Mode;
 use kvwire::Status;
 use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
@@ -66,29 +64,7 @@ impl Node {
             node_id: u64::from(k) + 1,
             mac,
             ip,
-            epoch: 1,
-            ids: ReplIds {
-                current: 1,
-                previous: None,
-            },
-            start_offset: 0,
-            backlog_bytes: 1 << 20,
-            sync_bytes: 1 << 20,
-            gate: GateConfig {
-                mode: Mode::Async,
-                min_replicas: 0,
-                max_lag_ns: 200 * MS,
-            },
-            probe: ProbeConfig {
-                probe_interval_ns: 20 * MS,
-                waiting_time_ns: 60 * MS,
-            },
-            shipper: ShipperConfig {
-                rto_ns: 5 * MS,
-                ..ShipperConfig::default()
-            },
-            chain: false,
-            keep_foreign: false,
+            ..common::repl::master_config(Mode::Async, 0, 1, false)
         };
         let replica = ReplicaConfig {
             node_id: u64::from(k) + 1,
