@@ -114,14 +114,18 @@ class Cluster:
     """A master with `replicas` replicas (0 and standalone=True: one standalone node),
     fresh configs in their own directory, placement as in the module doc."""
 
+    # Every node's idle policy (scripts/bench_replication.py --idle).
+    IDLE = "yield"
+
     def __init__(self, tmp, tag, replicas, huge, standalone=False, probe_ms=100, waiting_ms=500,
                  topology="star", mtu=1500):
         self.dir = os.path.join(tmp, tag)
         shutil.rmtree(self.dir, ignore_errors=True)
         self.huge = huge
         # Extra dataplane flags of every node: the placement's documented idle policy
-        # (`yield`; the dataplane's default is `adaptive`) unless a caller sets others.
-        self.flags = ["--idle", "yield"]
+        # (`yield`, or `--idle`; the dataplane's default is `adaptive`) unless a caller
+        # sets others.
+        self.flags = ["--idle", Cluster.IDLE]
         self.n = 1 + replicas
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts/cluster_config.py"), self.dir,
                         str(replicas), "--prefix", PREFIX, "--probe-ms", str(probe_ms),
@@ -522,8 +526,11 @@ def main():
     ap.add_argument("--quiet-below", type=float, default=0.25,
                     help="before each group of runs, wait for the host's CPU busy share to drop below this")
     ap.add_argument("--quiet-wait", type=float, default=240, help="longest wait for that (s; 0: never wait)")
+    ap.add_argument("--idle", default="yield", choices=["poll", "yield", "adaptive"],
+                    help="every node's idle policy (yield: the placement's documented one)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/replication.json"))
     a = ap.parse_args()
+    Cluster.IDLE = a.idle
     a.pg_extra = a.pg_extra.split()
     if a.quick:
         a.reps, a.duration, a.warmup, a.quiet_wait = 1, 0.3, 0.1, 0
@@ -584,9 +591,10 @@ def main():
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
     plot = os.path.join(BIN, "replication_plot")
-    d = os.path.dirname(a.out)
-    subprocess.run([plot, a.out, os.path.join(d, "replication.png"),
-                    os.path.join(d, "replica_fail_timeline.png")], check=False)
+    d, stem = os.path.dirname(a.out), os.path.splitext(a.out)[0]
+    pngs = ([os.path.join(d, "replication.png"), os.path.join(d, "replica_fail_timeline.png")]
+            if os.path.basename(stem) == "replication" else [stem + ".png", stem + "_timeline.png"])
+    subprocess.run([plot, a.out] + pngs, check=False)
     log(f"bench replication: put_async1_vs_none {out['put_async1_vs_none']:.3f}, "
         f"get_async1_vs_none {out['get_async1_vs_none']:.3f} -> {a.out}")
     if not out["replicas_equal_master_all_runs"]:
@@ -679,14 +687,14 @@ def report(a, put, get, alone, sweep, failed, tl, rd, wall):
         "placement": "2 cores shared by every process: pktgen on CPU 0; master worker on CPU 1 "
                      "(EAL --main-lcore 1) and its replication lcore on CPU 0; each replica's worker "
                      "on CPU 0 and its replication lcore on CPU 1; the standalone node's one worker "
-                     "on CPU 1. Every lcore yields the CPU after 64 idle polls. Replicas and the "
+                     f"on CPU 1. Idle policy of every lcore: {a.idle}. Replicas and the "
                      "master's replication lcore therefore compete with pktgen and the master's "
                      "worker for the same 2 cores (no free core for SKV's Nic-KV).",
         "config": {"reps": a.reps, "duration_s": a.duration, "warmup_s": a.warmup, "keys": a.keys,
                    "key_size": 8, "value_size_main": 8, "window_packets": a.window, "qps": a.qps,
                    "ops_per_packet": a.ops_per_packet,
                    "ops_per_packet_by_value_size": {str(v): ops_per_packet(a, v) for v in SIZES},
-                   "mode": "async", "min_replicas": 0, "probe_interval_ms": 100, "waiting_time_ms": 500,
+                   "idle": a.idle, "mode": "async", "min_replicas": 0, "probe_interval_ms": 100, "waiting_time_ms": 500,
                    "hugepages": a.huge, "quick": a.quick,
                    "runs": "each run a fresh cluster (or standalone node), pktgen --load then "
                            "closed loop at saturation; replicas Online before the run; lag 0 "
