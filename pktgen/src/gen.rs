@@ -214,6 +214,8 @@ pub struct Tally {
     verbose_left: u32,
     /// TSC ticks per second.
     hz: u64,
+    /// The newest master a `NOT_MASTER` answer named (highest epoch seen).
+    pub master_hint: Option<kvwire::MasterHint>,
 }
 
 /// The generator: workload, packets in flight, measurement and the per-QP transport
@@ -272,6 +274,7 @@ impl Gen {
                 count_k: spec.qps.count_partitions,
                 verbose_left: 10,
                 hz,
+                master_hint: None,
             },
             qps,
             verify: spec.phases.verify,
@@ -721,7 +724,15 @@ impl Gen {
             c.status_not_ok += 1;
             match status {
                 Status::WrongPartition => c.wrong_partition += 1,
-                Status::NotMaster => c.not_master += 1,
+                Status::NotMaster => {
+                    c.not_master += 1;
+                    let newer = |h: &kvwire::MasterHint| {
+                        self.tally.master_hint.is_none_or(|m| h.epoch > m.epoch)
+                    };
+                    if let Some(h) = kvwire::MasterHint::decode(value).filter(newer) {
+                        self.tally.master_hint = Some(h);
+                    }
+                }
                 Status::NotEnoughReplicas => c.not_enough_replicas += 1,
                 Status::OutcomeUnknown => c.outcome_unknown += 1,
                 Status::Denied => c.denied += 1,

@@ -182,7 +182,14 @@ impl Driver {
         if !lost && !refused {
             return;
         }
-        f.cur = (f.cur + 1) % f.nodes;
+        // Where a refusal's hint points (each node at its own address), else the next.
+        let named = gen
+            .tally
+            .master_hint
+            .and_then(|h| f.addrs.iter().position(|a| a.0 == h.mac))
+            .filter(|&k| refused && k != f.cur);
+        let from = f.cur;
+        f.cur = named.unwrap_or((f.cur + 1) % f.nodes);
         f.moves += 1;
         f.last_move_ns = now_ns;
         io.set_node(f.cur);
@@ -205,11 +212,11 @@ impl Driver {
         }
         eprintln!(
             "pktgen: follow: node {} {}, now node {} (move {})",
-            (f.cur + f.nodes - 1) % f.nodes,
-            if lost {
-                "stopped answering"
-            } else {
-                "refuses writes"
+            from,
+            match (lost, named.is_some()) {
+                (true, _) => "stopped answering",
+                (false, true) => "refuses writes, naming the master",
+                (false, false) => "refuses writes",
             },
             f.cur,
             f.moves

@@ -13,7 +13,8 @@
 #     snapshot, scripts/snapshot_dump.py);
 #  4. the same with a client that follows the master (pktgen --follow-ports): its
 #     requests in flight are resumed on the new master, and every fetch-add it was
-#     answered counts exactly once (docs/PROTOCOL.md §6.6);
+#     answered counts exactly once (docs/PROTOCOL.md §6.6); one that starts at a
+#     replica goes straight to the master the refusal names;
 #  5. bank transfers (pktgen --tx) following the master across its kill -9: money
 #     conserved, every balance what the committed transfers left.
 set -euo pipefail
@@ -240,9 +241,21 @@ grew=$(python3 -c "print(($x1 - $x0) % 2**64)")
 [ "$grew" -ge "$acked" ] || fail "following: acknowledged fetch-adds lost: +$grew, $acked acknowledged"
 [ "$grew" -le $((acked + unknown + gaveup)) ] \
   || fail "following: a fetch-add ran twice: +$grew > $acked acknowledged + $unknown unknown + $gaveup given up"
-for k in 1 2; do stop_node "$D" "$k"; done
+# The killed master back, as a replica: a following client that starts there is
+# refused NOT_MASTER with a hint and goes straight to the master it names (one move,
+# not through the other replica).
+rm -f "$D/client0.sock" "$D"/link0-*.sock
+start_node "$D" 0
+wait_followers "$D" "$new" 30 0
+timeout 60 "$PG" --config "$D/follow.json" --follow-ports net_memif20,net_memif21,net_memif22 \
+  --no-huge --json "$D/hinted.json" --keys 1 --key-size 8 --get 0 --put 0 --atomic 1 \
+  --duration 1 --warmup 0 --timeout-ms 300 >"$D/hinted.out" 2>&1 || true
+hmoves=$(json_field "$D/hinted.json" 'd["follow"]["moves"]' 2>/dev/null || echo "?")
+grep -q "naming the master, now node $new" "$D/hinted.out" && [ "$hmoves" = 1 ] \
+  || { grep "follow" "$D/hinted.out"; fail "following a hint: $hmoves moves, not 1 straight to node$new"; }
+for k in 0 1 2; do stop_node "$D" "$k"; done
 replays=$(json_field "$D/node$new.stats.json" 'd["restored_replays"]')
-pass "following the master: $moves moves, $resumed QPs resumed on node$new ($replays requests answered from completion records); $acked fetch-adds answered, counter +$grew ($unknown unknown, $gaveup given up)"
+pass "following the master: $moves moves, $resumed QPs resumed on node$new ($replays requests answered from completion records); $acked fetch-adds answered, counter +$grew ($unknown unknown, $gaveup given up); started at a replica, one move to the master its refusal named"
 
 # --- 5: bank transfers (pktgen --tx 2,2: two conditioned reads, a transfer between two
 # accounts, one transaction each) that follow the master (--follow-ports, each node at
