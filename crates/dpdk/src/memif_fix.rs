@@ -102,9 +102,9 @@ mod tests {
     /// A SEQPACKET pair as memif uses: (ours, peer).
     fn seqpacket_pair() -> (c_int, c_int) {
         let mut fds = [0 as c_int; 2];
+        let (domain, ty) = (libc::AF_UNIX, libc::SOCK_SEQPACKET);
         // SAFETY: `fds` has room for the two descriptors.
-        let r =
-            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
+        let r = unsafe { libc::socketpair(domain, ty, 0, fds.as_mut_ptr()) };
         assert_eq!(r, 0);
         (fds[0], fds[1])
     }
