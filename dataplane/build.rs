@@ -1,9 +1,12 @@
-//! Build script: exports the `dpdk` crate's `sendmsg` from the dataplane binary, so the
-//! memif PMD that EAL loads calls it (the workaround of `dpdk::memif_fix`, issue 29).
+//! Build script: exports the `dpdk` crate's `sendmsg` and `munmap` from the dataplane
+//! binary, so the memif PMD that EAL loads calls them (the workarounds of
+//! `dpdk::memif_fix`, issue 29, and `dpdk::memif_unmap`).
 
 fn main() {
-    // Keep the definition (an archive member nothing else might pull in) and put it
+    // Keep each definition (an archive member nothing else might pull in) and put it
     // in the dynamic symbol table, ahead of libc's for every shared library.
-    println!("cargo:rustc-link-arg-bins=-Wl,--undefined=sendmsg");
-    println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol=sendmsg");
+    for sym in ["sendmsg", "munmap"] {
+        println!("cargo:rustc-link-arg-bins=-Wl,--undefined={sym}");
+        println!("cargo:rustc-link-arg-bins=-Wl,--export-dynamic-symbol={sym}");
+    }
 }

@@ -23,14 +23,14 @@ import argparse
 import json
 import os
 import signal
-import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+from benchlib import ROOT, log, med  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 from bench_tx import Chain  # noqa: E402
 
 HEAD, MIDDLE, TAIL = 0, 1, 2
@@ -56,7 +56,7 @@ def poll(what, cond, timeout):
 
 
 def st(c, k):
-    return br.telemetry(c.prefix(k), "/kvd/replication")
+    return benchlib.telemetry(c.prefix(k), "/kvd/replication")
 
 
 def one_rep(tmp, a, rep):
@@ -101,11 +101,6 @@ def one_rep(tmp, a, rep):
         c.down()
 
 
-def med(v):
-    v = [x for x in v if x is not None]
-    return round(statistics.median(v), 3) if v else None
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--reps", type=int, default=3)
@@ -126,13 +121,13 @@ def main():
     runs = []
     t0 = time.monotonic()
     for rep in range(a.reps):
-        br.wait_quiet(a)
-        with br.dpdk_lock():
+        rc.wait_quiet(a)
+        with benchlib.dpdk_lock():
             r = one_rep(tmp, a, rep)
         runs.append(r)
         log(f"  rep {rep}: stall {r['across_kill']['max_us'] / 1e3:.0f} ms, tail rejoined in "
             f"{r['tail_rejoin_s']:.2f} s, returning node joined in {r['returning_join_s']:.2f} s")
-    f = lambda k, fld: med([r[k][fld] for r in runs])  # noqa: E731
+    f = lambda k, fld: med([r[k][fld] for r in runs], digits=3)  # noqa: E731
     res = {
         "command": "scripts/bench_chain.py",
         "what": "chain of 3, mode sync, min_replicas 1, probe 100 ms, waiting time 500 ms; "
@@ -143,12 +138,12 @@ def main():
         "hugepages": a.huge,
         "undisturbed_avg_us": f("undisturbed", "avg_us"),
         "undisturbed_p99_us": f("undisturbed", "p99_us"),
-        "undisturbed_max_ms": med([r["undisturbed"]["max_us"] / 1e3 for r in runs]),
-        "stall_ms": med([r["across_kill"]["max_us"] / 1e3 for r in runs]),
-        "tail_rejoin_s": med([r["tail_rejoin_s"] for r in runs]),
+        "undisturbed_max_ms": med([r["undisturbed"]["max_us"] / 1e3 for r in runs], digits=3),
+        "stall_ms": med([r["across_kill"]["max_us"] / 1e3 for r in runs], digits=3),
+        "tail_rejoin_s": med([r["tail_rejoin_s"] for r in runs], digits=3),
         "committed_across_kill": f("across_kill", "committed"),
         "invariant_held_all_runs": all(r["across_kill"]["invariant_holds"] for r in runs),
-        "returning_join_s": med([r["returning_join_s"] for r in runs]),
+        "returning_join_s": med([r["returning_join_s"] for r in runs], digits=3),
         "new_chain_avg_us": f("new_chain", "avg_us"),
         "new_chain_p99_us": f("new_chain", "p99_us"),
         "wall_s": round(time.monotonic() - t0, 1),

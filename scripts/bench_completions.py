@@ -32,7 +32,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
 import bench_failover as bf  # noqa: E402
-import bench_replication as br  # noqa: E402
+import benchlib  # noqa: E402
 
 WORKLOADS = {
     "put": ["--get", "0", "--put", "1"],
@@ -97,7 +97,7 @@ def main():
     runs = []
     t0 = time.monotonic()
     try:
-        with bf.etcd(tmp) as url, br.dpdk_lock():
+        with bf.etcd(tmp) as url, benchlib.dpdk_lock():
             for rep in range(a.reps):
                 on = one_cluster(tmp, a, url, f"on{rep}", True)
                 off = one_cluster(tmp, a, url, f"off{rep}", False)

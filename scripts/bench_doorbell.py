@@ -8,9 +8,13 @@ one replica (scripts/cluster_config.py, memif links, mode sync, min_replicas 1; 
 master's worker on core 1, its replication lcore and the replica's lcores where
 cluster_config puts them; pktgen on core 0):
 
-  yield                 every lcore polls and yields (the default today)
-  adaptive              idle lcores sleep on their doorbells (woken by a push)
-  adaptive_no_doorbells idle lcores sleep timed only (`--no-doorbells`)
+  yield                 every lcore polls and yields
+  adaptive              idle lcores sleep on their doorbells (woken by a push) and
+                        on their memif queues' ring signals (woken by a frame)
+  adaptive_no_rx_intr   the same without the ring signals (`--no-rx-intr`): a frame
+                        is found when a timed sleep ends
+  adaptive_no_doorbells idle lcores sleep on ring signals, not doorbells
+                        (`--no-doorbells`)
 
 Measured: `idle_cpu_share` (both nodes' CPU time over 3 s with the replica in sync
 and no client, as a share of one core); sync PUT latency at a sparse load (0.002
@@ -23,24 +27,25 @@ Writes results/idle_doorbell.json: medians over --reps.
 import argparse
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_replication as br  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 from bench_idle import cpu_seconds  # noqa: E402
-from benchlib import ROOT, log  # noqa: E402
+from benchlib import ROOT, log, med  # noqa: E402
 
 VARIANTS = {
     "yield": ("yield", []),
     "adaptive": ("adaptive", []),
+    "adaptive_no_rx_intr": ("adaptive", ["--no-rx-intr"]),
     "adaptive_no_doorbells": ("adaptive", ["--no-doorbells"]),
 }
 
 
-class Pair(br.Cluster):
+class Pair(rc.Cluster):
     """A sync master and one replica with `idle` and extra dataplane flags."""
 
     def __init__(self, tmp, tag, huge, idle, flags):
@@ -65,7 +70,7 @@ def idle_share(pair, secs):
 def bells(pair):
     out = {}
     for k in range(pair.n):
-        st = br.telemetry(pair.prefix(k), "/kvd/replication")
+        st = benchlib.telemetry(pair.prefix(k), "/kvd/replication")
         out[f"node{k}"] = st.get("doorbells", {})
     return out
 
@@ -95,16 +100,6 @@ def one(tmp, rep, name, huge):
         pair.down()
 
 
-def med(runs, *path):
-    vals = []
-    for r in runs:
-        v = r
-        for p in path:
-            v = v[p]
-        vals.append(v)
-    return statistics.median(vals)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3)
@@ -113,7 +108,7 @@ def main():
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="kvd-doorbell-")
     reps = []
-    with br.dpdk_lock():
+    with benchlib.dpdk_lock():
         for rep in range(a.reps):
             row = {}
             for name in VARIANTS:
@@ -134,6 +129,7 @@ def main():
         }
     m = res["medians"]
     res["sparse_p50_doorbells_vs_timed"] = m["adaptive"]["sparse_p50_us"] / m["adaptive_no_doorbells"]["sparse_p50_us"]
+    res["sparse_p50_ring_signals_vs_timed"] = m["adaptive"]["sparse_p50_us"] / m["adaptive_no_rx_intr"]["sparse_p50_us"]
     res["idle_cpu_share_adaptive_vs_yield"] = m["adaptive"]["idle_cpu_share"] / m["yield"]["idle_cpu_share"]
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:

@@ -45,7 +45,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import DP, PG, ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+import benchlib  # noqa: E402
 import snapshot_dump  # noqa: E402
 
 PREFIX = "kvd-hbfo"
@@ -90,7 +90,7 @@ class Node:
 
     def status(self):
         try:
-            return br.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
+            return benchlib.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
         except (OSError, ValueError, KeyError):
             return {}
 
@@ -204,7 +204,7 @@ def one_rep(tmp, a, etcd_url, rep):
             # The client's view: the new master executes its requests.
             def ops(n):
                 try:
-                    return br.telemetry(f"{PREFIX}-node{n.k}", "/kvd/stats")["total"]["ops"]
+                    return benchlib.telemetry(f"{PREFIX}-node{n.k}", "/kvd/stats")["total"]["ops"]
                 except (OSError, ValueError, KeyError):
                     return None
             o0 = ops(m)
@@ -290,7 +290,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kvd-bench-failover-")
     runs = []
     t0 = time.monotonic()
-    with etcd(tmp) as url, br.dpdk_lock():
+    with etcd(tmp) as url, benchlib.dpdk_lock():
         for rep in range(a.reps):
             runs.append(one_rep(tmp, a, url, rep))
     lost = [r["lost_acked_writes"] for r in runs]

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_replication as br  # noqa: E402
+import benchlib  # noqa: E402
 from bench_repl_cost import cpu_ns  # noqa: E402
 from benchlib import DP, ROOT, log  # noqa: E402
 
@@ -124,7 +124,7 @@ def main():
     if os.geteuid() != 0:
         sys.exit("bench_idle_tap: needs root (network namespaces)")
     runs = {k: [] for k in VARIANTS}
-    with tempfile.TemporaryDirectory(prefix="kvd-bench-tap-") as tmp, br.dpdk_lock():
+    with tempfile.TemporaryDirectory(prefix="kvd-bench-tap-") as tmp, benchlib.dpdk_lock():
         for rep in range(a.reps):
             for name, flags in VARIANTS.items():
                 r = one_run(tmp, name, flags, rep, a.sparse)

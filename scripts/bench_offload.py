@@ -44,24 +44,25 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+from benchlib import ROOT, log, med  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 
 
-class InlineCluster(br.Cluster):
+class InlineCluster(rc.Cluster):
     """A cluster whose master runs with --repl-inline."""
 
     def start(self, k):
         if k != 0:
             return super().start(k)
         logf = os.path.join(self.dir, "node0.log")
-        cmd = [br.DP, "--config", self.cfg(0), "--stats-json", self.stats_path(0), "--repl-inline"]
+        cmd = [benchlib.DP, "--config", self.cfg(0), "--stats-json", self.stats_path(0), "--repl-inline"]
         if not self.huge:
             cmd.append("--no-huge")
         self.procs[0] = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
 
 
-class SyncCluster(br.Cluster):
+class SyncCluster(rc.Cluster):
     """A cluster in `mode: sync` with min_replicas 1."""
 
     def __init__(self, *args, **kw):
@@ -75,14 +76,14 @@ class SyncCluster(br.Cluster):
 
 def run(tmp, a, tag, replicas, inline, rep, sync=False):
     for attempt in range(2):
-        cls = InlineCluster if inline else SyncCluster if sync else br.Cluster
+        cls = InlineCluster if inline else SyncCluster if sync else rc.Cluster
         c = cls(tmp, f"{tag}-r{rep}", replicas, a.huge, standalone=(replicas == 0))
         try:
             t = time.monotonic()
-            background = br.cpu_busy()
+            background = rc.cpu_busy()
             c.up()
             sync_s = c.wait_online() if replicas else 0.0
-            r = c.pktgen(br.pg_args(a, 8, False, rep), "pg")
+            r = c.pktgen(rc.pg_args(a, 8, False, rep), "pg")
             drain_s, st = c.wait_drained() if replicas else (0.0, None)
         except RuntimeError as e:
             if attempt == 1:
@@ -91,7 +92,7 @@ def run(tmp, a, tag, replicas, inline, rep, sync=False):
             continue
         finally:
             c.down()
-        out = br.summarize(c, r, replicas, sync_s, drain_s, st, time.monotonic() - t, background)
+        out = rc.summarize(c, r, replicas, sync_s, drain_s, st, time.monotonic() - t, background)
         m = json.load(open(c.stats_path(0)))
         out["worker_busy_cycles"] = m.get("busy_cycles")
         out["worker_puts"] = m.get("puts")
@@ -106,14 +107,9 @@ def ratio(num, den, f):
     return round(statistics.median(v), 3) if v else None
 
 
-def med(runs, f):
-    v = [r[f] for r in runs if r.get(f) is not None]
-    return round(statistics.median(v), 3) if v else None
-
-
 def main():
     ap = argparse.ArgumentParser()
-    br.add_run_args(ap)
+    rc.add_run_args(ap)
     ap.add_argument("--replicas", type=int, default=3)
     ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
     ap.add_argument("--quiet-below", type=float, default=0.25)
@@ -130,8 +126,8 @@ def main():
     runs = {"none": [], "inline": [], "offload": [], "sync1": []}
     t0 = time.monotonic()
     for rep in range(a.reps):
-        br.wait_quiet(a)
-        with br.dpdk_lock():
+        rc.wait_quiet(a)
+        with benchlib.dpdk_lock():
             runs["none"].append(run(tmp, a, "none", 0, False, rep))
             runs["inline"].append(run(tmp, a, "inline", k, True, rep))
             runs["offload"].append(run(tmp, a, "offload", k, False, rep))
@@ -149,10 +145,10 @@ def main():
         "placement": "pktgen CPU 0; master worker CPU 1, its replication lcore CPU 0; replicas' "
                      "worker CPU 0 and replication lcore CPU 1 (2-core host: nothing has a core of its own)",
         "inline_fanout_cost": {
-            "put_mops_0": med(runs["none"], "mops"),
-            f"put_mops_{k}": med(runs["inline"], "mops"),
-            "p99_us_0": med(runs["none"], "p99_us"),
-            f"p99_us_{k}": med(runs["inline"], "p99_us"),
+            "put_mops_0": med(runs["none"], "mops", digits=3),
+            f"put_mops_{k}": med(runs["inline"], "mops", digits=3),
+            "p99_us_0": med(runs["none"], "p99_us", digits=3),
+            f"p99_us_{k}": med(runs["inline"], "p99_us", digits=3),
             "mops_ratio": ratio(runs["inline"], runs["none"], "mops"),
             "p99_ratio": ratio(runs["inline"], runs["none"], "p99_us"),
         },
@@ -161,10 +157,10 @@ def main():
         "worker_cycles_per_put_offload_vs_inline": ratio(runs["offload"], runs["inline"], "cycles_per_put"),
         "put_sync1_vs_none": ratio(runs["sync1"], runs["none"], "mops"),
         "p99_put_sync1_vs_none": ratio(runs["sync1"], runs["none"], "p99_us"),
-        "put_sync1_mops": med(runs["sync1"], "mops"),
-        "worker_cycles_per_put": {"none": med(runs["none"], "cycles_per_put"),
-                                  "inline": med(runs["inline"], "cycles_per_put"),
-                                  "offload": med(runs["offload"], "cycles_per_put")},
+        "put_sync1_mops": med(runs["sync1"], "mops", digits=3),
+        "worker_cycles_per_put": {"none": med(runs["none"], "cycles_per_put", digits=3),
+                                  "inline": med(runs["inline"], "cycles_per_put", digits=3),
+                                  "offload": med(runs["offload"], "cycles_per_put", digits=3)},
         "goals": {"worker_cycles_per_put_offload_vs_inline": "<= 0.8",
                   "skv_fig11": "offload +14% throughput, -21% p99 vs host-CPU replication"},
         "wall_s": round(time.monotonic() - t0, 1),

@@ -31,7 +31,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_replication as br  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 from benchlib import (  # noqa: E402
     ROOT, free_port, log, redis_lag, start_redis, start_redis_replica, stop_all)
 
@@ -57,7 +58,7 @@ class Sampler:
         self.t = threading.Thread(target=self.run, daemon=True)
 
     def run(self):
-        tel = br.Telemetry(self.prefix)
+        tel = benchlib.Telemetry(self.prefix)
         try:
             while not self.stop.is_set():
                 ops = tel("/kvd/stats")["total"]["ops"]
@@ -91,7 +92,7 @@ class Sampler:
 def ours(tmp, a, replicas, policy, rep):
     """One fresh standalone node (replicas 0) or master + `replicas`, PUT-only
     pktgen; its throughput and CPU cost."""
-    c = br.Cluster(tmp, f"cost-{policy}-{replicas}-r{rep}", replicas, a.huge,
+    c = rc.Cluster(tmp, f"cost-{policy}-{replicas}-r{rep}", replicas, a.huge,
                    standalone=replicas == 0)
     c.flags = ["--idle", policy]
     try:
@@ -100,7 +101,7 @@ def ours(tmp, a, replicas, policy, rep):
             c.wait_online()
         pids = [p.pid for p in c.procs.values()]
         with Sampler(pids, c.prefix(0)) as s:
-            r = c.pktgen(br.pg_args(a, 8, False, rep), "pg")
+            r = c.pktgen(rc.pg_args(a, 8, False, rep), "pg")
         if replicas:
             c.wait_drained()
     finally:
@@ -148,14 +149,14 @@ def redis_cost(tmp, reps, clients, pipeline, n):
 def main():
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    br.add_run_args(ap, duration=3.0)
+    rc.add_run_args(ap, duration=3.0)
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "repl_cost.json"))
     a = ap.parse_args()
     a.pg_extra = []
     runs = {p: {0: [], 1: []} for p in POLICIES}
     with tempfile.TemporaryDirectory(prefix="kvd-bench-cost-") as tmp:
-        with br.dpdk_lock():
+        with benchlib.dpdk_lock():
             for rep in range(a.reps):
                 for policy in POLICIES:
                     for k in (0, 1):

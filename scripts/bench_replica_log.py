@@ -23,13 +23,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 from bench_offload import med, ratio  # noqa: E402
 
 POLICIES = ["none", "no", "everysec", "always"]
 
 
-class LogCluster(br.Cluster):
+class LogCluster(rc.Cluster):
     """A master and one replica; the replica logs under `policy` ("none": no log);
     `sync`: mode sync with min_replicas 1."""
 
@@ -52,12 +53,12 @@ def run(tmp, a, policy, sync, rep):
         c = LogCluster(tmp, f"{tag}-r{rep}", a.huge, policy, sync)
         try:
             t = time.monotonic()
-            background = br.cpu_busy()
+            background = rc.cpu_busy()
             c.up()
             sync_s = c.wait_online()
-            r = c.pktgen(br.pg_args(a, 8, False, rep), "pg")
+            r = c.pktgen(rc.pg_args(a, 8, False, rep), "pg")
             drain_s, st = c.wait_drained()
-            replica_status = br.telemetry(c.prefix(1), "/kvd/replication") or {}
+            replica_status = benchlib.telemetry(c.prefix(1), "/kvd/replication") or {}
         except RuntimeError as e:
             if attempt == 1:
                 raise
@@ -65,7 +66,7 @@ def run(tmp, a, policy, sync, rep):
             continue
         finally:
             c.down()
-        out = br.summarize(c, r, 1, sync_s, drain_s, st, time.monotonic() - t, background)
+        out = rc.summarize(c, r, 1, sync_s, drain_s, st, time.monotonic() - t, background)
         if not out["replicas_equal_master"]:
             raise RuntimeError(f"{tag}: the replica differs from the master")
         lf = replica_status.get("log_file")
@@ -82,7 +83,7 @@ def run(tmp, a, policy, sync, rep):
 
 def main():
     ap = argparse.ArgumentParser()
-    br.add_run_args(ap)
+    rc.add_run_args(ap)
     ap.add_argument("--quick", action="store_true", help="1 rep, short runs (smoke check)")
     ap.add_argument("--quiet-below", type=float, default=0.25)
     ap.add_argument("--quiet-wait", type=float, default=240)
@@ -96,8 +97,8 @@ def main():
     runs = {m: {p: [] for p, _ in cfgs} for m, cfgs in modes.items()}
     t0 = time.monotonic()
     for rep in range(a.reps):
-        br.wait_quiet(a)
-        with br.dpdk_lock():
+        rc.wait_quiet(a)
+        with benchlib.dpdk_lock():
             for m, cfgs in modes.items():
                 for p, sync in cfgs:
                     runs[m][p].append(run(tmp, a, p, sync, rep))

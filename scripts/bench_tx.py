@@ -19,15 +19,15 @@ Usage: scripts/bench_tx.py [--reps 3] [--duration 2] [--no-huge] [--quick]
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+from benchlib import ROOT, log, med  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 
 CASES = [(0, 1, 64), (4, 2, 64), (0, 1, 1024)]
 # Cases needing jumbo frames, run on clusters at this MTU.
@@ -39,7 +39,7 @@ CHAINS = {"chain_2": 2, "chain_3": 3}
 CONCURRENT = 8
 
 
-class Chain(br.Cluster):
+class Chain(rc.Cluster):
     """A chain of `length` nodes (topology chain, mode sync, min_replicas 1): the head
     answers a write once the tail acknowledged it."""
 
@@ -83,7 +83,7 @@ def one_setup(tmp, a, setup, rep, mtu=1500):
     for attempt in range(2):
         tag = f"{setup}-{'j' if jumbo else ''}r{rep}"
         c = (Chain(tmp, tag, CHAINS[setup], a.huge, mtu=mtu) if setup in CHAINS
-             else br.Cluster(tmp, tag, 0, a.huge, standalone=True, mtu=mtu))
+             else rc.Cluster(tmp, tag, 0, a.huge, standalone=True, mtu=mtu))
         try:
             c.up()
             # On a chain a pipelined load's answers wait for the tail (~0.1 ms each,
@@ -133,11 +133,6 @@ def one_setup(tmp, a, setup, rep, mtu=1500):
             c.down()
 
 
-def med(v):
-    v = [x for x in v if x is not None]
-    return round(statistics.median(v), 3) if v else None
-
-
 def parse_args(out):
     """The transaction benchmarks' options; results go to results/`out` by default."""
     ap = argparse.ArgumentParser()
@@ -163,8 +158,8 @@ def main():
     runs = {s: [] for s in setups}
     t0 = time.monotonic()
     for rep in range(a.reps):
-        br.wait_quiet(a)
-        with br.dpdk_lock():
+        rc.wait_quiet(a)
+        with benchlib.dpdk_lock():
             for s in setups:
                 runs[s].append(one_setup(tmp, a, s, rep))
                 runs[s][-1].update(one_setup(tmp, a, s, rep, mtu=JUMBO_MTU))
@@ -197,20 +192,20 @@ def main():
             cell = {}
             for mode in ("design", "baseline"):
                 for f in ("avg_us", "p50_us", "p99_us", "tx_per_s", "round_trips_per_tx"):
-                    cell[f"{mode}_{f}"] = med([x[k][mode][f] for x in runs[s]])
+                    cell[f"{mode}_{f}"] = med([x[k][mode][f] for x in runs[s]], digits=3)
             cell["avg_vs_baseline"] = med([x[k]["design"]["avg_us"] / x[k]["baseline"]["avg_us"]
-                                           for x in runs[s]])
+                                           for x in runs[s]], digits=3)
             cell["p99_vs_baseline"] = med([x[k]["design"]["p99_us"] / x[k]["baseline"]["p99_us"]
-                                           for x in runs[s]])
+                                           for x in runs[s]], digits=3)
             d[k] = cell
         d["concurrent_4_2_64"] = {
-            f: med([x["concurrent_4_2_64"][f] for x in runs[s]])
+            f: med([x["concurrent_4_2_64"][f] for x in runs[s]], digits=3)
             for f in ("transfers_per_s", "avg_us", "p99_us", "committed", "conflicts")
         }
         d["concurrent_4_2_64"]["inflight"] = CONCURRENT
         if s in CHAINS:
             d["read_only_16_accounts"] = {
-                where: {f: med([x[f"read_only_{where}"][f] for x in runs[s]])
+                where: {f: med([x[f"read_only_{where}"][f] for x in runs[s]], digits=3)
                         for f in ("avg_us", "p50_us", "p99_us", "tx_per_s")}
                 for where in ("head", "tail", "tail_under_writes")
             }
@@ -230,7 +225,7 @@ def main():
     with open(a.out, "w") as f:
         json.dump(res, f, indent=2)
     # Orca-style latency figure next to the JSON (pktgen's tx_plot binary).
-    subprocess.run([os.path.join(br.BIN, "tx_plot"), a.out, a.out.replace(".json", ".png")],
+    subprocess.run([os.path.join(benchlib.BIN, "tx_plot"), a.out, a.out.replace(".json", ".png")],
                    check=False)
     log(f"tx: chain of 2, (4,2) 64 B design/baseline avg {res['avg_vs_baseline_4_2_64']} p99 "
         f"{res['p99_vs_baseline_4_2_64']}; (4,2) 1 KiB avg {res['avg_vs_baseline_4_2_1024']} p99 "

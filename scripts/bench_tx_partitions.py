@@ -25,7 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
-import bench_replication as br  # noqa: E402
+import replcluster as rc  # noqa: E402
+import benchlib  # noqa: E402
 from bench_tx import med, parse_args  # noqa: E402
 
 CONCURRENT = 8
@@ -36,7 +37,7 @@ def one_node(tmp, a, workers, rep):
     for attempt in range(2):
         # Each attempt in its own directory: a failed one's logs stay for a look.
         tag = f"w{workers}-r{rep}-a{attempt}"
-        c = br.Cluster(tmp, tag, 0, a.huge, standalone=True)
+        c = rc.Cluster(tmp, tag, 0, a.huge, standalone=True)
         cfg = json.load(open(c.cfg(0)))
         cfg["dataplane"]["lcores"] = "1" if workers == 1 else "0,1"
         json.dump(cfg, open(c.cfg(0), "w"), indent=2)
@@ -87,8 +88,8 @@ def main():
     runs = {1: [], 2: []}
     t0 = time.monotonic()
     for rep in range(a.reps):
-        br.wait_quiet(a)
-        with br.dpdk_lock():
+        rc.wait_quiet(a)
+        with benchlib.dpdk_lock():
             for w in (1, 2):
                 runs[w].append(one_node(tmp, a, w, rep))
         log(f"  rep {rep}: (4,2) avg 1 worker {runs[1][-1]['design']['avg_us']:.2f} us, "

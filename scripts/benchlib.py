@@ -3,6 +3,7 @@ paths, a dataplane started on its own memif socket, a pktgen run, and repeated r
 against fresh dataplanes with a retry of a failed run; Redis 7 servers as peers.
 """
 import contextlib
+import fcntl
 import glob
 import json
 import os
@@ -21,6 +22,8 @@ PG = os.path.join(BIN, "pktgen")
 CFG = os.path.join(ROOT, "configs/memif.json")
 # KVD_PKTGEN_TIMEOUT: seconds before a pktgen run counts as hung (default 600).
 PKTGEN_TIMEOUT = float(os.environ.get("KVD_PKTGEN_TIMEOUT", "600"))
+# Held by every DPDK run and benchmark of this host (`flock`): they never overlap.
+LOCK = "/tmp/kvd-dpdk.lock"
 
 
 class Signalled:
@@ -98,10 +101,11 @@ def run_fresh(tmp, name, dp_args, pg_args, attempts=2):
     """One pktgen run of `pg_args` against a dataplane started for it with `dp_args`
     (stopped afterwards); returns pktgen's JSON.
 
-    A memif peer that disconnects while the server is inside rx_burst can crash the
+    A memif peer that disconnects while the server is inside rx_burst could crash the
     DPDK 22.11 memif PMD (it unmaps the shared region without synchronising with the
-    data path): a failed run is retried with a fresh dataplane, up to `attempts` runs
-    in all; the last failure is raised."""
+    data path; worked around since, crates/dpdk/src/memif_unmap.rs): a failed run is
+    still retried with a fresh dataplane, up to `attempts` runs in all; the last
+    failure is raised."""
     for attempt in range(attempts):
         dp = Dataplane(tmp, name, dp_args)
         try:
@@ -131,18 +135,63 @@ def run_reps(tmp, tag, dp_args, pg_args, reps):
     return statistics.median(r["throughput_mops"] for r in runs), runs, stats
 
 
+@contextlib.contextmanager
+def dpdk_lock():
+    """Holds the host's DPDK lock (as `flock /tmp/kvd-dpdk.lock`): no other DPDK run
+    or benchmark overlaps ours."""
+    with open(LOCK, "a") as f:
+        t = time.monotonic()
+        fcntl.flock(f, fcntl.LOCK_EX)
+        waited = time.monotonic() - t
+        if waited > 1:
+            log(f"  (waited {waited:.0f} s for {LOCK})")
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+class Telemetry:
+    """A persistent connection to a DPDK process's telemetry socket."""
+
+    def __init__(self, prefix):
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.s.settimeout(10)
+        self.s.connect(f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2")
+        json.loads(self.s.recv(16384))  # greeting
+
+    def __call__(self, cmd):
+        self.s.send(cmd.encode())
+        return json.loads(self.s.recv(1 << 20))[cmd.split(",")[0]]
+
+    def close(self):
+        self.s.close()
+
+
 def telemetry(prefix, cmd):
     """One command to a DPDK process's telemetry socket (file prefix `prefix`);
     returns the value of its JSON reply."""
-    import socket
-    path = f"/var/run/dpdk/{prefix}/dpdk_telemetry.v2"
-    with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as s:
-        s.settimeout(10)
-        s.connect(path)
-        json.loads(s.recv(16384))  # greeting
-        s.send(cmd.encode())
-        reply = json.loads(s.recv(65536))
-    return reply[cmd.split(",")[0]]
+    t = Telemetry(prefix)
+    try:
+        return t(cmd)
+    finally:
+        t.close()
+
+
+def med(runs, *path, digits=None):
+    """The median of the values at `path` (keys) in each of `runs` — of `runs`
+    themselves without a path — leaving out missing and None values; None when none
+    is left; rounded to `digits` when given."""
+    vals = []
+    for v in runs:
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if v is not None:
+            vals.append(v)
+    if not vals:
+        return None
+    m = statistics.median(vals)
+    return m if digits is None else round(m, digits)
 
 
 class BusySampler:

@@ -71,7 +71,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchlib import ROOT, log  # noqa: E402
 import bench_failover as bf  # noqa: E402
-import bench_replication as br  # noqa: E402
+import benchlib  # noqa: E402
 import nemesis_history  # noqa: E402
 import snapshot_dump  # noqa: E402
 from nemesis_cluster import PREFIX, Etcd, EtcdProxy, Node, Sampler  # noqa: E402
@@ -693,7 +693,7 @@ def main():
                     else os.path.join(ROOT, "results/nemesis.json"))
     tmp = tempfile.mkdtemp(prefix="kvd-nemesis-")
     runs, t0 = [], time.monotonic()
-    with br.dpdk_lock():
+    with benchlib.dpdk_lock():
         for seed, topo, mode, faults, workload in todo:
             r = Schedule(tmp, seed, topo, mode, faults, workload, a).run()
             bad = verdict(r)

@@ -10,7 +10,7 @@ import threading
 import time
 
 import bench_failover as bf
-import bench_replication as br
+import benchlib  # noqa: E402
 from benchlib import DP, Signalled
 
 PREFIX = "kvd-nem"
@@ -109,7 +109,7 @@ class Node(Signalled, bf.Node):
         """The node's /kvd/replication, or {} when it does not answer (starting,
         stopped, frozen)."""
         try:
-            v = br.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
+            v = benchlib.telemetry(f"{PREFIX}-node{self.k}", "/kvd/replication")
         except (OSError, ValueError, KeyError):
             return {}
         return v if isinstance(v, dict) else {}

@@ -69,7 +69,8 @@ struct Args {
     #[arg(long)]
     no_doorbells: bool,
     /// With `adaptive`: sleep timed only, without waking on the port's Rx interrupts
-    /// (net_tap has them; the A/B baseline of `scripts/bench_idle_tap.py`).
+    /// (net_tap's, memif's ring signals; the A/B baseline of `scripts/bench_idle_tap.py`
+    /// and `scripts/bench_idle.py`).
     #[arg(long)]
     no_rx_intr: bool,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
@@ -231,7 +232,7 @@ fn start_replication(
     inline: bool,
     pool: &Arc<Mempool>,
     deadline: Option<Instant>,
-    idle: dpdk::IdlePolicy,
+    (idle, rx_intr): (dpdk::IdlePolicy, bool),
 ) -> Result<ReplRun, Box<dyn std::error::Error>> {
     let mut run = ReplRun {
         handle: None,
@@ -260,7 +261,7 @@ fn start_replication(
     let (links, logic, status, bell) = (r.links, r.logic, r.status.clone(), r.bell);
     run.handle = Some(dpdk::lcore::launch_on(r.lcore, move || {
         let rep = replicator::Replicator::new(links, logic, pool).with_status(status);
-        replicator::run(rep, &QUIT, deadline, idle, bell)
+        replicator::run(rep, &QUIT, deadline, idle, bell, rx_intr)
     })?);
     Ok(run)
 }
@@ -326,9 +327,8 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         dpdk::IdlePolicy::Sleep { .. }
     );
     let (port, queues) = startup::open_port(cfg, nw, &pool, sleeping && !args.no_rx_intr)?;
-    if queues.rx.iter().any(|q| q.intr_fd().is_some()) {
-        let driver = port.driver_name().unwrap_or_default();
-        println!("dataplane: idle workers wake on Rx interrupts ({driver})");
+    if sleeping && !args.no_rx_intr {
+        startup::report_rx_intr(&port, &queues.rx);
     }
     let registry = startup::functions(cfg)?;
     let ooo = args.ooo.unwrap_or(cfg.server.ooo);
@@ -380,7 +380,7 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let mut work = assign_work(stores, queues, rings, &ctl)?;
     let repl_ports = repl.as_mut().map(|r| std::mem::take(&mut r.ports));
     let repl_log = repl.as_mut().and_then(|r| r.log_writer.take());
-    let idle = wcfg.idle;
+    let idle = (wcfg.idle, wcfg.rx_intr);
     let inline = args.repl_inline;
     // The cluster's control side (etcd): role changes logged, its tenants applied.
     let cluster = repl.as_mut().and_then(|r| r.cluster.take());

@@ -312,12 +312,26 @@ pub fn run(
     deadline: Option<Instant>,
     idle: dpdk::IdlePolicy,
     bell: Option<Arc<dpdk::Doorbell>>,
+    rx_intr: bool,
 ) -> u64 {
     let hz = tsc::hz().max(1);
     let check_ticks = hz / 100;
     let mut next_check = tsc::now() + check_ticks;
-    // Sleeping, it wakes when a worker pushed a post-image (the workers ring `bell`).
-    let mut backoff = IdleBackoff::with_policy(idle).with_doorbell(bell);
+    // Sleeping, it wakes when a worker pushed a post-image (the workers ring `bell`)
+    // and, `rx_intr`, when a frame reached a memif link (its ring signal, armed per sleep).
+    let sleeps = matches!(idle, dpdk::IdlePolicy::Sleep { .. });
+    let armed: Vec<Box<dyn dpdk::ArmRx>> = if sleeps && rx_intr {
+        r.rxqs
+            .iter()
+            .filter_map(|q| dpdk::MemifRxIntr::new(q).ok())
+            .map(|m| Box::new(m) as Box<dyn dpdk::ArmRx>)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut backoff = IdleBackoff::with_policy(idle)
+        .with_doorbell(bell)
+        .with_armed_rx(armed);
     loop {
         let busy = r.poll_once();
         let slept = if !busy && r.logic.waiting() {

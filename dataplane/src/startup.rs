@@ -339,6 +339,26 @@ pub fn print_banner(
     );
 }
 
+/// Says how sleeping workers learn of a packet: the port's Rx interrupt descriptor
+/// (net_tap), memif's ring signal armed around each sleep, or the end of a timed sleep
+/// (with the reason memif's could not be reached).
+pub fn report_rx_intr(port: &dpdk::Port, rx: &[dpdk::RxQueue]) {
+    let driver = port.driver_name().unwrap_or_default();
+    let Some(q) = rx.first() else { return };
+    if q.intr_fd().is_some() {
+        println!("dataplane: idle workers wake on Rx interrupts ({driver})");
+    } else if driver == "net_memif" {
+        match dpdk::MemifRxIntr::new(q) {
+            Ok(_) => {
+                println!("dataplane: idle workers wake on memif ring signals, armed per sleep")
+            }
+            Err(why) => println!(
+                "dataplane: idle workers wake after timed sleeps: no memif ring signals ({why})"
+            ),
+        }
+    }
+}
+
 /// What idle lcores do (`server.idle`, `--idle`; docs/OPERATIONS.md "Idle lcores").
 pub fn idle_policy(plan: &Plan, args: &Args) -> dpdk::IdlePolicy {
     let s = &plan.cfg.server;
@@ -379,6 +399,7 @@ pub fn worker_config(
         rnr_backlog: args.rnr_backlog.unwrap_or(worker::TX_BACKLOG),
         latency_sample_every: cfg.server.latency_sample_every,
         mtu: usize::from(cfg.server.mtu),
+        rx_intr: !args.no_rx_intr,
     })
 }
 

@@ -106,6 +106,10 @@ pub struct WorkerConfig {
     pub latency_sample_every: u32,
     /// IP MTU of the responses (`server.mtu`): the largest frame this worker builds.
     pub mtu: usize,
+    /// Sleeping workers wake on their queue's Rx interrupt where the port has one
+    /// (`--no-rx-intr` clears it): net_tap's descriptor, a memif queue armed around
+    /// each sleep.
+    pub rx_intr: bool,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -568,19 +572,20 @@ fn echo(rx: &mut MbufBurst<MAX_BURST>, stats: &WorkerStats, tx: &mut TxSide<'_>)
     }
 }
 
-/// A replica applies its master's records between bursts (through the mutation
-/// tap, so a snapshot taken on a replica sees them); a transaction over several
-/// partitions with their workers parked. Records applied.
-#[inline]
 /// The worker's idle policy: its sleeps end on a ring from the replication lcore and
-/// on a packet where the port has Rx interrupts.
+/// on a packet where the port has Rx interrupts (net_tap's descriptor, or a memif
+/// queue armed around each sleep).
 fn idle_backoff(cfg: &WorkerConfig, store: &Store, rxq: &RxQueue) -> IdleBackoff {
-    let rx_fd = matches!(cfg.idle, dpdk::IdlePolicy::Sleep { .. })
-        .then(|| rxq.intr_fd())
-        .flatten();
+    let wakes = cfg.rx_intr && matches!(cfg.idle, dpdk::IdlePolicy::Sleep { .. });
+    let rx_fd = wakes.then(|| rxq.intr_fd()).flatten();
+    let armed = (wakes && rx_fd.is_none())
+        .then(|| dpdk::MemifRxIntr::new(rxq).ok())
+        .flatten()
+        .map(|m| Box::new(m) as Box<dyn dpdk::ArmRx>);
     IdleBackoff::with_policy(cfg.idle)
         .with_doorbell(store.bell.clone())
         .with_rx_fds(rx_fd)
+        .with_armed_rx(armed)
 }
 
 /// One poll of the idle policy (`empty`: the iteration found no work), its sleep
@@ -595,6 +600,10 @@ fn idle_step(idle: &mut IdleBackoff, empty: bool, stats: &WorkerStats) {
     }
 }
 
+/// A replica applies its master's records between bursts (through the mutation
+/// tap, so a snapshot taken on a replica sees them); a transaction over several
+/// partitions with their workers parked. Records applied.
+#[inline]
 fn apply_replicated(store: &mut Store) -> usize {
     let Some(a) = store.apply.as_mut() else {
         return 0;

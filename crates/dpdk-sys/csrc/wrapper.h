@@ -17,5 +17,6 @@
 #include <rte_pdump.h>
 #include <rte_bus_vdev.h>
 #include <rte_dev.h>
+#include <rte_version.h>
 
 #include "shim.h"

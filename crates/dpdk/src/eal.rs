@@ -117,6 +117,13 @@ impl Drop for Eal {
     }
 }
 
+/// The DPDK library's version string, e.g. `DPDK 22.11.11`.
+pub fn version() -> String {
+    // SAFETY: rte_version returns a pointer to a static NUL-terminated string.
+    let v = unsafe { std::ffi::CStr::from_ptr(dpdk_sys::rte_version()) };
+    v.to_string_lossy().into_owned()
+}
+
 /// Returns `Err(ENODEV)`-style error unless the EAL is initialised.
 pub(crate) fn ensure(op: &'static str) -> Result<()> {
     if Eal::is_initialized() {

@@ -28,6 +28,11 @@
 //! wakes on its rx queue's descriptor ([`IdleBackoff::with_rx_fds`]): readable exactly
 //! while packets wait, so a packet that arrives at any moment of the sleep, or just
 //! before it, ends it at once — none waits for the timeout, none is missed.
+//!
+//! A loop whose port signals only when asked ([`ArmRx`]: memif, through
+//! [`crate::MemifRxIntr`]) arms each such queue right before a sleep — the queue says
+//! whether packets already wait (then the loop does not sleep) or which descriptor to
+//! wait on — and disarms it right after, so senders signal only while it sleeps.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -58,6 +63,27 @@ pub enum IdlePolicy {
     },
 }
 
+/// What arming an rx queue's interrupt found ([`ArmRx::arm`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Armed {
+    /// Armed: the descriptor to wait on, readable once a packet is signalled.
+    Wait(RawFd),
+    /// Packets already wait: do not sleep (the queue is disarmed again).
+    Pending,
+    /// No interrupt now (link down, peer gone): a timed sleep for this queue.
+    Unavailable,
+}
+
+/// An rx queue whose interrupt is armed only around a sleep: senders signal while it
+/// is armed, and never otherwise (memif's mask bit, a NIC's interrupt enable).
+pub trait ArmRx: Send {
+    /// Asks for a signal on the next packet, then looks for packets already waiting
+    /// (so a packet landing as the queue is armed is seen by one or the other).
+    fn arm(&mut self) -> Armed;
+    /// Stops signalling (after the sleep, or when another queue was [`Armed::Pending`]).
+    fn disarm(&mut self);
+}
+
 /// The idle policy applied to one loop, with what it did.
 pub struct IdleBackoff {
     policy: IdlePolicy,
@@ -73,9 +99,14 @@ pub struct IdleBackoff {
     doorbell: Option<Arc<Doorbell>>,
     /// Rx queue interrupt descriptors a sleep also wakes on.
     rx_fds: Vec<RawFd>,
-    /// What a sleep polls: the doorbell's eventfd (if any) first, then `rx_fds`.
-    /// Empty: a plain timed sleep.
+    /// Rx queues armed around each sleep; their descriptors fill the last slots of
+    /// `pfds` at each sleep.
+    armed_rx: Vec<Box<dyn ArmRx>>,
+    /// What a sleep polls: the doorbell's eventfd (if any) first, then `rx_fds`, then
+    /// one slot per `armed_rx`. Empty: a plain timed sleep.
     pfds: Vec<libc::pollfd>,
+    /// Sleeps skipped because an armed queue found packets waiting.
+    pub armed_pending: u64,
     /// Sleeps ended by a packet (an rx descriptor readable).
     pub rx_wakeups: u64,
 }
@@ -108,7 +139,9 @@ impl IdleBackoff {
             slept_us: 0,
             doorbell: None,
             rx_fds: Vec::new(),
+            armed_rx: Vec::new(),
             pfds: Vec::new(),
+            armed_pending: 0,
             rx_wakeups: 0,
         }
     }
@@ -128,9 +161,16 @@ impl IdleBackoff {
         self
     }
 
+    /// Sleeps also end on a packet at one of `queues`, armed around each sleep.
+    pub fn with_armed_rx(mut self, queues: impl IntoIterator<Item = Box<dyn ArmRx>>) -> Self {
+        self.armed_rx.extend(queues);
+        self.rebuild_pfds();
+        self
+    }
+
     /// Whether a sleep wakes on rx descriptors.
     pub fn wakes_on_rx(&self) -> bool {
-        !self.rx_fds.is_empty()
+        !self.rx_fds.is_empty() || !self.armed_rx.is_empty()
     }
 
     fn rebuild_pfds(&mut self) {
@@ -144,6 +184,7 @@ impl IdleBackoff {
             .iter()
             .map(|d| pollin(d.fd.as_raw_fd()))
             .chain(self.rx_fds.iter().map(|&fd| pollin(fd)))
+            .chain(self.armed_rx.iter().map(|_| pollin(-1)))
             .collect();
     }
 
@@ -213,11 +254,17 @@ impl IdleBackoff {
     #[inline(never)]
     fn sleep(&mut self, max_us: u32) -> u32 {
         let us = self.next_us;
-        if self.pfds.is_empty() {
+        if !self.arm_rx() {
+            self.armed_pending += 1;
+            return 0;
+        }
+        if self.pfds.iter().all(|p| p.fd < 0) {
+            // Nothing to wait on (no doorbell, no queue armed): a plain timed sleep.
             std::thread::sleep(Duration::from_micros(u64::from(us)));
         } else {
             self.sleep_polling(us);
         }
+        self.disarm_rx();
         self.sleeps += 1;
         self.slept_us += u64::from(us);
         self.next_us = us.saturating_mul(2).min(max_us.max(1));
@@ -226,6 +273,31 @@ impl IdleBackoff {
 }
 
 impl IdleBackoff {
+    /// Arms every [`ArmRx`] queue, its descriptor into its `pfds` slot; `false` (all
+    /// disarmed again) when one has packets waiting.
+    fn arm_rx(&mut self) -> bool {
+        let first = self.pfds.len() - self.armed_rx.len();
+        for i in 0..self.armed_rx.len() {
+            self.pfds[first + i].fd = match self.armed_rx[i].arm() {
+                Armed::Wait(fd) => fd,
+                Armed::Unavailable => -1,
+                Armed::Pending => {
+                    for q in &mut self.armed_rx[..i] {
+                        q.disarm();
+                    }
+                    return false;
+                }
+            };
+        }
+        true
+    }
+
+    fn disarm_rx(&mut self) {
+        for q in &mut self.armed_rx {
+            q.disarm();
+        }
+    }
+
     /// Sleeps up to `us` or until the doorbell rings or an rx descriptor is readable.
     fn sleep_polling(&mut self, us: u32) {
         let bell = self.doorbell.as_deref();

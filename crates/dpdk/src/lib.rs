@@ -34,6 +34,8 @@ pub mod lcore;
 pub mod malloc;
 pub mod mbuf;
 pub mod memif_fix;
+pub mod memif_intr;
+pub mod memif_unmap;
 pub mod mempool;
 pub mod pdump;
 pub mod port;
@@ -43,10 +45,11 @@ pub mod tsc;
 
 pub use eal::Eal;
 pub use error::{DpdkError, Result};
-pub use idle::{Doorbell, IdleBackoff, IdlePolicy};
+pub use idle::{ArmRx, Armed, Doorbell, IdleBackoff, IdlePolicy};
 pub use lcore::{LaunchError, LaunchHandle, LcoreId};
 pub use malloc::{DpdkRegion, Memzone};
 pub use mbuf::{Mbuf, MbufBurst};
+pub use memif_intr::MemifRxIntr;
 pub use mempool::Mempool;
 pub use port::{
     LinkStatus, Port, PortConfig, PortId, PortQueues, PortStats, QueueId, RxQueue, TxQueue,

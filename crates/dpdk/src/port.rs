@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{cstring, DpdkError, Result, ToResult};
 use crate::mbuf::MbufBurst;
+use crate::memif_unmap::BurstGuard;
 use crate::mempool::Mempool;
 use crate::SocketId;
 
@@ -402,6 +403,8 @@ type NotSync = PhantomData<std::cell::Cell<()>>;
 pub struct RxQueue {
     port: PortId,
     queue: QueueId,
+    /// Marks its bursts busy on a memif port ([`crate::memif_unmap`]).
+    guard: Option<BurstGuard>,
     _not_sync: NotSync,
 }
 
@@ -410,6 +413,8 @@ pub struct RxQueue {
 pub struct TxQueue {
     port: PortId,
     queue: QueueId,
+    /// Marks its bursts busy on a memif port ([`crate::memif_unmap`]).
+    guard: Option<BurstGuard>,
     _not_sync: NotSync,
 }
 
@@ -425,12 +430,24 @@ fn driver_name(info: &dpdk_sys::rte_eth_dev_info) -> &str {
         .unwrap_or("")
 }
 
+/// A busy mark for the bursts of a queue of `port` when its PMD is memif, whose
+/// regions can be unmapped under a burst ([`crate::memif_unmap`]).
+fn burst_guard(port: PortId) -> Option<BurstGuard> {
+    let mut info = dpdk_sys::rte_eth_dev_info::default();
+    // SAFETY: valid port id (its queues are being handed out), valid out-pointer.
+    let ok = unsafe { dpdk_sys::rte_eth_dev_info_get(port.0, &mut info) } == 0;
+    (ok && driver_name(&info) == "net_memif")
+        .then(BurstGuard::new)
+        .flatten()
+}
+
 impl RxQueue {
     fn new(port: PortId, queue: QueueId) -> Self {
         LIVE_QUEUES[port.0 as usize].fetch_add(1, Ordering::AcqRel);
         RxQueue {
             port,
             queue,
+            guard: burst_guard(port),
             _not_sync: PhantomData,
         }
     }
@@ -472,6 +489,7 @@ impl RxQueue {
         if room == 0 {
             return 0;
         }
+        let begun = self.guard.as_ref().map(BurstGuard::enter);
         // SAFETY: this handle is the only user of (port, queue) (handles are unique,
         // !Sync, &mut self); the port is started and cannot be stopped/closed while the
         // handle lives. DPDK writes at most `room` owned mbuf pointers into the free
@@ -479,6 +497,9 @@ impl RxQueue {
         let n = unsafe {
             dpdk_sys::dpdk_shim_rx_burst(self.port.0, self.queue.0, burst.tail_ptr(), room)
         } as usize;
+        if let (Some(g), Some(b)) = (&self.guard, begun) {
+            g.exit(b);
+        }
         // SAFETY: DPDK filled exactly `n` slots with mbufs now owned by us.
         unsafe { burst.commit(n) };
         n
@@ -491,6 +512,7 @@ impl TxQueue {
         TxQueue {
             port,
             queue,
+            guard: burst_guard(port),
             _not_sync: PhantomData,
         }
     }
@@ -514,12 +536,16 @@ impl TxQueue {
         if n == 0 {
             return 0;
         }
+        let begun = self.guard.as_ref().map(BurstGuard::enter);
         // SAFETY: unique handle for (port, queue), port started (see rx_burst); the
         // first `n` slots are valid owned mbufs. The PMD takes ownership of the first
         // `sent` of them.
         let sent =
             unsafe { dpdk_sys::dpdk_shim_tx_burst(self.port.0, self.queue.0, burst.head_ptr(), n) }
                 as usize;
+        if let (Some(g), Some(b)) = (&self.guard, begun) {
+            g.exit(b);
+        }
         // SAFETY: the first `sent` mbufs now belong to the driver.
         unsafe { burst.consume_front(sent) };
         sent

@@ -20,9 +20,23 @@ fn eal_args() -> Vec<String> {
         "256".into(),
         format!("--file-prefix=dpdk-test-{}", std::process::id()),
         "--vdev=net_ring0".into(),
+        "--vdev=net_null0".into(),
+        // A memif pair in this one process (server and client on one socket).
+        format!(
+            "--vdev=net_memif0,role=server,id=0,socket={},socket-abstract=no",
+            memif_sock()
+        ),
+        format!(
+            "--vdev=net_memif1,role=client,id=0,socket={},socket-abstract=no",
+            memif_sock()
+        ),
         "--no-pci".into(),
         "--log-level=lib.eal:warning".into(),
     ]
+}
+
+fn memif_sock() -> String {
+    format!("/tmp/dpdk-test-{}-memif.sock", std::process::id())
 }
 
 fn frame(seq: u64, len: usize) -> Vec<u8> {
@@ -194,6 +208,95 @@ fn ring_port_roundtrip(pool: &Mempool) {
     drop(q);
     assert_eq!(pool.in_use_count(), base);
     // Port stays configured for the backpressure test (queues re-created there).
+}
+
+/// Whether `fd` becomes readable within `ms` milliseconds.
+fn readable(fd: std::os::fd::RawFd, ms: i32) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, alive across the call.
+    unsafe { libc::poll(&mut p, 1, ms) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
+/// Sends one frame on `txq`.
+fn send_one(pool: &Mempool, txq: &mut dpdk::TxQueue, seq: u64) {
+    let mut tx = MbufBurst::<32>::new();
+    let mut m = Mbuf::alloc(pool).unwrap();
+    m.append(64).unwrap().copy_from_slice(&frame(seq, 64));
+    tx.push(m).unwrap();
+    assert_eq!(txq.tx_burst(&mut tx), 1);
+}
+
+/// `dpdk::MemifRxIntr` on a live memif pair: the PMD's private structures are where
+/// it expects them, an armed queue's descriptor turns readable when the peer sends,
+/// a frame already waiting is reported instead, and a disarmed queue is not signalled.
+fn memif_ring_signals(pool: &Mempool) {
+    use dpdk::MemifRxIntr;
+    let null = Port::by_name("net_null0").unwrap();
+    let nq = null.configure(&PortConfig::default(), pool).unwrap();
+    let why = MemifRxIntr::new(&nq.rx[0]).unwrap_err();
+    assert!(why.contains("not memif"), "{why}");
+    drop(nq);
+    let (server, client) = (
+        Port::by_name("net_memif0").unwrap(),
+        Port::by_name("net_memif1").unwrap(),
+    );
+    let mut s = server.configure(&PortConfig::default(), pool).unwrap();
+    let mut c = client.configure(&PortConfig::default(), pool).unwrap();
+    for _ in 0..500 {
+        if server.link().unwrap().up && client.link().unwrap().up {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        server.link().unwrap().up && client.link().unwrap().up,
+        "memif pair connected"
+    );
+    // Both directions: the server receives on a client-to-server ring, the client on
+    // a server-to-client one (the producer moves a different index).
+    memif_direction(pool, &mut s, &mut c);
+    memif_direction(pool, &mut c, &mut s);
+    drop((s, c));
+    for p in [server, client, null] {
+        p.stop().unwrap();
+    }
+}
+
+/// One direction of [`memif_ring_signals`]: `rx` receives what `tx` sends.
+fn memif_direction(pool: &Mempool, rx: &mut dpdk::PortQueues, tx: &mut dpdk::PortQueues) {
+    use dpdk::{ArmRx, Armed, MemifRxIntr};
+    // A memif client's rx burst posts its empty buffers, which its server fills.
+    let mut none = MbufBurst::<32>::new();
+    assert_eq!(receive(&mut rx.rx[0], &mut none, 0), 0);
+    let mut intr = MemifRxIntr::new(&rx.rx[0]).expect("memif layout as expected");
+    let Armed::Wait(fd) = intr.arm() else {
+        panic!("an empty queue arms");
+    };
+    send_one(pool, &mut tx.tx[0], 1);
+    assert!(readable(fd, 5000), "the peer's send signals an armed queue");
+    intr.disarm();
+    assert_eq!(
+        intr.arm(),
+        Armed::Pending,
+        "the frame not taken yet stops a sleep"
+    );
+    let mut got = MbufBurst::<32>::new();
+    assert_eq!(receive(&mut rx.rx[0], &mut got, 1), 1);
+    assert_eq!(got.iter().next().unwrap().data(), &frame(1, 64)[..]);
+    drop(got);
+    let Armed::Wait(fd) = intr.arm() else {
+        panic!("empty again: arms");
+    };
+    assert!(!readable(fd, 0), "armed afresh: the old signal was drained");
+    intr.disarm();
+    send_one(pool, &mut tx.tx[0], 2);
+    assert!(!readable(fd, 50), "a disarmed queue is not signalled");
+    let mut got = MbufBurst::<32>::new();
+    assert_eq!(receive(&mut rx.rx[0], &mut got, 1), 1);
 }
 
 fn backpressure(pool: &Mempool) {
@@ -450,6 +553,7 @@ fn main() {
         ("rings", rings),
         ("memory", memory),
         ("telemetry_and_pdump", telemetry_and_pdump),
+        ("memif_ring_signals", memif_ring_signals),
     ];
     let mut ran = 0;
     for (name, f) in cases {
@@ -465,6 +569,7 @@ fn main() {
     }
     println!("\ntest result: ok. {ran} passed");
     drop(eal);
+    let _ = std::fs::remove_file(memif_sock());
     // DPDK 22.11 leaves its runtime dir (sockets, config) behind; remove ours.
     let _ = std::fs::remove_dir_all(format!("/var/run/dpdk/dpdk-test-{}", std::process::id()));
 }
