@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import struct
 import subprocess
@@ -44,17 +43,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import DP, PG, ROOT, log  # noqa: E402
+from benchlib import PG, ROOT, free_port, log  # noqa: E402
 import benchlib  # noqa: E402
 import snapshot_dump  # noqa: E402
 
 PREFIX = "kvd-hbfo"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Node:
@@ -70,23 +63,16 @@ class Node:
     def stats(self):
         return os.path.join(self.d, f"node{self.k}.stats.json")
 
+    @property
+    def log(self):
+        return os.path.join(self.d, f"node{self.k}.log")
+
     def start(self):
-        logf = os.path.join(self.d, f"node{self.k}.log")
-        cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
-        if not self.huge:
-            cmd.append("--no-huge")
         # Own session: a frozen node must not get the kernel's SIGHUP for stopped
         # members of an orphaned process group (scripts/nemesis.py).
-        self.proc = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        end = time.monotonic() + 40
-        while time.monotonic() < end:
-            if "dataplane ready" in open(logf).read():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"node{self.k} did not start:\n" + open(logf).read()[-2000:])
+        self.proc, _ = benchlib.launch(self.cfg, self.log, huge=self.huge, stats=self.stats,
+                                       new_session=True)
+        benchlib.wait_ready(self.proc, self.log, what=f"node{self.k}")
 
     def status(self):
         try:

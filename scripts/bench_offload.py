@@ -38,7 +38,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,14 +51,8 @@ import benchlib  # noqa: E402
 class InlineCluster(rc.Cluster):
     """A cluster whose master runs with --repl-inline."""
 
-    def start(self, k):
-        if k != 0:
-            return super().start(k)
-        logf = os.path.join(self.dir, "node0.log")
-        cmd = [benchlib.DP, "--config", self.cfg(0), "--stats-json", self.stats_path(0), "--repl-inline"]
-        if not self.huge:
-            cmd.append("--no-huge")
-        self.procs[0] = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
+    def start(self, k, flags=()):
+        super().start(k, list(flags) + (["--repl-inline"] if k == 0 else []))
 
 
 class SyncCluster(rc.Cluster):

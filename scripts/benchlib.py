@@ -49,7 +49,42 @@ def log(*a):
     print(*a, file=sys.stderr, flush=True)
 
 
+def launch(cfg, log_path, flags=(), huge=True, stats=None, new_session=False, append=False):
+    """Starts a dataplane on config file `cfg` with `flags`, `--stats-json stats` if
+    given and `--no-huge` unless `huge`, its output into `log_path` (appended to with
+    `append`); in its own session with `new_session` (a node frozen with SIGSTOP in an
+    orphaned process group gets the kernel's SIGHUP when another member exits, and
+    the dataplane stops on SIGHUP). Returns (process, where in the log its output
+    starts); `wait_ready` waits for it. The one way every benchmark starts a node."""
+    offset = os.path.getsize(log_path) if append and os.path.exists(log_path) else 0
+    cmd = [DP, "--config", cfg] + (["--stats-json", stats] if stats else []) + list(flags)
+    if not huge:
+        cmd.append("--no-huge")
+    proc = subprocess.Popen(cmd, stdout=open(log_path, "a" if append else "w"),
+                            stderr=subprocess.STDOUT, start_new_session=new_session)
+    return proc, offset
+
+
+def wait_ready(proc, log_path, offset=0, timeout=40, what="dataplane"):
+    """Waits until the dataplane `proc` said "dataplane ready" in `log_path` (after
+    `offset`); RuntimeError with the log's tail if it exits or `timeout` s pass."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        with open(log_path) as f:
+            f.seek(offset)
+            if "dataplane ready" in f.read():
+                return
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    with open(log_path) as f:
+        f.seek(offset)
+        raise RuntimeError(f"{what} did not start:\n" + f.read()[-3000:])
+
+
 class Dataplane:
+    """A dataplane on its own memif socket (the server of the pair `pktgen` joins)."""
+
     def __init__(self, tmp, name, extra, cfg=CFG):
         self.prefix = f"kvd-bench-{name}"
         self.sock = os.path.join(tmp, f"{name}.sock")
@@ -59,15 +94,9 @@ class Dataplane:
         # The benchmarks' documented setting is `yield` (the default is `adaptive`):
         # kept unless the caller names a policy.
         idle = [] if "--idle" in extra else ["--idle", "yield"]
-        cmd = [DP, "--config", cfg, "--vdev", vdev, "--file-prefix", self.prefix] + idle + extra
-        self.proc = subprocess.Popen(cmd, stdout=open(self.log, "w"), stderr=subprocess.STDOUT)
-        for _ in range(300):
-            if "dataplane ready" in open(self.log).read():
-                return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.1)
-        raise RuntimeError("dataplane did not start:\n" + open(self.log).read())
+        flags = ["--vdev", vdev, "--file-prefix", self.prefix] + idle + extra
+        self.proc, _ = launch(cfg, self.log, flags)
+        wait_ready(self.proc, self.log, timeout=30)
 
     def stop(self):
         self.proc.send_signal(2)

@@ -11,7 +11,7 @@ import time
 
 import bench_failover as bf
 import benchlib  # noqa: E402
-from benchlib import DP, Signalled
+from benchlib import Signalled
 
 PREFIX = "kvd-nem"
 
@@ -22,8 +22,8 @@ class Etcd:
 
     def __init__(self, d):
         self.d = d
-        self.port = bf.free_port()
-        self.peer = bf.free_port()
+        self.port = benchlib.free_port()
+        self.peer = benchlib.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = None
 
@@ -81,29 +81,14 @@ class Node(Signalled, bf.Node):
                     os.remove(os.path.join(self.d, f))
                 except FileNotFoundError:
                     pass
-        logf = os.path.join(self.d, f"node{self.k}.log")
-        start = os.path.getsize(logf) if os.path.exists(logf) else 0
-        cmd = [DP, "--config", self.cfg, "--stats-json", self.stats]
-        if not self.huge:
-            cmd.append("--no-huge")
-        # Its own session: a node frozen (SIGSTOP) in an orphaned process group gets
-        # SIGHUP from the kernel when another member exits, and the dataplane stops
-        # on SIGHUP (nemesis seed 100 lost two nodes that way under nohup).
-        self.proc = subprocess.Popen(cmd, stdout=open(logf, "a"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        # Its own session (nemesis seed 100 lost two frozen nodes to the kernel's
+        # SIGHUP under nohup); the log appended to across restarts.
+        self.proc, offset = benchlib.launch(self.cfg, self.log, huge=self.huge, stats=self.stats,
+                                            new_session=True, append=True)
         self.frozen = False
-        end = time.monotonic() + 40
-        while time.monotonic() < end:
-            with open(logf) as f:
-                f.seek(start)
-                if "dataplane ready" in f.read():
-                    if self.after_start:
-                        self.after_start(self.k)
-                    return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"node{self.k} did not start")
+        benchlib.wait_ready(self.proc, self.log, offset, what=f"node{self.k}")
+        if self.after_start:
+            self.after_start(self.k)
 
     def status(self):
         """The node's /kvd/replication, or {} when it does not answer (starting,
@@ -152,7 +137,7 @@ class EtcdProxy:
     while its clients and replication links go on."""
 
     def __init__(self, d, k, etcd_port):
-        self.port = bf.free_port()
+        self.port = benchlib.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         here = os.path.dirname(os.path.abspath(__file__))
         self.proc = subprocess.Popen(

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from benchlib import DP, PG, ROOT, log, telemetry  # noqa: E402
+from benchlib import PG, ROOT, launch, log, telemetry, wait_ready  # noqa: E402
 
 PREFIX = "kvd-hbench"
 
@@ -68,23 +68,16 @@ class Cluster:
     def stats_path(self, k):
         return os.path.join(self.dir, f"node{k}.stats.json")
 
-    def start(self, k):
-        logf = os.path.join(self.dir, f"node{k}.log")
-        cmd = [DP, "--config", self.cfg(k), "--stats-json", self.stats_path(k)] + self.flags
-        if not self.huge:
-            cmd.append("--no-huge")
-        self.procs[k] = subprocess.Popen(cmd, stdout=open(logf, "w"), stderr=subprocess.STDOUT)
+    def log_path(self, k):
+        return os.path.join(self.dir, f"node{k}.log")
+
+    def start(self, k, flags=()):
+        """Starts node `k` with the cluster's flags and `flags`."""
+        self.procs[k], _ = launch(self.cfg(k), self.log_path(k), self.flags + list(flags),
+                                  self.huge, self.stats_path(k))
 
     def wait_ready(self, k, timeout=40):
-        logf = os.path.join(self.dir, f"node{k}.log")
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if "dataplane ready" in open(logf).read():
-                return
-            if self.procs[k].poll() is not None:
-                break
-            time.sleep(0.05)
-        raise RuntimeError(f"node{k} did not start:\n" + open(logf).read()[-3000:])
+        wait_ready(self.procs[k], self.log_path(k), timeout=timeout, what=f"node{k}")
 
     def up(self, count=None):
         """Starts nodes 0..count-1 (all by default)."""
