@@ -68,31 +68,17 @@ class SyncCluster(rc.Cluster):
 
 
 def run(tmp, a, tag, replicas, inline, rep, sync=False):
-    for attempt in range(2):
-        cls = InlineCluster if inline else SyncCluster if sync else rc.Cluster
-        c = cls(tmp, f"{tag}-r{rep}", replicas, a.huge, standalone=(replicas == 0))
-        try:
-            t = time.monotonic()
-            background = rc.cpu_busy()
-            c.up()
-            sync_s = c.wait_online() if replicas else 0.0
-            r = c.pktgen(rc.pg_args(a, 8, False, rep), "pg")
-            drain_s, st = c.wait_drained() if replicas else (0.0, None)
-        except RuntimeError as e:
-            if attempt == 1:
-                raise
-            log(f"  {tag} rep {rep}: failed, retrying: {str(e).splitlines()[0]}")
-            continue
-        finally:
-            c.down()
-        out = rc.summarize(c, r, replicas, sync_s, drain_s, st, time.monotonic() - t, background)
-        m = json.load(open(c.stats_path(0)))
-        out["worker_busy_cycles"] = m.get("busy_cycles")
-        out["worker_puts"] = m.get("puts")
-        out["cycles_per_put"] = m["busy_cycles"] / m["puts"] if m.get("puts") else None
-        if replicas and not out["replicas_equal_master"]:
-            raise RuntimeError(f"{tag}: a replica differs from the master")
-        return out
+    cls = InlineCluster if inline else SyncCluster if sync else rc.Cluster
+    c, out, _ = rc.fresh_run(
+        lambda: cls(tmp, f"{tag}-r{rep}", replicas, a.huge, standalone=(replicas == 0)),
+        a, tag, rep, replicas)
+    m = json.load(open(c.stats_path(0)))
+    out["worker_busy_cycles"] = m.get("busy_cycles")
+    out["worker_puts"] = m.get("puts")
+    out["cycles_per_put"] = m["busy_cycles"] / m["puts"] if m.get("puts") else None
+    if replicas and not out["replicas_equal_master"]:
+        raise RuntimeError(f"{tag}: a replica differs from the master")
+    return out
 
 
 def ratio(num, den, f):

@@ -49,36 +49,21 @@ class LogCluster(rc.Cluster):
 
 def run(tmp, a, policy, sync, rep):
     tag = f"{'sync' if sync else 'async'}-{policy}"
-    for attempt in range(2):
-        c = LogCluster(tmp, f"{tag}-r{rep}", a.huge, policy, sync)
-        try:
-            t = time.monotonic()
-            background = rc.cpu_busy()
-            c.up()
-            sync_s = c.wait_online()
-            r = c.pktgen(rc.pg_args(a, 8, False, rep), "pg")
-            drain_s, st = c.wait_drained()
-            replica_status = benchlib.telemetry(c.prefix(1), "/kvd/replication") or {}
-        except RuntimeError as e:
-            if attempt == 1:
-                raise
-            log(f"  {tag} rep {rep}: failed, retrying: {str(e).splitlines()[0]}")
-            continue
-        finally:
-            c.down()
-        out = rc.summarize(c, r, 1, sync_s, drain_s, st, time.monotonic() - t, background)
-        if not out["replicas_equal_master"]:
-            raise RuntimeError(f"{tag}: the replica differs from the master")
-        lf = replica_status.get("log_file")
-        # Its counters; not the file's path (a scratch directory of this machine).
-        lf = lf if isinstance(lf, dict) else None  # telemetry renders "no log" as "null"
-        out["log_file"] = {k: v for k, v in lf.items() if k != "file"} if lf else None
-        if policy != "none":
-            size = os.path.getsize(os.path.join(c.dir, "node1.aof"))
-            out["log_bytes"] = size
-            if not lf or int(lf.get("errors", 1)) != 0:
-                raise RuntimeError(f"{tag}: log file status {lf}")
-        return out
+    c, out, replica_status = rc.fresh_run(
+        lambda: LogCluster(tmp, f"{tag}-r{rep}", a.huge, policy, sync), a, tag, rep, 1,
+        after=lambda c: benchlib.telemetry(c.prefix(1), "/kvd/replication") or {})
+    if not out["replicas_equal_master"]:
+        raise RuntimeError(f"{tag}: the replica differs from the master")
+    lf = replica_status.get("log_file")
+    # Its counters; not the file's path (a scratch directory of this machine).
+    lf = lf if isinstance(lf, dict) else None  # telemetry renders "no log" as "null"
+    out["log_file"] = {k: v for k, v in lf.items() if k != "file"} if lf else None
+    if policy != "none":
+        size = os.path.getsize(os.path.join(c.dir, "node1.aof"))
+        out["log_bytes"] = size
+        if not lf or int(lf.get("errors", 1)) != 0:
+            raise RuntimeError(f"{tag}: log file status {lf}")
+    return out
 
 
 def main():

@@ -203,21 +203,22 @@ def ops_per_packet(a, value_size):
     return max(1, min(a.ops_per_packet, 1400 // (value_size + 8 + 8)))
 
 
-def one_run(tmp, a, tag, replicas, value_size, get, rep, alone=False):
-    """One fresh cluster (standalone for replicas 0), one pktgen run. `alone`: a
-    master configured with one replica whose process is not started (its replication
-    lcore runs: idle for GETs, draining the log into the backlog for PUTs). A failed
-    run is retried once with a fresh cluster (memif PMD of DPDK 22.11: see benchlib)."""
+def fresh_run(make, a, tag, rep, replicas, value_size=8, get=False, up=None, after=None):
+    """One fresh cluster (`make()`), one saturated pktgen run against it (`pg_args`),
+    stopped and summarized (`summarize`, which counts `replicas` replicas). `up`: start
+    only that many nodes; `after(c)` reads more from the running cluster before it
+    stops. A failed run is retried once with a fresh cluster (memif PMD of DPDK 22.11:
+    see benchlib). Returns (cluster, summary, what `after` returned)."""
     for attempt in range(2):
-        c = Cluster(tmp, f"{tag}-r{rep}", 1 if alone else replicas, a.huge,
-                    standalone=(replicas == 0 and not alone))
+        c = make()
         try:
             t = time.monotonic()
             background = cpu_busy()
-            c.up(1 if alone else None)
+            c.up(up)
             sync_s = c.wait_online() if replicas else 0.0
             r = c.pktgen(pg_args(a, value_size, get, rep), "pg")
             drain_s, st = c.wait_drained() if replicas else (0.0, None)
+            extra = after(c) if after else None
         except RuntimeError as e:
             if attempt == 1:
                 raise
@@ -225,7 +226,18 @@ def one_run(tmp, a, tag, replicas, value_size, get, rep, alone=False):
             continue
         finally:
             c.down()
-        return summarize(c, r, replicas, sync_s, drain_s, st, time.monotonic() - t, background)
+        summary = summarize(c, r, replicas, sync_s, drain_s, st, time.monotonic() - t, background)
+        return c, summary, extra
+
+
+def one_run(tmp, a, tag, replicas, value_size, get, rep, alone=False):
+    """One fresh cluster (standalone for replicas 0), one pktgen run. `alone`: a
+    master configured with one replica whose process is not started (its replication
+    lcore runs: idle for GETs, draining the log into the backlog for PUTs)."""
+    def make():
+        return Cluster(tmp, f"{tag}-r{rep}", 1 if alone else replicas, a.huge,
+                       standalone=(replicas == 0 and not alone))
+    return fresh_run(make, a, tag, rep, replicas, value_size, get, up=1 if alone else None)[1]
 
 
 def cpu_busy(seconds=0.5):

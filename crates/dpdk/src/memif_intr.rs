@@ -30,15 +30,17 @@
 //! used only after [`MemifRxIntr::new`] verified them on the live port: the EAL reports
 //! 22.11, the PMD is `net_memif`, `rte_eth_devices[port]`'s data holds the port's own
 //! name and the same rx queue array the public fast-path table (`rte_eth_fp_ops`)
-//! points to, and the queue names the port and a ring type. Each arm checks again that
-//! the region is mapped and the ring carries the memif cookie; anything unexpected
-//! leaves the loop on timed sleeps. Any other DPDK version: no interrupts (timed
-//! sleeps), said in the log.
+//! points to, and the queue names the port and a ring type. Each arm and disarm marks
+//! its queue busy as a burst does ([`crate::memif_unmap`]: no region is unmapped under
+//! it) and checks again that the link is connected and the ring carries the memif
+//! cookie; anything unexpected leaves the loop on timed sleeps. Any other DPDK
+//! version: no interrupts (timed sleeps), said in the log.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use crate::idle::{ArmRx, Armed};
+use crate::memif_unmap::BurstGuard;
 use crate::RxQueue;
 
 /// `MEMIF_COOKIE`: the first word of every memif ring.
@@ -97,10 +99,11 @@ pub struct MemifRxIntr {
     regions: *const *const u8,
     /// The PMD's `struct memif_queue` (allocated at queue setup, freed at port close).
     mq: *const u8,
-    /// The eventfd this queue's arming last drained (the one to wait on).
-    fd: RawFd,
     /// The ring whose mask bit this arm cleared (to set it again).
     armed_ring: Option<*const u8>,
+    /// The rx queue's busy mark: arming reads the queue's ring as a burst does, so a
+    /// departing peer's region is not unmapped meanwhile ([`crate::memif_unmap`]).
+    guard: Option<BurstGuard>,
 }
 
 // The pointers name PMD memory only the rx queue's lcore uses through this value.
@@ -175,8 +178,8 @@ impl MemifRxIntr {
             pmd,
             regions,
             mq,
-            fd: -1,
             armed_ring: None,
+            guard: rxq.burst_guard(),
         })
     }
 
@@ -242,6 +245,19 @@ impl MemifRxIntr {
 
 impl ArmRx for MemifRxIntr {
     fn arm(&mut self) -> Armed {
+        let guard = self.guard;
+        BurstGuard::during(guard, || self.arm_marked())
+    }
+
+    fn disarm(&mut self) {
+        let guard = self.guard;
+        BurstGuard::during(guard, || self.disarm_marked());
+    }
+}
+
+impl MemifRxIntr {
+    /// [`ArmRx::arm`], its queue marked busy.
+    fn arm_marked(&mut self) -> Armed {
         let Some(ring) = self.ring() else {
             return Armed::Unavailable;
         };
@@ -253,15 +269,15 @@ impl ArmRx for MemifRxIntr {
         // SAFETY: `ring` is mapped (checked just now); `flags` is the receiver's u16 in the shared header.
         unsafe { atomic_u16(ring, layout::RING_FLAGS) }.fetch_and(!MASK_INT, Ordering::SeqCst);
         self.armed_ring = Some(ring);
-        self.fd = fd;
         if self.pending(ring) {
-            self.disarm();
+            self.disarm_marked();
             return Armed::Pending;
         }
         Armed::Wait(fd)
     }
 
-    fn disarm(&mut self) {
+    /// [`ArmRx::disarm`], its queue marked busy.
+    fn disarm_marked(&mut self) {
         let Some(armed) = self.armed_ring.take() else {
             return;
         };

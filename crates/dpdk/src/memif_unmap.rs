@@ -39,8 +39,9 @@ static BURSTS: [AtomicU64; SLOTS] = [const { AtomicU64::new(0) }; SLOTS];
 /// Slots handed out so far.
 static TAKEN: AtomicUsize = AtomicUsize::new(0);
 
-/// The busy mark of one memif queue's bursts.
-#[derive(Debug)]
+/// The busy mark of one memif queue's bursts (and of whatever else its lcore reads in
+/// the queue's regions: [`crate::MemifRxIntr`]'s arming).
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct BurstGuard(usize);
 
 impl BurstGuard {
@@ -60,6 +61,16 @@ impl BurstGuard {
     #[inline]
     pub(crate) fn exit(&self, begun: u64) {
         BURSTS[self.0].store(begun + 2, Ordering::Release);
+    }
+
+    /// Runs `f` marked busy.
+    pub(crate) fn during<T>(guard: Option<BurstGuard>, f: impl FnOnce() -> T) -> T {
+        let begun = guard.map(|g| g.enter());
+        let out = f();
+        if let (Some(g), Some(b)) = (guard, begun) {
+            g.exit(b);
+        }
+        out
     }
 }
 

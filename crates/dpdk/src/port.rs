@@ -462,6 +462,11 @@ impl RxQueue {
         self.queue
     }
 
+    /// The busy mark of its bursts (memif ports only).
+    pub(crate) fn burst_guard(&self) -> Option<BurstGuard> {
+        self.guard
+    }
+
     /// The queue's Rx interrupt descriptor, readable while packets wait, when the
     /// port was configured with [`PortConfig::rx_intr`] and its PMD is one of
     /// [`RX_INTR_DRIVERS`]; `None` otherwise. Poll it (`POLLIN`), never read it: the
