@@ -135,9 +135,10 @@ pub struct Args {
     /// Check every response against the expected value; exit 1 on any mismatch.
     #[arg(long)]
     pub verify: bool,
-    /// The longest retransmission timeout in ms (the transport doubles its timeout
-    /// from --rto-us up to this, and gives up after 8 retransmissions); in echo mode,
-    /// a packet not back after this long is a timeout.
+    /// How long a request may go unanswered, in ms: the transport doubles its timeout
+    /// from --rto-us up to this, and gives up on a request once it was retransmitted
+    /// 8 times and is this old (a server descheduled for a few ms is waited for); in
+    /// echo mode, a packet not back after this long is a timeout.
     #[arg(long, default_value_t = 200)]
     pub timeout_ms: u64,
     /// Retransmission timeout of the transport before its first round-trip sample,

@@ -288,6 +288,7 @@ fn transport_config(ph: &spec::PhaseSpec, mtu: u16) -> kvclient::Config {
         rto_min_ns: ph.rto_min_us * 1000,
         rto_max_ns: (ph.timeout_ms * 1_000_000).max(ph.rto_us * 1000),
         max_retries: 8,
+        give_up_ns: ph.timeout_ms * 1_000_000,
         connect_timeout_ns: 20_000_000,
         max_outstanding: ph.slots,
     }

@@ -49,8 +49,9 @@
 //! request resent. Any accepted response frame resets the timeout to
 //! `rto_initial_ns`, and the retry count of its request to 0 (a long multi-frame
 //! response that arrives piecemeal is progress, not a failure). When the oldest
-//! request has been retransmitted `max_retries` times without progress and the
-//! timer fires again, it fails with
+//! request has been retransmitted `max_retries` times without progress (and, where
+//! `give_up_ns` is set, has been outstanding that long) and the timer fires again,
+//! it fails with
 //! [`Error::Timeout`], the others in flight with [`Error::ConnectionLost`], and
 //! the QP must reconnect.
 //!

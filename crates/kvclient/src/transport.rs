@@ -543,7 +543,9 @@ impl Transport {
         }
         self.stats.timeouts += 1;
         let oldest = q.ring[q.idx(q.una)];
-        if oldest.retries >= cfg.max_retries {
+        if oldest.retries >= cfg.max_retries
+            && now.saturating_sub(oldest.first_sent) >= cfg.give_up_ns
+        {
             if self.resume {
                 // Kept for a RESUME (normally on another node).
                 q.state = QpState::Lost;

@@ -534,6 +534,36 @@ fn timeout_after_max_retries_then_reconnect() {
     }
 }
 
+/// With `give_up_ns`, running out of retries is not enough: the request is retried
+/// on (at most `rto_max_ns` apart) until it has been outstanding that long.
+#[test]
+fn timeout_waits_for_give_up_ns() {
+    let srv = SrvCfg {
+        answer_requests: false,
+        ..SrvCfg::default()
+    };
+    let cfg = Config {
+        rto_max_ns: 2_000_000,
+        give_up_ns: 100_000_000,
+        ..Config::default()
+    };
+    let mut d = Driver::new(Sim::new(1, Faults::NONE, srv, &qps(1)), cfg, 1);
+    d.connect();
+    let t0 = d.sim.now();
+    assert!(d.send(0, 1, &[put(b"a")]));
+    while !d.seen.get(&1).is_some_and(|s| s.failed.is_some()) {
+        d.poll();
+        assert!(d.sim.now() < t0 + 10_000_000_000);
+    }
+    assert_eq!(d.seen[&1].failed, Some(Error::Timeout));
+    let waited = d.sim.now() - t0;
+    assert!(waited >= cfg.give_up_ns, "gave up after {waited} ns");
+    assert!(waited <= cfg.give_up_ns + 2 * cfg.rto_max_ns, "{waited} ns");
+    // Retransmitted all along (2 ms apart once backed off), not only max_retries times.
+    let arrivals = d.sim.server.log.iter().filter(|a| a.psn == 100).count();
+    assert!(arrivals > 40, "{arrivals} arrivals");
+}
+
 #[test]
 fn invalid_request_nak_fails_in_flight_requests() {
     let mut d = Driver::new(

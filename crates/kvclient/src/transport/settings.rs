@@ -21,6 +21,13 @@ pub struct Config {
     /// arriving, before it fails with [`Error::Timeout`](crate::Error::Timeout) and its QP with it
     /// (default 8).
     pub max_retries: u8,
+    /// ... and not before the request has been outstanding this long since its first
+    /// transmission (default 0: the retry count alone decides). The RTO restarts from
+    /// the round-trip estimate whenever another request of the QP progresses, so
+    /// `max_retries` alone can run out within a few milliseconds of a server that is
+    /// merely descheduled (a sleeping lcore on a shared host); a client that would
+    /// rather wait says how long here (pktgen: `--timeout-ms`).
+    pub give_up_ns: u64,
     /// Time between CONNECT retransmissions (same nonce) while no ACCEPT came
     /// (default 10 ms).
     pub connect_timeout_ns: u64,
@@ -36,6 +43,7 @@ impl Default for Config {
             rto_min_ns: 200_000,
             rto_max_ns: 100_000_000,
             max_retries: 8,
+            give_up_ns: 0,
             connect_timeout_ns: 10_000_000,
             max_outstanding: 256,
         }
