@@ -73,6 +73,10 @@ struct Args {
     /// and `scripts/bench_idle.py`).
     #[arg(long)]
     no_rx_intr: bool,
+    /// With `adaptive`: the longest sleep of a worker that only a packet wakes, µs
+    /// (overrides server.idle_sleep_max_rx_us).
+    #[arg(long)]
+    idle_sleep_max_rx_us: Option<u32>,
     /// Initialise DPDK's packet-capture framework so `dpdk-dumpcap` can attach.
     #[arg(long)]
     pdump: bool,
@@ -344,7 +348,11 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     if nw > 1 && sleeping && !args.no_doorbells {
         // Idle workers sleep on a doorbell the others ring when they hand them requests.
         for s in &mut stores {
-            s.bell = Some(dpdk::Doorbell::new()?);
+            let bell = dpdk::Doorbell::new()?;
+            let ring = bell.clone();
+            // A cross-partition transaction's coordinator wakes the workers it parks.
+            s.server.set_park_waker(Box::new(move || ring.ring()));
+            s.bell = Some(bell);
         }
     }
     let rings = startup::handoff_rings(nw, port.socket_id())?;

@@ -38,7 +38,7 @@ mod tenants;
 mod txn;
 
 pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, RNR_TIMER};
-pub use cross::{PartitionTable, MAX_PARTITIONS};
+pub use cross::{ParkWaker, PartitionTable, MAX_PARTITIONS};
 pub use resume::Keeper;
 use resume::ServeMark;
 pub use tenants::{TenantRule, FAILED_OPENS_PER_S};

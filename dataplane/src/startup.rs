@@ -400,6 +400,9 @@ pub fn worker_config(
         latency_sample_every: cfg.server.latency_sample_every,
         mtu: usize::from(cfg.server.mtu),
         rx_intr: !args.no_rx_intr,
+        rx_sleep_max_us: args
+            .idle_sleep_max_rx_us
+            .unwrap_or(cfg.server.idle_sleep_max_rx_us),
     })
 }
 

@@ -110,6 +110,8 @@ pub struct WorkerConfig {
     /// (`--no-rx-intr` clears it): net_tap's descriptor, a memif queue armed around
     /// each sleep.
     pub rx_intr: bool,
+    /// The longest sleep while a packet can end it (`server.idle_sleep_max_rx_us`).
+    pub rx_sleep_max_us: u32,
 }
 
 /// How a worker passes requests that reached its queue but belong to another
@@ -586,6 +588,7 @@ fn idle_backoff(cfg: &WorkerConfig, store: &Store, rxq: &RxQueue) -> IdleBackoff
         .with_doorbell(store.bell.clone())
         .with_rx_fds(rx_fd)
         .with_armed_rx(armed)
+        .with_rx_sleep_max(cfg.rx_sleep_max_us)
 }
 
 /// One poll of the idle policy (`empty`: the iteration found no work), its sleep

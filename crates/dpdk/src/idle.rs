@@ -20,8 +20,10 @@
 //! A loop fed by another lcore through a ring (a replication lcore fed by the workers'
 //! log rings, a replica's worker fed by its replication lcore) can sleep on a
 //! [`Doorbell`] instead: an eventfd its producers ring when they pushed something while
-//! it slept, so it wakes at once instead of at the end of its sleep. Ringing costs the
-//! producer one relaxed load per notification while the consumer is awake, and one
+//! it slept, so it wakes at once instead of at the end of its sleep, and no ring is
+//! lost between the loop's last look at its rings and its sleep (the loop notes the
+//! rings at each empty poll; a ring since refuses the sleep). Ringing costs the
+//! producer one atomic add per notification while the consumer is awake, and one
 //! `write(2)` per sleep that a push interrupts — never a syscall per record.
 //!
 //! A loop whose port gives Rx interrupts ([`crate::RxQueue::intr_fd`]: net_tap) also
@@ -34,10 +36,11 @@
 //! whether packets already wait (then the loop does not sleep) or which descriptor to
 //! wait on — and disarms it right after, so senders signal only while it sleeps.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::os::fd::RawFd;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+pub use crate::doorbell::Doorbell;
 
 /// A poll loop's idle policy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,10 +108,16 @@ pub struct IdleBackoff {
     /// What a sleep polls: the doorbell's eventfd (if any) first, then `rx_fds`, then
     /// one slot per `armed_rx`. Empty: a plain timed sleep.
     pfds: Vec<libc::pollfd>,
-    /// Sleeps skipped because an armed queue found packets waiting.
+    /// Sleeps skipped because work turned up as they were about to start: an armed
+    /// queue found packets waiting, or a producer rang the doorbell since the last
+    /// empty poll.
     pub armed_pending: u64,
     /// Sleeps ended by a packet (an rx descriptor readable).
     pub rx_wakeups: u64,
+    /// The longest sleep while every rx queue can wake it ([`Self::with_rx_sleep_max`]).
+    rx_max_us: Option<u32>,
+    /// The doorbell's rings as of the last empty poll ([`Doorbell::mark`]).
+    bell_mark: u64,
 }
 
 impl IdleBackoff {
@@ -143,7 +152,23 @@ impl IdleBackoff {
             pfds: Vec::new(),
             armed_pending: 0,
             rx_wakeups: 0,
+            rx_max_us: None,
+            bell_mark: 0,
         }
+    }
+
+    /// Sleeps back off up to `max_us` (instead of the policy's longest sleep) while
+    /// every rx queue of the loop can end them — its descriptor is waited on, or it is
+    /// armed (or down: nothing arrives) — and nothing else is waited for (no
+    /// [`Doorbell`]), so their timeout is only a safety net: for a loop with no timer
+    /// of its own shorter than `max_us` (a worker; not the replication lcore, whose
+    /// retransmission timers must fire on time). A loop fed by other lcores keeps the
+    /// policy's cap: on a sync master + replica the longer sleeps saved nothing at rest
+    /// (0.13 of a core either way) and the sparse sync PUT's p50 was about 30 µs
+    /// higher in an A/B (docs/OPERATIONS.md, "Idle lcores").
+    pub fn with_rx_sleep_max(mut self, max_us: u32) -> Self {
+        self.rx_max_us = Some(max_us);
+        self
     }
 
     /// Sleeps on `bell` (rung by the loop's producers) instead of a plain timed sleep.
@@ -182,7 +207,7 @@ impl IdleBackoff {
         self.pfds = self
             .doorbell
             .iter()
-            .map(|d| pollin(d.fd.as_raw_fd()))
+            .map(|d| pollin(d.fd()))
             .chain(self.rx_fds.iter().map(|&fd| pollin(fd)))
             .chain(self.armed_rx.iter().map(|_| pollin(-1)))
             .collect();
@@ -210,6 +235,18 @@ impl IdleBackoff {
             }
             return 0;
         }
+        let slept = self.poll_empty(after);
+        // What a sleep of a later empty poll is checked against: rings after this note
+        // refuse it (their pushes may not have been seen by the loop's next look).
+        if let Some(d) = &self.doorbell {
+            self.bell_mark = d.mark();
+        }
+        slept
+    }
+
+    /// An empty poll: counted, then a yield or a sleep as the policy says.
+    #[inline]
+    fn poll_empty(&mut self, after: u32) -> u32 {
         if self.empty < after {
             self.empty += 1;
             return 0;
@@ -249,15 +286,32 @@ impl IdleBackoff {
         } else {
             std::thread::yield_now();
         }
+        if let Some(d) = &self.doorbell {
+            self.bell_mark = d.mark();
+        }
     }
 
     #[inline(never)]
     fn sleep(&mut self, max_us: u32) -> u32 {
-        let us = self.next_us;
         if !self.arm_rx() {
             self.armed_pending += 1;
             return 0;
         }
+        if !self
+            .doorbell
+            .as_ref()
+            .is_none_or(|d| d.announce(self.bell_mark))
+        {
+            // Rung since the last empty poll: the push may not have been seen.
+            self.disarm_rx();
+            self.armed_pending += 1;
+            return 0;
+        }
+        let max_us = match self.rx_max_us {
+            Some(rx_max) if self.rx_all_armed() => rx_max.max(max_us),
+            _ => max_us,
+        };
+        let us = self.next_us.min(max_us.max(1));
         if self.pfds.iter().all(|p| p.fd < 0) {
             // Nothing to wait on (no doorbell, no queue armed): a plain timed sleep.
             std::thread::sleep(Duration::from_micros(u64::from(us)));
@@ -292,6 +346,18 @@ impl IdleBackoff {
         true
     }
 
+    /// Whether only a packet is waited for, and any packet that can arrive ends the
+    /// sleep being taken: the loop has rx queues and no doorbell, and no interrupt
+    /// descriptor was dropped after an error. An armed queue is either waited on or
+    /// [`Armed::Unavailable`] — a memif link without its peer, where nothing arrives
+    /// before the peer's connection (the first packet after it may wait out this one
+    /// sleep).
+    fn rx_all_armed(&self) -> bool {
+        self.doorbell.is_none()
+            && self.wakes_on_rx()
+            && self.pfds[..self.rx_fds.len()].iter().all(|p| p.fd >= 0)
+    }
+
     fn disarm_rx(&mut self) {
         for q in &mut self.armed_rx {
             q.disarm();
@@ -301,9 +367,6 @@ impl IdleBackoff {
     /// Sleeps up to `us` or until the doorbell rings or an rx descriptor is readable.
     fn sleep_polling(&mut self, us: u32) {
         let bell = self.doorbell.as_deref();
-        if let Some(d) = bell {
-            d.announce();
-        }
         for p in &mut self.pfds {
             p.revents = 0;
         }
@@ -332,7 +395,7 @@ impl IdleBackoff {
 
 /// `ppoll` on `fds` for up to `us` microseconds: the number of ready descriptors,
 /// 0 on timeout, negative on error (EINTR: a signal, as a timeout).
-fn ppoll_us(fds: &mut [libc::pollfd], us: u32) -> i32 {
+pub(crate) fn ppoll_us(fds: &mut [libc::pollfd], us: u32) -> i32 {
     let ts = libc::timespec {
         tv_sec: libc::time_t::from(us / 1_000_000),
         tv_nsec: libc::c_long::from(us % 1_000_000) * 1000,
@@ -348,118 +411,6 @@ fn ppoll_us(fds: &mut [libc::pollfd], us: u32) -> i32 {
     }
 }
 
-/// Wakes a sleeping consumer loop when its producers pushed work (see the module
-/// docs). One consumer; any number of producers.
-///
-/// The protocol: the consumer announces its sleep (`sleeping`), then waits on the
-/// eventfd with its timeout; a producer that notifies sees `sleeping`, clears it
-/// (only the first producer writes) and writes the eventfd. A push that lands between
-/// the consumer's last empty poll and its announcement is not rung: it waits out that
-/// one sleep (at most `idle_sleep_max_us`), as without a doorbell. Nothing is ever
-/// lost either way: the consumer polls its rings after every sleep.
-#[derive(Debug)]
-pub struct Doorbell {
-    fd: OwnedFd,
-    sleeping: AtomicBool,
-    /// When the last ring was written (ns on [`mono_ns`]'s clock).
-    rung_at: AtomicU64,
-    /// Sleeps cut short by a ring.
-    pub wakeups: AtomicU64,
-    /// Sum of ring-to-wake latencies, ns.
-    pub wake_ns_sum: AtomicU64,
-    /// Largest ring-to-wake latency, ns.
-    pub wake_ns_max: AtomicU64,
-}
-
-impl Doorbell {
-    /// A doorbell on a fresh eventfd.
-    pub fn new() -> std::io::Result<Arc<Doorbell>> {
-        // SAFETY: eventfd takes two integers and returns a new descriptor or -1.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(Arc::new(Doorbell {
-            // SAFETY: `fd` was just returned by eventfd and is owned by nothing else.
-            fd: unsafe { OwnedFd::from_raw_fd(fd) },
-            sleeping: AtomicBool::new(false),
-            rung_at: AtomicU64::new(0),
-            wakeups: AtomicU64::new(0),
-            wake_ns_sum: AtomicU64::new(0),
-            wake_ns_max: AtomicU64::new(0),
-        }))
-    }
-
-    /// A producer pushed work: wakes the consumer if it sleeps. A relaxed load while it
-    /// is awake.
-    #[inline]
-    pub fn ring(&self) {
-        if self.sleeping.load(Ordering::Relaxed) && self.sleeping.swap(false, Ordering::AcqRel) {
-            self.ring_slow();
-        }
-    }
-
-    #[inline(never)]
-    fn ring_slow(&self) {
-        self.rung_at.store(mono_ns(), Ordering::Relaxed);
-        let one: u64 = 1;
-        // A full counter (EAGAIN) means the consumer is already rung: nothing to do.
-        // SAFETY: writes the 8 bytes of `one` (alive across the call) to our eventfd.
-        unsafe {
-            libc::write(
-                self.fd.as_raw_fd(),
-                (&one as *const u64).cast(),
-                std::mem::size_of::<u64>(),
-            );
-        }
-    }
-
-    /// The consumer sleeps up to `us` microseconds or until rung.
-    pub fn sleep(&self, us: u32) {
-        self.announce();
-        let mut pfd = [libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        }];
-        let r = ppoll_us(&mut pfd, us);
-        self.woke(r > 0);
-    }
-
-    /// The consumer is about to wait on the eventfd: producers must ring.
-    fn announce(&self) {
-        self.sleeping.store(true, Ordering::SeqCst);
-    }
-
-    /// The consumer's wait ended, `rung` when the eventfd was readable: resets it and
-    /// counts the wake-up.
-    fn woke(&self, rung: bool) {
-        self.sleeping.store(false, Ordering::Relaxed);
-        if rung {
-            let mut v: u64 = 0;
-            // SAFETY: reads 8 bytes into `v` (the eventfd's counter, which resets it).
-            unsafe {
-                libc::read(
-                    self.fd.as_raw_fd(),
-                    (&mut v as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                );
-            }
-            let lat = mono_ns().saturating_sub(self.rung_at.load(Ordering::Relaxed));
-            self.wakeups.fetch_add(1, Ordering::Relaxed);
-            self.wake_ns_sum.fetch_add(lat, Ordering::Relaxed);
-            self.wake_ns_max.fetch_max(lat, Ordering::Relaxed);
-        }
-    }
-}
-
-/// Nanoseconds since the first call in this process (a monotonic clock the
-/// producers and the consumer of a doorbell share).
-fn mono_ns() -> u64 {
-    static BASE: OnceLock<Instant> = OnceLock::new();
-    BASE.get_or_init(Instant::now).elapsed().as_nanos() as u64
-}
-
 /// Sets the calling thread's timer slack to 1 µs: a short sleep then lasts about
 /// what it asks (the default slack, 50 µs, would make every sleep at least that).
 fn fine_timer_slack() {
@@ -473,31 +424,11 @@ fn fine_timer_slack() {
 
 #[cfg(test)]
 mod tests {
-    use super::{Doorbell, IdleBackoff, IdlePolicy};
+    use super::{ArmRx, Armed, Doorbell, IdleBackoff, IdlePolicy};
     use std::os::fd::{AsRawFd, FromRawFd};
     use std::sync::atomic::Ordering;
     use std::sync::Arc;
     use std::time::Duration;
-
-    #[test]
-    fn a_ring_wakes_a_sleeper_and_a_ring_to_the_awake_writes_nothing() {
-        let d = Doorbell::new().unwrap();
-        // Awake: a ring writes nothing, so a short sleep is not cut short.
-        d.ring();
-        d.sleep(1);
-        assert_eq!(d.wakeups.load(Ordering::Relaxed), 0);
-        // Asleep for up to an hour: the ring wakes it (the test would hang otherwise).
-        let d2 = d.clone();
-        let sleeper = std::thread::spawn(move || d2.sleep(3_600_000_000));
-        while !d.sleeping.load(Ordering::SeqCst) {
-            std::thread::yield_now();
-        }
-        d.ring();
-        d.ring(); // a second producer: the first already rang
-        sleeper.join().unwrap();
-        assert_eq!(d.wakeups.load(Ordering::Relaxed), 1);
-        assert!(!d.sleeping.load(Ordering::Relaxed));
-    }
 
     #[test]
     fn a_backoff_sleeps_on_its_doorbell() {
@@ -512,6 +443,30 @@ mod tests {
         assert_eq!(b.poll(true), 1);
         assert_eq!(b.poll(true), 2);
         assert_eq!(b.sleeps, 2);
+    }
+
+    #[test]
+    fn a_ring_after_the_last_empty_poll_refuses_the_sleep() {
+        let d = Doorbell::new().unwrap();
+        let mut b = IdleBackoff::with_policy(IdlePolicy::Sleep {
+            after: 1,
+            quiet_us: 0,
+            min_us: 2_000_000,
+            max_us: 2_000_000,
+        })
+        .with_doorbell(Some(d.clone()));
+        assert_eq!(
+            b.poll(true),
+            0,
+            "the first empty poll only counts (and notes the rings)"
+        );
+        // A producer pushes and rings after the loop's look at its rings, before the
+        // sleep is announced: it sees the loop awake and writes nothing. The sleep (2 s
+        // to its timeout) is refused, so the loop looks again at once.
+        d.ring();
+        assert_eq!(b.poll(true), 0);
+        assert_eq!((b.sleeps, b.armed_pending), (0, 1));
+        assert_eq!(d.wakeups.load(Ordering::Relaxed), 0);
     }
 
     /// A pipe standing for an rx queue's interrupt descriptor (readable while bytes,
@@ -575,7 +530,7 @@ mod tests {
         let mut b = sleeper_on(&r, 30_000_000, Some(d.clone()));
         let d2 = d.clone();
         let t = std::thread::spawn(move || {
-            while !d2.sleeping.load(Ordering::SeqCst) {
+            while !d2.is_sleeping() {
                 std::thread::yield_now();
             }
             d2.ring();
@@ -632,6 +587,50 @@ mod tests {
         assert_eq!(got, [0, 0, 1, 2], "and starts the back-off again");
         b.poll_waiting();
         assert_eq!(b.sleeps, 7, "waiting on another lcore yields, never sleeps");
+    }
+
+    #[test]
+    fn sleeps_a_packet_can_end_back_off_further() {
+        let policy = IdlePolicy::Sleep {
+            after: 0,
+            quiet_us: 0,
+            min_us: 1,
+            max_us: 4,
+        };
+        // Every rx queue wakes the sleep: up to the rx cap.
+        let (r, _w) = rx_pipe();
+        let mut b = IdleBackoff::with_policy(policy)
+            .with_rx_fds([r.as_raw_fd()])
+            .with_rx_sleep_max(16);
+        let got: Vec<u32> = (0..7).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [1, 2, 4, 8, 16, 16, 16]);
+        // A queue that cannot wake it (a descriptor gone bad): the policy's cap again.
+        b.pfds[0].fd = -1;
+        assert_eq!(b.poll(true), 4);
+        // An armed queue whose link is down (nothing can arrive): the rx cap too.
+        struct Down;
+        impl ArmRx for Down {
+            fn arm(&mut self) -> Armed {
+                Armed::Unavailable
+            }
+            fn disarm(&mut self) {}
+        }
+        let mut b = IdleBackoff::with_policy(policy)
+            .with_armed_rx([Box::new(Down) as Box<dyn ArmRx>])
+            .with_rx_sleep_max(16);
+        let got: Vec<u32> = (0..6).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [1, 2, 4, 8, 16, 16]);
+        // No rx queue at all: the policy's cap.
+        let mut b = IdleBackoff::with_policy(policy).with_rx_sleep_max(16);
+        let got: Vec<u32> = (0..5).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [1, 2, 4, 4, 4]);
+        // A doorbell beside the queue: the policy's cap.
+        let mut b = IdleBackoff::with_policy(policy)
+            .with_doorbell(Doorbell::new().ok())
+            .with_rx_fds([r.as_raw_fd()])
+            .with_rx_sleep_max(16);
+        let got: Vec<u32> = (0..5).map(|_| b.poll(true)).collect();
+        assert_eq!(got, [1, 2, 4, 4, 4]);
     }
 
     #[test]

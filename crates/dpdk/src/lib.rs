@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod doorbell;
 pub mod eal;
 pub mod error;
 pub mod idle;

@@ -32,6 +32,8 @@ use libc::{c_int, c_long, msghdr, ssize_t};
 ///
 /// As `sendmsg(2)`: `msg` points to a valid `msghdr` whose buffers are readable.
 #[no_mangle]
+// SAFETY: takes the place of libc's `sendmsg` for the whole process: the same system
+// call with the same contract (# Safety above), callers need nothing more.
 pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
     // SAFETY: the caller's arguments go to the kernel unchanged (it validates them), as libc's sendmsg does.
     let sent = unsafe { libc::syscall(libc::SYS_sendmsg, fd as c_long, msg, flags as c_long) };

@@ -100,6 +100,8 @@ pub fn quiesce() {
 ///
 /// As `munmap(2)`: the caller owns the mapping and nothing uses it afterwards.
 #[no_mangle]
+// SAFETY: takes the place of libc's `munmap` for the whole process: the same system
+// call with the same contract (# Safety above), callers need nothing more.
 pub unsafe extern "C" fn munmap(addr: *mut c_void, len: size_t) -> c_int {
     quiesce();
     // SAFETY: the caller's arguments go to the kernel unchanged, as libc's munmap does.

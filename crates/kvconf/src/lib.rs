@@ -139,6 +139,13 @@ pub struct ServerConfig {
     /// request after a quiet spell, and one wake-up per this long while idle.
     #[serde(default = "default_idle_sleep_max_us")]
     pub idle_sleep_max_us: u32,
+    /// `idle: adaptive`: the longest sleep of a worker that only a packet wakes
+    /// (net_tap's Rx interrupts, memif's ring signals; no doorbell: one worker, no
+    /// replication), microseconds. Its timeout is then only a safety net (a ring
+    /// signal memif's sender missed; docs/OPERATIONS.md "Idle lcores"), so it can be
+    /// long: fewer wake-ups of an idle worker. At least `idle_sleep_max_us`.
+    #[serde(default = "default_idle_sleep_max_rx_us")]
+    pub idle_sleep_max_rx_us: u32,
     /// `idle: adaptive`: microseconds without work before the first sleep (a
     /// loaded lcore's short gaps between bursts never sleep).
     #[serde(default = "default_idle_quiet_us")]
@@ -311,6 +318,10 @@ fn default_idle_yield_polls() -> u32 {
 
 fn default_idle_sleep_max_us() -> u32 {
     1000
+}
+
+fn default_idle_sleep_max_rx_us() -> u32 {
+    5000
 }
 
 fn default_idle_quiet_us() -> u32 {

@@ -44,7 +44,7 @@ use kvwire::partition::partition_of_hash;
 use kvwire::payload::{AbortReason, TxAbort, TxReader};
 use kvwire::Status;
 use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// Partitions a node can coordinate transactions over (a bit set of `u64`).
 pub const MAX_PARTITIONS: usize = 64;
@@ -67,7 +67,12 @@ struct Slot {
     state: AtomicU8,
     /// The worker's server, published when it parks.
     server: AtomicPtr<Server>,
+    /// Wakes the worker if it sleeps (its doorbell), so a park request is seen at once.
+    waker: OnceLock<ParkWaker>,
 }
+
+/// What wakes a sleeping worker when a coordinator asks it to park.
+pub type ParkWaker = Box<dyn Fn() + Send + Sync>;
 
 /// One counter of the coordinator token, on its own cache line.
 #[repr(align(64))]
@@ -98,6 +103,7 @@ impl PartitionTable {
                 .map(|_| Slot {
                     state: AtomicU8::new(RUNNING),
                     server: AtomicPtr::new(std::ptr::null_mut()),
+                    waker: OnceLock::new(),
                 })
                 .collect(),
         }))
@@ -115,6 +121,14 @@ impl PartitionTable {
 
     fn slot(&self, p: u32) -> &Slot {
         &self.slots[p as usize]
+    }
+
+    /// What wakes partition `p`'s worker when it sleeps (set once; later calls are
+    /// ignored).
+    pub fn set_waker(&self, p: u32, waker: ParkWaker) {
+        if let Some(slot) = self.slots.get(p as usize) {
+            let _ = slot.waker.set(waker);
+        }
     }
 }
 
@@ -209,6 +223,14 @@ impl Server {
         }
         self.cross = Some(table);
         Ok(())
+    }
+
+    /// What wakes this partition's worker when it sleeps and a coordinator asks it to
+    /// park (its doorbell); nothing without a partition table.
+    pub fn set_park_waker(&self, waker: ParkWaker) {
+        if let Some(t) = &self.cross {
+            t.set_waker(self.partition, waker);
+        }
     }
 
     /// Between bursts: parks while a coordinator runs a transaction over this
@@ -333,6 +355,9 @@ impl Server {
                 break;
             }
             parked |= 1 << p;
+            if let Some(wake) = slot.waker.get() {
+                wake();
+            }
             let mut b = Backoff::default();
             while slot.state.load(Ordering::Acquire) != PARKED {
                 b.snooze();
