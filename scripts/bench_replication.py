@@ -186,9 +186,13 @@ def main():
     ap.add_argument("--quiet-wait", type=float, default=240, help="longest wait for that (s; 0: never wait)")
     ap.add_argument("--idle", default="yield", choices=["poll", "yield", "adaptive"],
                     help="every node's idle policy (yield: the placement's documented one)")
+    ap.add_argument("--master-lcores", default=None,
+                    help="the master's dataplane.lcores (an EAL --lcores map such as 0@1,1@1: its "
+                         "replication lcore on the worker's CPU 1 instead of pktgen's CPU 0)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results/replication.json"))
     a = ap.parse_args()
     Cluster.IDLE = a.idle
+    Cluster.MASTER_LCORES = a.master_lcores
     a.pg_extra = a.pg_extra.split()
     if a.quick:
         a.reps, a.duration, a.warmup, a.quiet_wait = 1, 0.3, 0.1, 0
@@ -347,7 +351,9 @@ def report(a, put, get, alone, sweep, failed, tl, rd, wall):
                      "on CPU 0 and its replication lcore on CPU 1; the standalone node's one worker "
                      f"on CPU 1. Idle policy of every lcore: {a.idle}. Replicas and the "
                      "master's replication lcore therefore compete with pktgen and the master's "
-                     "worker for the same 2 cores (no free core for SKV's Nic-KV).",
+                     "worker for the same 2 cores (no free core for SKV's Nic-KV)."
+                     + (f" Master lcores overridden: {a.master_lcores} (EAL --lcores map)."
+                        if a.master_lcores else ""),
         "config": {"reps": a.reps, "duration_s": a.duration, "warmup_s": a.warmup, "keys": a.keys,
                    "key_size": 8, "value_size_main": 8, "window_packets": a.window, "qps": a.qps,
                    "ops_per_packet": a.ops_per_packet,

@@ -27,6 +27,9 @@ class Cluster:
 
     # Every node's idle policy (scripts/bench_replication.py --idle).
     IDLE = "yield"
+    # The master's EAL lcore map (scripts/bench_replication.py --master-lcores; None:
+    # the documented placement, its replication lcore on pktgen's CPU 0).
+    MASTER_LCORES = None
 
     def __init__(self, tmp, tag, replicas, huge, standalone=False, probe_ms=100, waiting_ms=500,
                  topology="star", mtu=1500):
@@ -56,6 +59,8 @@ class Cluster:
                     c["dataplane"]["lcores"] = "1"
                 else:
                     c["dataplane"]["extra_eal"] = c["dataplane"].get("extra_eal", []) + ["--main-lcore", "1"]
+                    if Cluster.MASTER_LCORES:
+                        c["dataplane"]["lcores"] = Cluster.MASTER_LCORES
             json.dump(c, open(self.cfg(k), "w"), indent=2)
         self.procs = {}
 

@@ -483,14 +483,15 @@ impl Writer {
         }
     }
 
-    /// Removes the file (and a full sync's).
+    /// Removes the file (and a full sync's), after withdrawing what it made durable:
+    /// nothing is acknowledged as on stable storage from a file being removed.
     fn retire(&mut self) {
+        self.shared.synced_end.store(0, Ordering::Release);
         self.current = None;
         self.syncing = None;
         self.pending_end = None;
         let _ = std::fs::remove_file(sync_path(&self.path));
         let _ = std::fs::remove_file(&self.path);
-        self.shared.synced_end.store(0, Ordering::Release);
     }
 
     /// A write failed: the log is abandoned (the file keeps its good prefix, which a
