@@ -3,6 +3,7 @@
 //! telemetry commands under `/kvd/replication`.
 
 use crate::replicator::Link;
+use crate::worker::role::Replica;
 use crate::worker::Store;
 use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
@@ -650,7 +651,7 @@ fn replica_rings(
     apply: &mut Vec<Arc<ApplyStats>>,
     sleeps: bool,
 ) -> std::io::Result<(Vec<kvrepl::log::LogProducer>, Vec<Arc<ApplyStats>>)> {
-    let (mut rings, mut consumed) = (Vec::new(), Vec::new());
+    let (mut rings, mut consumed, mut appliers) = (Vec::new(), Vec::new(), Vec::new());
     for s in stores.iter_mut() {
         let (mut p, c) = log_ring(WORKER_RING_BYTES);
         if sleeps {
@@ -660,16 +661,16 @@ fn replica_rings(
             p.set_waker(waker(&s.bell));
         }
         let st = Arc::new(ApplyStats::default());
-        s.apply = Some(Applier::new(c, st.clone()));
+        appliers.push(Applier::new(c, st.clone()));
         rings.push(p);
         consumed.push(st.clone());
         apply.push(st);
     }
-    // A transaction spanning partitions waits in one ring for the others.
-    for s in stores.iter_mut() {
-        if let Some(a) = s.apply.as_mut() {
-            a.set_peers(consumed.clone());
-        }
+    for (s, mut a) in stores.iter_mut().zip(appliers) {
+        // A transaction spanning partitions waits in one ring for the others.
+        a.set_peers(consumed.clone());
+        s.set_role(Box::new(Replica(a)))
+            .map_err(std::io::Error::other)?;
     }
     Ok((rings, consumed))
 }

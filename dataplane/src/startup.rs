@@ -210,8 +210,7 @@ impl PartitionSpec<'_> {
         Ok(Store {
             server,
             _mem: mem,
-            apply: None,
-            inline_repl: None,
+            role: Box::new(worker::role::Standalone),
             sync: None,
             bell: None,
         })
