@@ -6,18 +6,18 @@
 //! (docs/PROTOCOL.md §6.1). Per client the worker keeps its incarnation (nonce),
 //! the next request PSN it expects (`e`), the PSN of its next response frame, the
 //! starting PSNs it accepted (to re-send a lost ACCEPT), whether a NAK was sent for the
-//! current gap, and the `W` replay entries of its last requests (`replay.rs`).
+//! current gap, and the `W` replay entries of its last requests (`response_cache.rs`).
 //!
 //! Per-QP state: [`CLIENT_BYTES`] in the table (72 B) plus `W ×`
-//! [`ENTRY_BYTES`](crate::replay::ENTRY_BYTES) (24 B) of replay entries: 840 B for
+//! [`ENTRY_BYTES`](crate::response_cache::ENTRY_BYTES) (24 B) of replay entries: 840 B for
 //! the default `W = 32`. Clients live in a slab whose indices never move while the
 //! client lives (a burst's packets refer to their client by index); static QPNs are
 //! found by binary search in a dense sorted array, opened QPNs name their slot
 //! directly (`OPENED_QPN_BASE + slot × n + partition`). Only the owning worker
 //! touches them; admission changes arrive between bursts (`set`).
 
-use crate::completion::{RestoredQp, NOT_RESUMING};
-use crate::replay::Entry;
+use crate::repl::completion::{RestoredQp, NOT_RESUMING};
+use crate::response_cache::Entry;
 use kvwire::psn::Receiver;
 use kvwire::transport::{is_opened_qpn, OPENED_QPN_BASE};
 
@@ -55,7 +55,7 @@ pub(crate) struct Client {
     pub start_resp_psn: u32,
     /// A CONNECT was accepted (requests are served).
     pub connected: bool,
-    /// A connection resumed from completion records (`crate::completion`): until the
+    /// A connection resumed from completion records (`crate::repl::completion`): until the
     /// expected PSN reaches this one, each request is looked up there first.
     /// [`NOT_RESUMING`] otherwise.
     pub resume_until: u32,

@@ -6,7 +6,6 @@
 
 mod node;
 mod replication;
-mod replicator;
 mod report;
 mod startup;
 mod telemetry;

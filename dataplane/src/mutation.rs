@@ -39,7 +39,7 @@
 //! Users: the snapshot writer (one SPSC ring per worker, `crate::snapshot`) and the
 //! replication log (the replication lcore's per-worker ring); [`Tee`] feeds two.
 
-use crate::completion::ClientRecords;
+use crate::repl::completion::ClientRecords;
 use crate::stage::EngineStage;
 use kvengine::{BatchOp, Engine, OpKind};
 use kvops::MemoryStage;
@@ -77,7 +77,7 @@ pub trait MutationSink: Send {
     /// replicate).
     fn group(&mut self, _bytes: u32) {}
 
-    /// A completion record of client QP `qpn` (`crate::completion`: the blob, as a
+    /// A completion record of client QP `qpn` (`crate::repl::completion`: the blob, as a
     /// `QP_STATE` record). Costs [`record_cost`]`(4, blob.len())`. The default
     /// ignores it (sinks that do not replicate).
     fn qp_state(&mut self, _qpn: u32, _blob: &[u8]) {}
@@ -122,7 +122,7 @@ pub trait MutationSink: Send {
 
     /// The sink's position after the last post-image it took (a replication log:
     /// its ring position; sync mode holds each response until the replicas have the
-    /// stream up to it, `crate::hold`). 0 for sinks without one.
+    /// stream up to it, `crate::repl::hold`). 0 for sinks without one.
     fn position(&self) -> u64 {
         0
     }

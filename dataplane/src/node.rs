@@ -4,7 +4,8 @@
 //! loop until Ctrl-C or the deadline) and [`Node::finish`] (threads joined, the final
 //! report, ports stopped).
 
-use crate::{replication, replicator, report, startup, telemetry, worker, Args, QUIT};
+use crate::replication::{self, replicator};
+use crate::{report, startup, telemetry, worker, Args, QUIT};
 use dataplane::control::ControlState;
 use dataplane::slab_daemon::SlabDaemon;
 use dataplane::stats::WorkerStats;

@@ -47,7 +47,7 @@ pub(crate) struct PktCtx {
     /// The request's batch id, echoed in every response frame.
     pub batch_id: u32,
     /// Its INTENT was logged: its response frames go to the tap after the burst
-    /// (`crate::completion`).
+    /// (`crate::repl::completion`).
     pub logged: bool,
 }
 

@@ -2,12 +2,13 @@
 //! its links' ports, the rings between it and the workers, the write gate, and the
 //! telemetry commands under `/kvd/replication`.
 
-use crate::replicator::Link;
+pub mod replicator;
+
 use crate::worker::role::Replica;
 use crate::worker::Store;
-use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
 use dataplane::repl::cluster::{ClusterNode, ClusterParts};
+use dataplane::repl::gate::WriteGate;
 use dataplane::repl::link::ReplLogic;
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};
@@ -22,6 +23,7 @@ use kvrepl::log::log_ring;
 use kvrepl::progress::{GateConfig, Mode, ProbeConfig};
 use kvrepl::resync::ReplIds;
 use kvrepl::shipper::ShipperConfig;
+use replicator::Link;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
@@ -186,7 +188,7 @@ fn open_links(vdevs: &[String], pool: &Mempool) -> Result<OpenedLinks, Box<dyn s
         else {
             return Err(format!("replication port {name:?} gave no queue").into());
         };
-        let socket = crate::replicator::memif_socket(v);
+        let socket = crate::replication::replicator::memif_socket(v);
         let started =
             !memif_client || dial_at_start(name, &port, socket.as_deref(), &mut rxq, &mut txq);
         links.push(Link {
@@ -226,7 +228,7 @@ fn dial_at_start(
             eprintln!(
                 "dataplane: replication link {name}: peer not up; the replication \
                  lcore dials it once it is (up for {} s)",
-                crate::replicator::PEER_SETTLE_S
+                crate::replication::replicator::PEER_SETTLE_S
             );
             false
         }

@@ -1,6 +1,6 @@
 //! Results into response frames, in op order.
 //!
-//! The open frame is built in place in the worker's response cache (`replay::Arena`):
+//! The open frame is built in place in the worker's response cache (`response_cache::Arena`):
 //! opening a frame reserves room for the largest frame at the ring's write position
 //! and the payload goes behind the header room. Closing the frame writes the headers
 //! and the ICRC there, commits the record (the frame is now cached for replays, also
@@ -17,7 +17,7 @@
 
 use crate::clients::Client;
 use crate::packet::{Identity, PktCtx, Source, Tag};
-use crate::replay::{Arena, Cursor, Entry, EntryState, REC_HDR};
+use crate::response_cache::{Arena, Cursor, Entry, EntryState, REC_HDR};
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::payload::{RESPONSE_BATCH_HEADER_LEN, RESULT_HEADER_LEN};

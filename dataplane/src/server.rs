@@ -45,11 +45,11 @@ pub use tenants::{TenantRule, FAILED_OPENS_PER_S};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
 use crate::clients::ClientTable;
-use crate::gate::WriteGate;
 use crate::mutation::{MutationSink, TapResults, TapStage};
 use crate::packet::{Identity, PktCtx, Source, Tag, MAX_BURST, RESPONSE_UDP_SRC_PORT};
-use crate::replay::{Arena, Entry};
+use crate::repl::gate::WriteGate;
 use crate::respond::{Ctx, EngineSink, Responder, MAX_PAYLOAD};
+use crate::response_cache::{Arena, Entry};
 use crate::stage::EngineStage;
 use crate::stats::WorkerStats;
 use crate::tx::TxSink;
@@ -132,7 +132,7 @@ pub struct Server {
     /// The node's partitions, for transactions over several (`cross`); `None`: one
     /// partition, or transactions stay in theirs.
     cross: Option<Arc<PartitionTable>>,
-    /// Completion records (`crate::completion`, `resume`): a master logs them, a
+    /// Completion records (`crate::repl::completion`, `resume`): a master logs them, a
     /// replica keeps them. Off unless set.
     completions: bool,
     /// The payloads of responses restored from completion records.
@@ -592,8 +592,8 @@ impl Server {
         // too: there is nothing more to send for them.
         for p in pkts {
             let e = ctx.clients[usize::from(p.client)].entry(p.psn);
-            if e.psn == p.psn && e.state == crate::replay::EntryState::Pending {
-                e.state = crate::replay::EntryState::Ready;
+            if e.psn == p.psn && e.state == crate::response_cache::EntryState::Pending {
+                e.state = crate::response_cache::EntryState::Ready;
             }
         }
     }
@@ -791,5 +791,5 @@ impl Server {
 /// 72 B) and `credits` replay entries (24 B each): 840 B for the default `W = 32`. The response frames themselves live in the
 /// worker's response cache, shared by all its QPs.
 pub const fn qp_state_bytes(credits: u16) -> usize {
-    crate::clients::CLIENT_BYTES + credits as usize * crate::replay::ENTRY_BYTES
+    crate::clients::CLIENT_BYTES + credits as usize * crate::response_cache::ENTRY_BYTES
 }

@@ -12,8 +12,8 @@
 
 mod common;
 
-use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::gate::WriteGate;
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::{MasterConfig, MasterNode};
 use dataplane::repl::replica::{ReplicaConfig, ReplicaNode};

@@ -12,10 +12,10 @@ mod common;
 
 use common::Rng;
 
-use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
 use dataplane::repl::apply::{Applier, ApplyStats};
 use dataplane::repl::cluster::{ClusterNode, ClusterParts};
+use dataplane::repl::gate::WriteGate;
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::MasterConfig;
 use dataplane::repl::replica::ReplicaConfig;

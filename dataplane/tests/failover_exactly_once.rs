@@ -20,9 +20,9 @@
 mod common;
 
 use common::{engine, identity, request_params, VecSink, RKEY, SERVER_MAC};
-use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
 use dataplane::repl::apply::{Applier, ApplyStats};
+use dataplane::repl::gate::WriteGate;
 use dataplane::repl::scan::ScanShared;
 use dataplane::repl::worker_log::ReplLog;
 use dataplane::server::{Server, TenantRule};
@@ -378,7 +378,7 @@ fn full_sync(src: &mut Server, dst: &mut Server) {
     );
 }
 
-/// Kind byte of a completion blob (crate::completion: 1 incarnation, 2 intent,
+/// Kind byte of a completion blob (crate::repl::completion: 1 incarnation, 2 intent,
 /// 3 response frame).
 fn kind(r: &Rec) -> Option<u8> {
     match r {

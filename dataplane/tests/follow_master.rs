@@ -5,7 +5,7 @@
 mod common;
 
 use common::{engine, identity, request_params, VecSink, RKEY, SERVER_MAC};
-use dataplane::gate::WriteGate;
+use dataplane::repl::gate::WriteGate;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvclient::{Client, ClientConfig, Config, Error, Op, PacketIo};

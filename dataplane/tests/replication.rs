@@ -10,8 +10,8 @@ mod common;
 
 use common::repl::{master_config, replica_config};
 use common::Rng;
-use dataplane::gate::WriteGate;
 use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
+use dataplane::repl::gate::WriteGate;
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::MasterNode;
 use dataplane::repl::replica::ReplicaNode;

@@ -7,8 +7,8 @@
 mod common;
 
 use common::{connect, identity, run, RKEY};
-use dataplane::gate::WriteGate;
 use dataplane::mutation::MutationSink;
+use dataplane::repl::gate::WriteGate;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvwire::payload::{write_tx, AbortReason, CondKind, Condition, TxAbort, MAX_TX_OPS};

@@ -23,9 +23,9 @@ mod common;
 
 use common::repl::{master_config, replica_config};
 use common::{engine, identity, model_transport_config, request_params, Rng, VecSink, RKEY};
-use dataplane::gate::WriteGate;
-use dataplane::hold::HoldQueue;
 use dataplane::repl::apply::{Applier, ApplyStats, CompletionKeeper};
+use dataplane::repl::gate::WriteGate;
+use dataplane::repl::hold::HoldQueue;
 use dataplane::repl::link::{ReplLogic, VecLinks};
 use dataplane::repl::master::MasterNode;
 use dataplane::repl::replica::ReplicaNode;

@@ -5,7 +5,7 @@
 mod common;
 
 use common::{connect, identity, results, run, RKEY};
-use dataplane::gate::WriteGate;
+use dataplane::repl::gate::WriteGate;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;
 use kvwire::{Atomic, KvOp, MasterHint, Status};

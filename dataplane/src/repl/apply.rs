@@ -44,7 +44,7 @@ pub struct ApplyStats {
 }
 
 /// Where a replica worker's applier hands what its master's stream says about client
-/// connections (`crate::completion`; `Server::apply_parts`).
+/// connections (`crate::repl::completion`; `Server::apply_parts`).
 pub trait CompletionKeeper {
     /// One `QP_STATE` record: its QPN and blob.
     fn record(&mut self, qpn: u32, blob: &[u8]);
@@ -179,7 +179,7 @@ impl Applier {
                 return true;
             }
             let status = match Record::decode(bytes) {
-                // Completion records are the transport's (`crate::completion`).
+                // Completion records are the transport's (`crate::repl::completion`).
                 Ok((Record::QpState { qpn, bytes }, _)) => {
                     keeper.record(qpn, bytes);
                     kvengine::Status::Ok

@@ -33,7 +33,7 @@ use super::replica::{ReplicaConfig, ReplicaNode};
 use super::replica_log::{LogFeed, LogStart};
 use super::scan::ScanShared;
 use super::status::{ReplStatus, RoleCode};
-use crate::gate::WriteGate;
+use crate::repl::gate::WriteGate;
 use kvcluster::records::DataState;
 use kvcluster::{ClusterView, Role};
 use kvrepl::backlog::random_repl_id;

@@ -250,7 +250,7 @@ impl Sink for Route<'_> {
             }
             Record::QpState { qpn, .. } => {
                 // To the worker that serves that QP (docs/PROTOCOL.md §7), which
-                // keeps it for a RESUME after a failover (`crate::completion`).
+                // keeps it for a RESUME after a failover (`crate::repl::completion`).
                 let n = self.rings.len() as u32;
                 let i = (qpn % n.max(1)) as usize;
                 self.rings

@@ -10,7 +10,7 @@ use super::link::{send_control, LinkTx, ReplLogic};
 use super::replica::{REPL_QPN, REPL_UDP_PORT};
 use super::scan::ScanShared;
 use super::status::{LinkDrop, PeerState, ReplStatus, RoleCode, MAX_PEERS};
-use crate::gate::WriteGate;
+use crate::repl::gate::WriteGate;
 use kvrepl::backlog::Backlog;
 use kvrepl::log::{GroupWindow, LogConsumer, LogItem};
 use kvrepl::messages::{Control, Hello, Probe, Welcome, WelcomeMode};

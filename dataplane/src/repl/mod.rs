@@ -3,6 +3,12 @@
 //!
 //! * [`apply`]: a replica worker applies the records routed to its partition.
 //! * [`cluster`]: a node whose role etcd decides (promotion, demotion, fencing).
+//! * `completion`: completion records — a master logs each write's response, a
+//!   replica keeps them, so a client retrying across a failover gets the answer
+//!   instead of a second execution.
+//! * [`gate`]: whether a node takes writes (and reads) now: its role, fencing.
+//! * [`hold`]: a sync master's held responses, released once the replicas have the
+//!   writes.
 //! * [`group_route`]: a replica routes records to its workers, transactions whole.
 //! * [`link`]: the replication logic's frames in and out, independent of DPDK.
 //! * [`scan`]: a master worker's scan of its engine for a full sync.
@@ -12,7 +18,10 @@
 
 pub mod apply;
 pub mod cluster;
+pub(crate) mod completion;
+pub mod gate;
 pub mod group_route;
+pub mod hold;
 pub mod link;
 pub mod master;
 pub mod replica;

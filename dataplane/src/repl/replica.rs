@@ -14,7 +14,7 @@ use super::link::{send_control, LinkTx, ReplLogic};
 use super::master::MasterNode;
 use super::replica_log::LogFeed;
 use super::status::{LinkDrop, PeerState, ReplStatus, RoleCode};
-use crate::gate::WriteGate;
+use crate::repl::gate::WriteGate;
 use kvcluster::records::DataState;
 use kvcluster::ClusterView;
 use kvrepl::applier::{Applier, Outcome, Reply};

@@ -11,12 +11,12 @@
 //! live records behind scan records in the ring can always be drained.
 //!
 //! Before the KVs the scan carries the worker's completion records
-//! ([`ClientRecords`], `crate::completion`): the effects of every request it executed
+//! ([`ClientRecords`], `crate::repl::completion`): the effects of every request it executed
 //! are in the scan, so the requests must be known to the synced node too, or a client
 //! resending one there after a failover would have it executed twice (the nemesis,
 //! seed 409: a fetch-add counted twice by a node full-synced from a chain relay).
 
-pub use crate::completion::{ClientRecords, NoClients};
+pub use crate::repl::completion::{ClientRecords, NoClients};
 use kvengine::{Engine, ScanCursor, ScanStep};
 use kvrepl::log::LogProducer;
 use kvrepl::Record;
@@ -45,7 +45,7 @@ pub struct ScanShared {
     pub paused: AtomicBool,
     /// Sync mode: the worker's log position up to which the replicas required by
     /// `min_replicas` have the stream (published by the replication lcore): responses
-    /// tagged at or below it may leave (`crate::hold`).
+    /// tagged at or below it may leave (`crate::repl::hold`).
     pub durable: AtomicU64,
 }
 
@@ -57,8 +57,8 @@ const CLIENT_STEP_BYTES: usize = STEP_RESERVE / 2;
 // the window) always fit one step: a full sync never stalls on a client.
 const _: () = {
     const QP_RECORD: usize = kvrepl::RECORD_HEADER_LEN + 4;
-    let intent = QP_RECORD + crate::completion::INTENT_LEN;
-    let opened = QP_RECORD + crate::completion::OPENED_LEN;
+    let intent = QP_RECORD + crate::repl::completion::INTENT_LEN;
+    let opened = QP_RECORD + crate::repl::completion::OPENED_LEN;
     assert!(opened + kvwire::transport::MAX_CREDITS as usize * intent <= CLIENT_STEP_BYTES);
 };
 

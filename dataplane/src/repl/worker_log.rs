@@ -3,8 +3,8 @@
 //! full sync (the scan, `repl::scan`) into the same ring.
 
 use super::scan::{ScanDriver, ScanShared};
-use crate::completion::ClientRecords;
 use crate::mutation::MutationSink;
+use crate::repl::completion::ClientRecords;
 use kvengine::Engine;
 use kvrepl::log::LogProducer;
 use kvrepl::Record;

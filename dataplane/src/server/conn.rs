@@ -6,10 +6,10 @@
 use super::resume::{self, Restored, ServeMark, INTENT_COST};
 use super::Server;
 use crate::chunk::Chunk;
-use crate::completion::NOT_RESUMING;
 use crate::packet::{Identity, PktCtx, RESPONSE_UDP_SRC_PORT};
-use crate::replay::{Entry, EntryState};
+use crate::repl::completion::NOT_RESUMING;
 use crate::respond::Responder;
+use crate::response_cache::{Entry, EntryState};
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::frame::FrameParams;
@@ -119,12 +119,12 @@ fn reserve_request(
 #[allow(clippy::too_many_arguments)]
 fn resumed_request<T: TxSink>(
     c: &mut crate::clients::Client,
-    restored: Option<&crate::completion::RestoredQp>,
+    restored: Option<&crate::repl::completion::RestoredQp>,
     p: u32,
     tx: &mut T,
     params: &FrameParams,
     id: &crate::packet::Identity,
-    ring: &crate::replay::Arena,
+    ring: &crate::response_cache::Arena,
     stats: &WorkerStats,
 ) -> Option<ServeMark> {
     if psn::distance(p, c.resume_until) <= 0 {

@@ -1,15 +1,15 @@
-//! The server's side of completion records (`crate::completion`, docs/PROTOCOL.md
+//! The server's side of completion records (`crate::repl::completion`, docs/PROTOCOL.md
 //! §6.6): a master logs an INTENT before each request that may write and its
 //! response frames after the burst; a replica keeps them per client QP; a RESUME
 //! continues a client's connection from them once this node is the master.
 
 use super::Server;
 use crate::clients::ClientTable;
-use crate::completion::{self, RestoredQp, INTENT_LEN, NOT_RESUMING};
 use crate::mutation::record_cost;
 use crate::packet::{Identity, PktCtx};
 use crate::repl::apply::CompletionKeeper;
-use crate::replay::{Arena, Entry, EntryState};
+use crate::repl::completion::{self, RestoredQp, INTENT_LEN, NOT_RESUMING};
+use crate::response_cache::{Arena, Entry, EntryState};
 use crate::stats::WorkerStats;
 use crate::tx::{TxFrame, TxSink};
 use kvwire::frame::FrameParams;

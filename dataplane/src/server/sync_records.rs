@@ -1,4 +1,4 @@
-//! The completion records a full sync carries (`crate::completion::ClientRecords`):
+//! The completion records a full sync carries (`crate::repl::completion::ClientRecords`):
 //! what this worker knows of each client QP's recent requests, written as the
 //! records a replica that followed the stream would have applied — the incarnation,
 //! then per request its response frames, or its INTENT when the response is not
@@ -14,9 +14,9 @@
 use super::resume::each_cached_frame;
 use super::Server;
 use crate::clients::{Client, ClientTable};
-use crate::completion::{self, ClientRecords, RestoredQp, FRAME_HEADER_LEN};
-use crate::gate::WriteGate;
-use crate::replay::{Arena, Entry, EntryState};
+use crate::repl::completion::{self, ClientRecords, RestoredQp, FRAME_HEADER_LEN};
+use crate::repl::gate::WriteGate;
+use crate::response_cache::{Arena, Entry, EntryState};
 use kvwire::psn;
 
 /// A worker's clients as [`ClientRecords`], borrowed from its [`Server`] for one

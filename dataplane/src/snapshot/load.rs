@@ -40,7 +40,7 @@ pub fn load_into(path: &Path, engines: &mut [&mut Engine]) -> Result<LoadReport,
 /// [`load_into`] for a replica's log file (`kvrepl::aof`: recover it first, so a torn
 /// tail is already cut); the same checks, the same errors. Its completion records
 /// (`QP_STATE`) go to `qp_state` in file order: a node elected after its restart
-/// must know the requests whose effects it loaded (`crate::completion`).
+/// must know the requests whose effects it loaded (`crate::repl::completion`).
 pub fn load_log_into(
     path: &Path,
     engines: &mut [&mut Engine],

@@ -2,8 +2,8 @@
 //! the engine a few buckets per loop iteration, finish.
 
 use super::{Job, SnapshotCtl, WorkerState, RING_BYTES};
-use crate::completion::ClientRecords;
 use crate::mutation::{record_cost, MutationSink};
+use crate::repl::completion::ClientRecords;
 use crate::server::Server;
 use kvengine::{ScanCursor, ScanStep};
 use kvrepl::log::LogProducer;

@@ -14,7 +14,7 @@
 //! cross-partition transactions, snapshot steps. A sync master's held responses belong
 //! to its transmit side (`worker::tx_side`), which every response passes through.
 
-use crate::replicator::Replicator;
+use crate::replication::replicator::Replicator;
 use dataplane::repl::apply::{apply_span, Applier};
 use dataplane::server::Server;
 

@@ -4,8 +4,8 @@
 //! worker; with no fault configured the only cost is one branch per frame), and a sync
 //! master's held responses (sent once the replicas have their writes).
 
-use dataplane::hold::HoldQueue;
 use dataplane::latency::Sampler;
+use dataplane::repl::hold::HoldQueue;
 use dataplane::repl::scan::ScanShared;
 use dataplane::server::Server;
 use dataplane::stats::WorkerStats;

@@ -31,7 +31,7 @@
 //! which is after the frames).
 
 pub(crate) use crate::clients::OpenedQp;
-use crate::replay::{Arena, Entry, EntryState, REC_HDR};
+use crate::response_cache::{Arena, Entry, EntryState, REC_HDR};
 use kvwire::psn;
 
 /// Blob kind: a new incarnation of the QP began.
@@ -61,7 +61,7 @@ const PAYLOAD_PREFIX: usize = 4;
 /// `RestoredQp::resume_until` / `Client::resume_until` when not resuming.
 pub const NOT_RESUMING: u32 = u32::MAX;
 
-/// The completion records of a worker's client QPs (`crate::completion`), which a
+/// The completion records of a worker's client QPs (`crate::repl::completion`), which a
 /// full sync carries ahead of the engine's KVs: the synced node then knows every
 /// request whose effects the scan carries, as a node that followed the stream does.
 pub trait ClientRecords {
