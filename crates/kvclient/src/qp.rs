@@ -9,7 +9,7 @@
 //! transport's shared pool (`max_outstanding` buffers of one MTU frame each).
 
 use kvwire::psn;
-use kvwire::transport::RetransmitTimer;
+use kvwire::transport::Recovery;
 use kvwire::FrameParams;
 
 /// Connection state of a client QP.
@@ -109,16 +109,9 @@ pub(crate) struct Qp {
     pub in_flight: u16,
     /// `W` slots, indexed by `psn mod W`.
     pub ring: Vec<Slot>,
-    /// The retransmission timer (doubles on each firing, reset on progress; looked at
-    /// while `in_flight > 0`).
-    pub rto: RetransmitTimer,
-    /// No (re)transmission before this time (RNR NAK hold-off).
-    pub rnr_until: u64,
-    /// A go-back-N resend requested by a NAK or RNR NAK, done at the next poll
-    /// once the hold-off is over.
-    pub resend_from: Option<u32>,
-    /// PSN of the last PSN-sequence-error NAK acted upon (its duplicates are ignored).
-    pub nak_seen: Option<u32>,
+    /// When to send again and from which PSN (IBA RC's requester rules: the
+    /// retransmission timer, an RNR NAK's hold-off, NAKs taken once).
+    pub rec: Recovery,
     /// In-flight requests must be failed at the next poll (reconnect requested).
     pub abort: bool,
     /// Queued in the transport's urgent list.
@@ -151,10 +144,7 @@ impl Qp {
             region_va: 0,
             in_flight: 0,
             ring: Vec::with_capacity(usize::from(kvwire::transport::DEFAULT_CREDITS)),
-            rto: RetransmitTimer::new(rto_ns),
-            rnr_until: 0,
-            resend_from: None,
-            nak_seen: None,
+            rec: Recovery::new(rto_ns),
             abort: false,
             urgent: false,
             later_done: 0,

@@ -15,8 +15,8 @@ use hashbrown::HashMap;
 use kvwire::payload::{req_field, ResponseReader};
 use kvwire::psn;
 use kvwire::transport::{
-    parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame, AckFrame, NakCode, ServerFrame,
-    Syndrome, MAX_CREDITS,
+    parse_server_frame, rnr_timer_micros, slot_va, AcceptFrame, AckFrame, Due, NakCode, RtoPolicy,
+    ServerFrame, Syndrome, MAX_CREDITS,
 };
 use kvwire::{
     emit_request_headers, finalize, request_frame_len, request_payload_capacity, FrameParams,
@@ -123,10 +123,9 @@ pub struct Transport {
     /// When the next full scan of every QP's timers is due: timers are checked
     /// every [`Transport::scan_interval`], so a poll costs O(QPs) only that often.
     next_scan: u64,
-    /// Smoothed round-trip time (0: no sample yet) and its mean deviation, over all
-    /// QPs (they share the path to one server).
-    srtt_ns: u64,
-    rttvar_ns: u64,
+    /// The timeout after progress, from the round-trip estimate over all QPs (they
+    /// share the path to one server).
+    rto: RtoPolicy,
     /// Keep requests for a RESUME when a node stops answering ([`Transport::set_resume`]).
     resume: bool,
     /// The tenant credential of this client's OPENs ([`Transport::set_credentials`]).
@@ -166,8 +165,7 @@ impl Transport {
             stats: Stats::default(),
             urgent: Vec::with_capacity(n),
             next_scan: 0,
-            srtt_ns: 0,
-            rttvar_ns: 0,
+            rto: RtoPolicy::adaptive(cfg.rto_initial_ns, cfg.rto_min_ns, cfg.rto_max_ns),
             resume: false,
             creds: None,
         }
@@ -209,23 +207,7 @@ impl Transport {
     /// The retransmission timeout after progress: from the round-trip estimate once
     /// there is one, else the configured initial timeout.
     fn rto_base(&self) -> u64 {
-        if self.srtt_ns == 0 {
-            return self.cfg.rto_initial_ns;
-        }
-        (self.srtt_ns + 4 * self.rttvar_ns).clamp(self.cfg.rto_min_ns, self.cfg.rto_max_ns)
-    }
-
-    /// Takes one round-trip sample (of a request sent once: Karn's rule).
-    fn rtt_sample(&mut self, rtt: u64) {
-        let rtt = rtt.max(1);
-        if self.srtt_ns == 0 {
-            self.srtt_ns = rtt;
-            self.rttvar_ns = rtt / 2;
-        } else {
-            let dev = self.srtt_ns.abs_diff(rtt);
-            self.rttvar_ns = (3 * self.rttvar_ns + dev) / 4;
-            self.srtt_ns = (7 * self.srtt_ns + rtt) / 8;
-        }
+        self.rto.base_ns()
     }
 
     /// The current retransmission timeout after progress (for reports and tests).
@@ -374,8 +356,7 @@ impl Transport {
             && !q.abort
             && q.has_credit()
             && self.pool.available() > 0
-            && now_ns >= q.rnr_until
-            && q.resend_from.is_none()
+            && !q.rec.blocks_new(now_ns)
     }
 
     /// Frames and sends one request on QP `qp`. `build` gets the payload area
@@ -396,7 +377,7 @@ impl Transport {
         if q.state != QpState::Connected || q.abort {
             return Err(SendError::NotConnected);
         }
-        if now_ns < q.rnr_until || q.resend_from.is_some() {
+        if q.rec.blocks_new(now_ns) {
             return Err(SendError::RnrHoldOff);
         }
         if !q.has_credit() {
@@ -442,9 +423,7 @@ impl Transport {
             self.pool.release(b);
             return Err(SendError::IoBusy);
         }
-        if q.in_flight == 0 {
-            q.rto.arm(now_ns);
-        }
+        q.rec.on_send(now_ns);
         let i = q.idx(psn);
         q.ring[i] = Slot {
             tag,
@@ -530,16 +509,13 @@ impl Transport {
             QpState::Connected => {}
             _ => return,
         }
-        if now < q.rnr_until {
-            return;
-        }
-        if let Some(from) = q.resend_from.take() {
-            q.rto.arm(now);
-            resend(q, &self.pool, &mut self.stats, io, now, from, false);
-            return;
-        }
-        if q.in_flight == 0 || !q.rto.expired(now) {
-            return;
+        match q.rec.due(now, q.in_flight > 0) {
+            Due::Wait | Due::Nothing => return,
+            Due::Resend(from) => {
+                resend(q, &self.pool, &mut self.stats, io, now, from, false);
+                return;
+            }
+            Due::Timeout => {}
         }
         self.stats.timeouts += 1;
         let oldest = q.ring[q.idx(q.una)];
@@ -555,8 +531,7 @@ impl Transport {
             self.fail_all(i, Error::Timeout, on_event);
             return;
         }
-        q.rto.back_off(now, cfg.rto_max_ns);
-        q.nak_seen = None;
+        q.rec.back_off(now, cfg.rto_max_ns);
         let una = q.una;
         resend(q, &self.pool, &mut self.stats, io, now, una, true);
     }
@@ -591,14 +566,13 @@ impl Transport {
             p = psn::add(p, 1);
         }
         q.una = q.next_psn;
-        q.resend_from = None;
-        q.nak_seen = None;
+        q.rec.clear();
     }
 
     fn handle_frame(&mut self, frame: &[u8], now: u64, on_event: &mut impl FnMut(Event<'_>)) {
         match parse_server_frame(frame) {
             Ok(ServerFrame::Response(r)) => self.on_response(&r, now, on_event),
-            Ok(ServerFrame::Accept(a)) => self.on_accept(&a, now, on_event),
+            Ok(ServerFrame::Accept(a)) => self.on_accept(&a, on_event),
             Ok(ServerFrame::Ack(a)) => self.on_ack(&a, now, on_event),
             Err(_) => self.stats.bad_frames += 1,
         }
@@ -612,7 +586,7 @@ impl Transport {
         i
     }
 
-    fn on_accept(&mut self, a: &AcceptFrame, now: u64, on_event: &mut impl FnMut(Event<'_>)) {
+    fn on_accept(&mut self, a: &AcceptFrame, on_event: &mut impl FnMut(Event<'_>)) {
         let Some(i) = self
             .by_qpn
             .get(&a.dest_qp)
@@ -647,11 +621,10 @@ impl Transport {
                 q.slot_size = acc.slot_size;
                 q.region_va = acc.region_va;
                 rehead(q, &mut self.pool);
-                q.rto.reset(rto_base);
-                q.rto.arm(now);
-                q.rnr_until = 0;
-                q.nak_seen = None;
-                q.resend_from = (q.in_flight > 0).then_some(q.una);
+                q.rec.restart(rto_base);
+                if q.in_flight > 0 {
+                    q.rec.resend_from(q.una, q.una);
+                }
                 q.state = QpState::Connected;
                 self.stats.resumed += 1;
                 self.mark_urgent(i);
@@ -672,10 +645,7 @@ impl Transport {
         q.una = acc.request_psn;
         q.ring.clear();
         q.ring.resize(usize::from(w), Slot::default());
-        q.rto.reset(rto_base);
-        q.rnr_until = 0;
-        q.resend_from = None;
-        q.nak_seen = None;
+        q.rec.restart(rto_base);
         q.abort = false;
         q.state = QpState::Connected;
         on_event(Event::Connected { qp: i });
@@ -708,19 +678,16 @@ impl Transport {
             Syndrome::Ack { .. } => {}
             Syndrome::RnrNak { timer } => {
                 self.stats.rnr_naks += 1;
-                let until = now + u64::from(rnr_timer_micros(timer)) * 1000;
-                q.rnr_until = q.rnr_until.max(until);
-                q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
+                let wait = u64::from(rnr_timer_micros(timer)) * 1000;
+                q.rec.on_rnr(q.una, a.psn, wait, now);
                 // The resend waits for the hold-off: the periodic scan does it.
             }
             Syndrome::Nak(NakCode::PsnSequenceError) => {
-                if q.nak_seen == Some(a.psn) {
+                if !q.rec.on_nak(q.una, a.psn) {
                     self.stats.dup_frames += 1;
                     return;
                 }
                 self.stats.naks_seq += 1;
-                q.nak_seen = Some(a.psn);
-                q.resend_from = Some(earliest(q.una, q.resend_from, a.psn));
                 self.mark_urgent(i);
             }
             Syndrome::Nak(_) => {
@@ -779,13 +746,13 @@ impl Transport {
         s.retries = 0;
         let (tag, first_sent, sent_once) = (s.tag, s.first_sent, s.last_sent == s.first_sent);
         if sent_once && !rd.more() {
-            self.rtt_sample(now.saturating_sub(first_sent));
+            self.rto.sample(now.saturating_sub(first_sent));
         }
         // Progress: the timer restarts from the current estimate.
         let rto = self.rto_base();
         let q = &mut self.qps[i];
-        q.rto.reset(rto);
-        q.rto.arm(now);
+        let (una, in_flight) = (q.una, q.in_flight > 0);
+        q.rec.on_progress(una, rto, now, in_flight);
         on_event(Event::Results {
             qp: i,
             tag,
@@ -800,9 +767,6 @@ impl Transport {
         q.in_flight -= 1;
         let una = q.una;
         q.advance_una();
-        if q.nak_seen.is_some_and(|n| psn::distance(q.una, n) < 0) {
-            q.nak_seen = None;
-        }
         if q.una != una {
             q.later_done = 0;
         } else if q.in_flight > 0 {
@@ -814,7 +778,7 @@ impl Transport {
             q.later_done = q.later_done.saturating_add(1);
             if q.later_done == FAST_RETRANSMIT {
                 self.stats.fast_retransmits += 1;
-                q.resend_from = Some(earliest(q.una, q.resend_from, una));
+                q.rec.resend_from(q.una, una);
                 self.mark_urgent(i);
             }
         }
@@ -831,11 +795,3 @@ impl Transport {
 /// Later requests completed while the oldest stays incomplete before it is resent
 /// without waiting for the timer (TCP's duplicate-ACK threshold).
 const FAST_RETRANSMIT: u8 = 3;
-
-/// The older of a pending resend start and `psn` (both in the window from `una`).
-fn earliest(una: u32, pending: Option<u32>, p: u32) -> u32 {
-    match pending {
-        Some(x) if psn::distance(una, x) < psn::distance(una, p) => x,
-        _ => p,
-    }
-}

@@ -17,7 +17,7 @@
 use crate::backlog::{Backlog, ReadError};
 use crate::segment::{SegmentHeader, SegmentKind, SEGMENT_HEADER_LEN};
 use kvwire::psn;
-use kvwire::transport::RetransmitTimer;
+use kvwire::transport::{Due, Recovery};
 use std::collections::VecDeque;
 
 /// Configuration of a [`Shipper`].
@@ -138,14 +138,15 @@ pub struct Shipper {
     /// Set while a record longer than a segment is being carried: its end.
     split_end: Option<u64>,
     inflight: VecDeque<Seg>,
-    /// Go-back-N: index in `inflight` of the next segment to resend.
+    /// Go-back-N: index in `inflight` of the next segment to resend (where
+    /// [`Recovery`] said the resend starts, walked one segment per poll).
     resend: Option<usize>,
     next_psn: u32,
-    /// Armed while segments are in flight (`kvwire::transport::RetransmitTimer`).
-    timer: RetransmitTimer,
+    /// When to send again and from which PSN (IBA RC's requester rules, shared with
+    /// the client: the timer, RNR hold-offs, NAKs taken once).
+    rec: Recovery,
     /// Timeouts in a row without an acknowledgement.
     retries: u8,
-    rnr_until: u64,
     acked_live: u64,
     acked_sync: u64,
     sync_done: bool,
@@ -166,9 +167,8 @@ impl Shipper {
             inflight: VecDeque::with_capacity(usize::from(cfg.window)),
             resend: None,
             next_psn: 0,
-            timer: RetransmitTimer::new(cfg.rto_ns),
+            rec: Recovery::new(cfg.rto_ns),
             retries: 0,
-            rnr_until: 0,
             acked_live: 0,
             acked_sync: 0,
             sync_done: false,
@@ -183,9 +183,8 @@ impl Shipper {
         self.inflight.clear();
         self.resend = None;
         self.next_psn = first_psn & kvwire::ib::MASK_24;
-        self.timer = RetransmitTimer::new(self.cfg.rto_ns);
+        self.rec.restart(self.cfg.rto_ns);
         self.retries = 0;
-        self.rnr_until = 0;
         self.sync_done = false;
     }
 
@@ -213,7 +212,7 @@ impl Shipper {
         self.phase = Phase::Idle;
         self.inflight.clear();
         self.resend = None;
-        self.timer.disarm();
+        self.rec.restart(self.cfg.rto_ns);
     }
 
     /// True between a `start_*` and a `stop` or error.
@@ -279,18 +278,23 @@ impl Shipper {
         if cap <= SEGMENT_HEADER_LEN {
             return Err(ShipError::BufferTooSmall);
         }
-        if self.timer.expired(now_ns) && !self.inflight.is_empty() {
-            self.stats.timeouts += 1;
-            self.retries += 1;
-            if self.retries > self.cfg.max_retries {
-                self.stop();
-                return Err(ShipError::Unreachable);
+        match self.rec.due(now_ns, !self.inflight.is_empty()) {
+            Due::Wait => return Ok(None),
+            Due::Nothing => {}
+            Due::Resend(from) => {
+                let i = psn::distance(self.oldest_psn(), from).max(0) as usize;
+                self.resend = Some(i);
             }
-            self.timer.back_off(now_ns, self.cfg.rto_max_ns);
-            self.resend = Some(0);
-        }
-        if now_ns < self.rnr_until {
-            return Ok(None);
+            Due::Timeout => {
+                self.stats.timeouts += 1;
+                self.retries += 1;
+                if self.retries > self.cfg.max_retries {
+                    self.stop();
+                    return Err(ShipError::Unreachable);
+                }
+                self.rec.back_off(now_ns, self.cfg.rto_max_ns);
+                self.resend = Some(0);
+            }
         }
         if let Some(i) = self.resend {
             if let Some(&seg) = self.inflight.get(i) {
@@ -314,7 +318,7 @@ impl Shipper {
         self.next_psn = psn::add(self.next_psn, 1);
         self.stats.segments += 1;
         self.stats.bytes += seg.end - seg.start;
-        self.timer.arm_if_idle(now_ns);
+        self.rec.on_send(now_ns);
         // Ask for an ACK when the window fills or nothing more is ready.
         let more = match self.phase {
             Phase::Live { next } => next < live.end(),
@@ -478,25 +482,29 @@ impl Shipper {
         if n > 0 {
             self.resend = self.resend.and_then(|i| i.checked_sub(n));
             self.retries = 0;
-            self.timer.reset(self.cfg.rto_ns);
         }
         n
+    }
+
+    /// The PSN of the oldest segment in flight (the next one's when none is).
+    fn oldest_psn(&self) -> u32 {
+        self.inflight.front().map_or(self.next_psn, |s| s.psn)
     }
 
     /// True when `p` is the PSN of an in-flight segment or the one just
     /// before the oldest (an ACK/NAK about this window).
     fn in_window(&self, p: u32) -> bool {
-        let oldest = self.inflight.front().map_or(self.next_psn, |s| s.psn);
-        let d = psn::distance(oldest, p);
+        let d = psn::distance(self.oldest_psn(), p);
         d >= -1 && d <= self.inflight.len() as i32
     }
 
-    /// The timer runs from `from_ns` while segments are in flight, else not at all.
-    fn arm_while_in_flight(&mut self, from_ns: u64) {
-        if self.inflight.is_empty() {
-            self.timer.disarm();
-        } else {
-            self.timer.arm(from_ns);
+    /// Retires the segments up to `p`; progress restarts the timer (from `now_ns`,
+    /// while segments remain in flight).
+    fn acknowledge_through(&mut self, p: u32, now_ns: u64) {
+        if self.retire_through(p) > 0 {
+            let (oldest, in_flight) = (self.oldest_psn(), !self.inflight.is_empty());
+            self.rec
+                .on_progress(oldest, self.cfg.rto_ns, now_ns, in_flight);
         }
     }
 
@@ -506,24 +514,19 @@ impl Shipper {
             self.stats.stale_acks += 1;
             return;
         }
-        if self.retire_through(p) > 0 {
-            self.arm_while_in_flight(now_ns);
-        }
+        self.acknowledge_through(p, now_ns);
     }
 
     /// NAK "PSN sequence error" with BTH PSN `p`: the replica expects `p`;
-    /// everything before it arrived; resend from `p` (go-back-N).
+    /// everything before it arrived; resend from `p` (go-back-N), once per NAK.
     pub fn on_nak(&mut self, p: u32, now_ns: u64) {
         if !self.in_window(p) {
             self.stats.stale_acks += 1;
             return;
         }
         self.stats.naks += 1;
-        self.retire_through(psn::add(p, kvwire::ib::MASK_24));
-        if !self.inflight.is_empty() {
-            self.resend = Some(0);
-        }
-        self.arm_while_in_flight(now_ns);
+        self.acknowledge_through(psn::add(p, kvwire::ib::MASK_24), now_ns);
+        self.rec.on_nak(self.oldest_psn(), p);
     }
 
     /// RNR NAK with BTH PSN `p` and a wait of `wait_ns`: resend from `p` once
@@ -534,12 +537,8 @@ impl Shipper {
             return;
         }
         self.stats.rnr_naks += 1;
-        self.retire_through(psn::add(p, kvwire::ib::MASK_24));
-        self.rnr_until = now_ns + wait_ns;
-        if !self.inflight.is_empty() {
-            self.resend = Some(0);
-        }
-        self.arm_while_in_flight(self.rnr_until);
+        self.acknowledge_through(psn::add(p, kvwire::ib::MASK_24), now_ns);
+        self.rec.on_rnr(self.oldest_psn(), p, wait_ns, now_ns);
     }
 }
 

@@ -20,8 +20,10 @@ use crate::{ethernet, ipv4, udp};
 use core::net::Ipv4Addr;
 
 mod connection;
+mod sender;
 mod timer;
 pub use connection::*;
+pub use sender::{Due, Recovery, RtoPolicy};
 pub use timer::RetransmitTimer;
 
 /// Bytes of each request slot of a client's ring: the region split into `credits`

@@ -295,3 +295,45 @@ fn stale_and_foreign_segments_are_dropped() {
 }
 
 use crate::applier::DropCause;
+
+/// Sends what `poll` gives at `now` without delivering it; the PSNs.
+fn drain(s: &mut Shipper, live: &Backlog, now: u64) -> Vec<(u32, bool)> {
+    let mut out = vec![0u8; 256];
+    let mut sent = Vec::new();
+    while let Some(o) = s.poll(now, live, None, false, &mut out).unwrap() {
+        sent.push((o.psn, o.resend));
+    }
+    sent
+}
+
+#[test]
+fn a_duplicated_nak_resends_once_and_an_rnr_nak_holds_everything() {
+    let mut live = Backlog::new(0, 0);
+    fill(&mut live, 4, 100);
+    let mut s = Shipper::new(cfg(8, 200));
+    s.start_partial(77, 2, 10, 0);
+    let first: Vec<u32> = drain(&mut s, &live, 0).iter().map(|p| p.0).collect();
+    assert_eq!(first, [10, 11, 12, 13]);
+    // The replica took 10 and NAKs 11; the network delivers the NAK twice, the copy
+    // after the resend went out.
+    s.on_nak(11, 100);
+    assert_eq!(
+        drain(&mut s, &live, 100),
+        [(11, true), (12, true), (13, true)]
+    );
+    s.on_nak(11, 101);
+    assert_eq!(
+        drain(&mut s, &live, 101),
+        [],
+        "the duplicate NAK resends nothing"
+    );
+    assert_eq!(s.stats().naks, 2);
+    assert_eq!(s.in_flight(), 3);
+    // RNR NAK naming 12 (11 arrived): nothing goes out before the wait ends.
+    s.on_rnr(12, 400, 200);
+    assert_eq!(drain(&mut s, &live, 599), []);
+    assert_eq!(drain(&mut s, &live, 600), [(12, true), (13, true)]);
+    assert_eq!(s.in_flight(), 2);
+    s.on_ack(13, 650);
+    assert_eq!((s.in_flight(), s.acked_live()), (0, live.end()));
+}
