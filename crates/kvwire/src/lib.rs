@@ -54,9 +54,9 @@ pub use frame::{
 };
 pub use icrc::ICRC_LEN;
 pub use payload::{
-    copy_small, func, op, ops, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvResult,
-    MasterHint, OpSpec, PayloadError, ResponseReader, ResponseWriter, Status, Width,
-    MASTER_HINT_LEN, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN, OPCOUNT, OPS,
+    copy_small, func, op, ops, pred, put_result, Atomic, BatchReader, BatchWriter, KvOp, KvOpOf,
+    KvResult, MasterHint, OpSpec, OwnedKvOp, PayloadError, ResponseReader, ResponseWriter, Status,
+    Width, MASTER_HINT_LEN, MAX_KEY_LEN, MAX_OPS_PER_BATCH, MAX_VALUE_LEN, OPCOUNT, OPS,
 };
 pub use psn::{Arrival, Receiver};
 pub use transport::{

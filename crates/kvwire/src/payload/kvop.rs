@@ -244,34 +244,36 @@ impl Atomic {
     }
 }
 
-/// One decoded KV operation; key and value borrow from the packet.
+/// One KV operation, declared once for every form it takes: `B` holds its bytes —
+/// borrowed from a packet ([`KvOp`], what the server decodes and the writer encodes)
+/// or owned ([`OwnedKvOp`], what a client keeps to send again).
 ///
 /// Parameters are the raw little-endian bits of `width` bytes, zero-extended
 /// (use [`Atomic::sign_extend`] for signed operations). `param2` is only
 /// carried by `CAS` (the swap value) and is 0 otherwise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KvOp<'a> {
+pub enum KvOpOf<B> {
     /// GET key.
     Get {
         /// Key.
-        key: &'a [u8],
+        key: B,
     },
     /// PUT key value.
     Put {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Value.
-        value: &'a [u8],
+        value: B,
     },
     /// DELETE key.
     Delete {
         /// Key.
-        key: &'a [u8],
+        key: B,
     },
     /// Atomic scalar update of an element-sized value; returns the original.
     UpdateS2S {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Function, width, signedness.
         atomic: Atomic,
         /// Parameter (CAS: compare value).
@@ -282,7 +284,7 @@ pub enum KvOp<'a> {
     /// Scalar applied to every element; returns the original vector.
     UpdateS2V {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Function, width, signedness.
         atomic: Atomic,
         /// Parameter (CAS: compare value).
@@ -293,16 +295,16 @@ pub enum KvOp<'a> {
     /// Element-wise update with a Δ vector; returns the original vector.
     UpdateV2V {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Function, width, signedness.
         atomic: Atomic,
         /// Δ vector, little-endian elements of `atomic.width`.
-        delta: &'a [u8],
+        delta: B,
     },
     /// Fold all elements into Σ starting from `init`; returns Σ.
     Reduce {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Function, width, signedness.
         atomic: Atomic,
         /// Initial Σ.
@@ -311,7 +313,7 @@ pub enum KvOp<'a> {
     /// Return the elements x with `pred(x, param)`.
     Filter {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// Predicate id (in `atomic.func`), width, signedness.
         atomic: Atomic,
         /// Predicate parameter.
@@ -321,10 +323,91 @@ pub enum KvOp<'a> {
     /// was deleted iff that equals `expected`).
     CompareDelete {
         /// Key.
-        key: &'a [u8],
+        key: B,
         /// The value the key must hold to be deleted.
-        expected: &'a [u8],
+        expected: B,
     },
+}
+
+/// One decoded KV operation; key and value borrow from the packet.
+pub type KvOp<'a> = KvOpOf<&'a [u8]>;
+
+/// One KV operation owning its bytes (a client's: kept until answered, sent again
+/// on another node).
+pub type OwnedKvOp = KvOpOf<Vec<u8>>;
+
+impl OwnedKvOp {
+    /// The borrowed form (for a [`crate::BatchWriter`]).
+    pub fn as_kv(&self) -> KvOp<'_> {
+        match self {
+            KvOpOf::Get { key } => KvOp::Get { key },
+            KvOpOf::Put { key, value } => KvOp::Put { key, value },
+            KvOpOf::Delete { key } => KvOp::Delete { key },
+            KvOpOf::UpdateS2S {
+                key,
+                atomic,
+                param,
+                param2,
+            } => KvOp::UpdateS2S {
+                key,
+                atomic: *atomic,
+                param: *param,
+                param2: *param2,
+            },
+            KvOpOf::UpdateS2V {
+                key,
+                atomic,
+                param,
+                param2,
+            } => KvOp::UpdateS2V {
+                key,
+                atomic: *atomic,
+                param: *param,
+                param2: *param2,
+            },
+            KvOpOf::UpdateV2V { key, atomic, delta } => KvOp::UpdateV2V {
+                key,
+                atomic: *atomic,
+                delta,
+            },
+            KvOpOf::Reduce { key, atomic, init } => KvOp::Reduce {
+                key,
+                atomic: *atomic,
+                init: *init,
+            },
+            KvOpOf::Filter { key, atomic, param } => KvOp::Filter {
+                key,
+                atomic: *atomic,
+                param: *param,
+            },
+            KvOpOf::CompareDelete { key, expected } => KvOp::CompareDelete { key, expected },
+        }
+    }
+
+    /// The key.
+    pub fn key(&self) -> &[u8] {
+        self.as_kv().key()
+    }
+
+    /// The op with its key in tenant `tenant`'s namespace (docs/PROTOCOL.md §6.8;
+    /// unchanged for 0, no tenant).
+    pub fn in_namespace(mut self, tenant: u32) -> OwnedKvOp {
+        if tenant != 0 {
+            let k = match &mut self {
+                KvOpOf::Get { key }
+                | KvOpOf::Put { key, .. }
+                | KvOpOf::Delete { key }
+                | KvOpOf::UpdateS2S { key, .. }
+                | KvOpOf::UpdateS2V { key, .. }
+                | KvOpOf::UpdateV2V { key, .. }
+                | KvOpOf::Reduce { key, .. }
+                | KvOpOf::Filter { key, .. }
+                | KvOpOf::CompareDelete { key, .. } => key,
+            };
+            *k = crate::tenant::prefixed(tenant, k);
+        }
+        self
+    }
 }
 
 impl<'a> KvOp<'a> {

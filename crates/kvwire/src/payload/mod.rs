@@ -50,8 +50,9 @@ mod txn;
 pub use batch_reader::BatchReader;
 pub use batch_writer::BatchWriter;
 pub use kvop::{
-    elems, func, op, opcode_has_atomic, opcode_has_value, param_count, pred, Atomic, KvOp, Width,
-    ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE, FLAG_RESERVED, OPCODE_MASK,
+    elems, func, op, opcode_has_atomic, opcode_has_value, param_count, pred, Atomic, KvOp, KvOpOf,
+    OwnedKvOp, Width, ATTR_SIGNED, ATTR_WIDTH_MASK, FLAG_COPY_SIZES, FLAG_COPY_VALUE,
+    FLAG_RESERVED, OPCODE_MASK,
 };
 pub use master_hint::{MasterHint, MASTER_HINT_LEN};
 pub use optable::{OpSpec, OPCOUNT, OPS};
