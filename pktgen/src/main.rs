@@ -89,7 +89,9 @@ fn follow_nodes(cfg: &Config, ports: usize) -> Result<Vec<kvclient::NodeAddr>, S
         .collect()
 }
 
-fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
+type Error = Box<dyn std::error::Error>;
+
+fn run(args: Args) -> Result<i32, Error> {
     let mut cfg = Config::load(&args.config)?;
     cfg.apply_overrides(Role::Pktgen, &args.overrides());
     // Checked before EAL init: a bad flag is a usage error.
@@ -103,8 +105,66 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     eprintln!("pktgen: EAL {}", eal_args[1..].join(" "));
     let eal = Eal::init(&eal_args[1..])?;
     ctrlc::set_handler(|| QUIT.store(true, Ordering::Relaxed))?;
+    let Net {
+        ports,
+        io,
+        params,
+        nodes,
+    } = open_net(&args, &cfg, &spec)?;
+    let mtu = cfg.server.mtu;
+    let tcfg = transport_config(&spec.phases, mtu);
+    let code = if args.tx_audit {
+        txn_bench::audit(io, &spec, tcfg, params, &nodes)?
+    } else if let Some(t) = &args.tx {
+        let mut tx = txn_bench::TxArgs::parse(t, args.tx_baseline)?;
+        tx.shared = args.tx_shared;
+        tx.inflight = args.tx_inflight;
+        txn_bench::run(io, &spec, tcfg, params, &tx, &nodes)?
+    } else {
+        check_put_fits(&spec, mtu)?;
+        let transport = (!spec.phases.echo).then(|| {
+            let mut t = Transport::with_qps(tcfg, &spec.qps.client_qps(), params);
+            t.set_credentials(spec.qps.credentials().cloned());
+            t
+        });
+        let qps = QpSet::new(
+            spec.qps.qps.clone(),
+            spec.qps.by_partition.clone(),
+            params,
+            cfg.server.request_region_va,
+            cfg.server.request_region_len,
+            spec.workload.seed ^ now_nanos(),
+        );
+        let payload_cap = request_payload_capacity(usize::from(mtu));
+        let gen = Gen::new(&spec, qps, tsc::hz(), payload_cap);
+        let mut d = Driver::new(gen, io, transport, &spec);
+        if ports.len() > 1 {
+            if spec.phases.echo {
+                return Err("--follow-ports needs the transport (not --echo)".into());
+            }
+            d.follow(ports.len(), nodes);
+        }
+        measure(&mut d, &spec, &args, huge, ports.len())?
+    };
+    stop_ports(&ports);
+    drop(eal);
+    Ok(code)
+}
 
-    // The server's MTU: every frame of it fits one mbuf.
+/// The generator's network: its ports, their queues as one I/O, the frame
+/// addresses, and the cluster's nodes when following a master.
+struct Net {
+    ports: Vec<Port>,
+    io: PortIo,
+    params: FrameParams,
+    nodes: Vec<kvclient::NodeAddr>,
+}
+
+/// The mbuf pool (every frame of the server's MTU fits one mbuf) and the ports: one,
+/// or with --follow-ports one per node of a replicated cluster (their queues side
+/// by side: node k's are k * partitions ..); the fuzzer set up on them.
+fn open_net(args: &Args, cfg: &Config, spec: &RunSpec) -> Result<Net, Error> {
+    let p = &cfg.pktgen;
     let mtu = cfg.server.mtu;
     let pool = Mempool::create_pktmbuf(
         "pktgen_pool",
@@ -113,29 +173,18 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         kvconf::mbuf_data_room(mtu),
         dpdk::SOCKET_ID_ANY,
     )?;
-    // One port, or with --follow-ports one per node of a replicated cluster (their
-    // queues side by side: node k's are k * partitions ..).
     let names = if args.follow_ports.is_empty() {
         vec![p.port.clone()]
     } else {
         args.follow_ports.clone()
     };
     let (ports, rx, tx) = open_ports(&names, &pool, p, spec.qps.partitions, mtu)?;
-
     let params = FrameParams::new(
         p.mac_bytes(),
         cfg.dataplane.mac_bytes(),
         p.ip,
         cfg.dataplane.ip,
         0xC000,
-    );
-    let qps = QpSet::new(
-        spec.qps.qps.clone(),
-        spec.qps.by_partition.clone(),
-        params,
-        cfg.server.request_region_va,
-        cfg.server.request_region_len,
-        spec.workload.seed ^ now_nanos(),
     );
     let ph = &spec.phases;
     let n = spec.qps.partitions as usize;
@@ -144,65 +193,45 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
         .collect();
     let mut io = PortIo::new(pool, rx, tx, tx_of, ph.tx_faults, ph.rx_faults)?;
     io.set_nodes(ports.len());
-    let nodes = follow_nodes(&cfg, ports.len())?;
+    let nodes = follow_nodes(cfg, ports.len())?;
     io.set_node_macs(nodes.iter().map(|n| n.0).collect());
     if args.fuzz > 0 {
-        setup_fuzz(&args, &cfg, &spec, params, &mut io);
+        setup_fuzz(args, cfg, spec, params, &mut io);
     }
-    let tcfg = transport_config(ph, mtu);
-    if args.tx_audit {
-        let code = txn_bench::audit(io, &spec, tcfg, params, &nodes)?;
-        stop_ports(&ports);
-        drop(eal);
-        return Ok(code);
-    }
-    if let Some(t) = &args.tx {
-        let mut tx = txn_bench::TxArgs::parse(t, args.tx_baseline)?;
-        tx.shared = args.tx_shared;
-        tx.inflight = args.tx_inflight;
-        let code = txn_bench::run(io, &spec, tcfg, params, &tx, &nodes)?;
-        stop_ports(&ports);
-        drop(eal);
-        return Ok(code);
-    }
-    check_put_fits(&spec, mtu)?;
-    let transport = (!ph.echo).then(|| {
-        let mut t = Transport::with_qps(tcfg, &spec.qps.client_qps(), params);
-        t.set_credentials(spec.qps.credentials().cloned());
-        t
-    });
-    let gen = Gen::new(
-        &spec,
-        qps,
-        tsc::hz(),
-        request_payload_capacity(usize::from(mtu)),
-    );
-    let mut d = Driver::new(gen, io, transport, &spec);
-    if ports.len() > 1 {
-        if ph.echo {
-            return Err("--follow-ports needs the transport (not --echo)".into());
-        }
-        d.follow(ports.len(), nodes);
-    }
-    d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
+    Ok(Net {
+        ports,
+        io,
+        params,
+        nodes,
+    })
+}
 
+/// The phases (connect, calibrate, load, measure, read back, exactly-once), then the
+/// report: printed, and written as JSON with `--json`. The exit code.
+fn measure(
+    d: &mut Driver,
+    spec: &RunSpec,
+    args: &Args,
+    huge: bool,
+    ports: usize,
+) -> Result<i32, Error> {
+    d.connect(Duration::from_millis(spec.phases.connect_timeout_ms))?;
     let calib_ns = match spec.phases.calibrate {
         0 => 0.0,
         n => d.calibrate(n)?,
     };
-    let load = spec.phases.load.then(|| d.load(&spec));
-    let measurement = d.measure(&spec);
-    let readback = (spec.phases.verify && !QUIT.load(Ordering::Relaxed)).then(|| d.readback(&spec));
+    let load = spec.phases.load.then(|| d.load(spec));
+    let measurement = d.measure(spec);
+    let readback = (spec.phases.verify && !QUIT.load(Ordering::Relaxed)).then(|| d.readback(spec));
     let exactly_once = (spec.phases.exactly_once > 0 && !QUIT.load(Ordering::Relaxed))
         .then(|| {
             let tenant = spec.qps.credentials().map_or(0, |c| c.tenant);
             d.exactly_once(spec.phases.exactly_once, now_nanos(), tenant)
         })
         .flatten();
-
     let outcome = report::Outcome {
-        spec: &spec,
-        label: spec.label.clone().unwrap_or_else(|| report::label(&spec)),
+        spec,
+        label: spec.label.clone().unwrap_or_else(|| report::label(spec)),
         calib_ns,
         huge,
         load,
@@ -218,17 +247,14 @@ fn run(args: Args) -> Result<i32, Box<dyn std::error::Error>> {
     }
     let follow = d
         .follow_moves()
-        .map(|m| serde_json::json!({"nodes": ports.len(), "moves": m}));
+        .map(|m| serde_json::json!({"nodes": ports, "moves": m}));
     if let Some(f) = &follow {
-        println!("follow: {} nodes, moved {} times", ports.len(), f["moves"]);
+        println!("follow: {} nodes, moved {} times", ports, f["moves"]);
     }
     if let Some(path) = &spec.json {
         outcome.write(path)?;
         add_to_json(path, fuzz.as_ref(), follow)?;
     }
-    drop(d);
-    stop_ports(&ports);
-    drop(eal);
     Ok(outcome.exit_code())
 }
 

@@ -581,105 +581,54 @@ impl Driver {
         let hz = hz_ticks as f64;
         let start = tsc::now();
         let rec_start = start + (warmup * hz) as u64;
-        let end = rec_start + (duration * hz) as u64;
+        let span = Span {
+            rec_start,
+            end: rec_start + (duration * hz) as u64,
+        };
         let timeout = hz_ticks / 1000 * self.timeout_ms;
-        let interval = rate_mops
-            .map(|r| ((self.gen.workload.ops_per_packet as f64 / (r * 1e6)) * hz).max(1.0) as u64);
-        let mut next_send = start;
+        let mut pace = Pace {
+            interval: rate_mops.map(|r| {
+                ((self.gen.workload.ops_per_packet as f64 / (r * 1e6)) * hz).max(1.0) as u64
+            }),
+            next_send: start,
+            // Calibration: one packet at a time.
+            one_at_a_time: max_pkts.is_some(),
+        };
         let mut last_scan = start;
         let mut last_progress = Instant::now();
         let mut in_flight = 0usize;
         let mut sending = true;
         let mut idle = IdleBackoff::new(self.idle_yield_polls);
         self.cost = GenCost {
-            window_cycles: end - rec_start,
+            window_cycles: span.end - span.rec_start,
             hz: hz_ticks,
             ..GenCost::default()
         };
         loop {
             let now = tsc::now();
-            let mut sent_n = 0u64;
             let now_ns = self.clock.at(now);
             if QUIT.load(Ordering::Relaxed) {
                 break;
             }
-            let c = &self.gen.tally.counts;
-            let done_by_count = max_pkts.is_some_and(|m| c.done_pkts + c.timeouts_pkts >= m);
-            let done_by_sweep =
-                phase.sweeps() && (self.gen.sweep_done() || self.gen.workload.sweep_stop);
-            if now >= end || done_by_count || done_by_sweep {
+            if now >= span.end || self.finished(phase, max_pkts) {
                 sending = false;
             }
             if !sending && in_flight == 0 {
                 break;
             }
-            // Send. Each partition's packets leave in build order on one queue, which
-            // keeps per-key order for the verify model.
+            let mut sent_n = 0;
             if sending {
-                while in_flight < window && self.gen.flight.has_free() {
-                    let intended = match interval {
-                        Some(_) if now < next_send => break,
-                        Some(_) => next_send,
-                        None => now,
-                    };
-                    if phase.sweeps() && self.gen.sweep_done() {
-                        break;
-                    }
-                    let record = intended >= rec_start && intended < end;
-                    let sent = if self.transport.is_some() {
-                        self.send_transport(phase, intended, record, now_ns)
-                    } else {
-                        self.send_raw(phase, intended, record)
-                    };
-                    if !sent {
-                        break;
-                    }
-                    self.gen.tally.counts.sent_pkts += 1;
-                    sent_n += 1;
-                    if let Some(iv) = interval {
-                        next_send += iv;
-                    }
-                    in_flight += 1;
-                    if max_pkts.is_some() {
-                        break; // calibration: one at a time
-                    }
-                }
+                let room = window.saturating_sub(in_flight);
+                sent_n = self.send_some(phase, room, span, &mut pace, now, now_ns);
+                in_flight += sent_n as usize;
             }
             let mut moved = self.io.flush();
             // The generator's cost is counted in the measurement window only: outside
             // it, no extra TSC read per iteration.
-            let in_window = now >= rec_start && now < end;
+            let in_window = span.contains(now);
             let sent_at = if in_window { tsc::now() } else { 0 };
-            // Receive (responses come back on the queue the request was served from).
-            let Driver {
-                gen, io, transport, ..
-            } = self;
-            let done = match transport.as_mut() {
-                Some(t) => {
-                    let mut done = 0;
-                    let before = t.stats().completed + t.stats().failed;
-                    t.poll(io, now_ns, &mut |ev| match ev {
-                        Event::Results { tag, payload, .. } => gen.on_results(tag, payload, phase),
-                        Event::Complete { tag, .. } => {
-                            done += gen.on_complete(tag, tsc::now(), phase, rec_start, end)
-                        }
-                        Event::Failed { tag, .. } => done += gen.on_failed(tag),
-                        // pktgen talks to one node and never turns resuming on.
-                        Event::Connected { .. } | Event::Lost { .. } => {}
-                    });
-                    moved |= t.stats().completed + t.stats().failed != before;
-                    done
-                }
-                None => {
-                    let mut done = 0;
-                    let now = tsc::now();
-                    let n = io.recv(&mut |frame| {
-                        done += gen.complete(frame, now, phase, rec_start, end);
-                    });
-                    moved |= n > 0;
-                    done
-                }
-            };
+            let (done, got) = self.receive(phase, span, now_ns);
+            moved |= got;
             in_flight -= done.min(in_flight);
             if in_window {
                 self.count_cost(now, sent_at, sent_n, moved);
@@ -691,23 +640,143 @@ impl Driver {
             // Timeouts (echo mode; the transport times out its own), every ~1 ms.
             if now.wrapping_sub(last_scan) > hz_ticks / 1000 {
                 last_scan = now;
-                self.revive_failed(now_ns);
-                if self.transport.is_none() {
-                    in_flight -= self.gen.expire(now, timeout).min(in_flight);
-                }
+                in_flight -= self.scan(now, now_ns, timeout).min(in_flight);
                 if phase == Phase::Load && last_progress.elapsed() > Duration::from_secs(1) {
                     last_progress = Instant::now();
-                    let (next, keys) = (self.gen.workload.sweep_next, self.gen.workload.keys());
-                    eprintln!(
-                        "pktgen: load {:5.1}% ({}/{} keys)",
-                        next as f64 * 100.0 / keys as f64,
-                        next,
-                        keys
-                    );
+                    self.report_load_progress();
                 }
             }
         }
         self.cost.templates = self.gen.templated();
         self.gen.end_phase(phase)
     }
+
+    /// The phase has what it needs: `max_pkts` packets done, or the sweep finished.
+    fn finished(&self, phase: Phase, max_pkts: Option<u64>) -> bool {
+        let c = &self.gen.tally.counts;
+        max_pkts.is_some_and(|m| c.done_pkts + c.timeouts_pkts >= m)
+            || (phase.sweeps() && (self.gen.sweep_done() || self.gen.workload.sweep_stop))
+    }
+
+    /// Sends up to `room` packets while the free slots and the pacing allow; each
+    /// partition's packets leave in build order on one queue, which keeps per-key
+    /// order for the verify model. The packets sent.
+    #[inline]
+    fn send_some(
+        &mut self,
+        phase: Phase,
+        room: usize,
+        span: Span,
+        pace: &mut Pace,
+        now: u64,
+        now_ns: u64,
+    ) -> u64 {
+        let mut sent_n = 0u64;
+        while (sent_n as usize) < room && self.gen.flight.has_free() {
+            let intended = match pace.interval {
+                Some(_) if now < pace.next_send => break,
+                Some(_) => pace.next_send,
+                None => now,
+            };
+            if phase.sweeps() && self.gen.sweep_done() {
+                break;
+            }
+            let record = span.contains(intended);
+            let sent = if self.transport.is_some() {
+                self.send_transport(phase, intended, record, now_ns)
+            } else {
+                self.send_raw(phase, intended, record)
+            };
+            if !sent {
+                break;
+            }
+            self.gen.tally.counts.sent_pkts += 1;
+            sent_n += 1;
+            if let Some(iv) = pace.interval {
+                pace.next_send += iv;
+            }
+            if pace.one_at_a_time {
+                break;
+            }
+        }
+        sent_n
+    }
+
+    /// Takes what came back (responses come back on the queue the request was served
+    /// from): through the transport's events, or raw frames in echo mode. The
+    /// packets completed and whether anything moved.
+    #[inline]
+    fn receive(&mut self, phase: Phase, span: Span, now_ns: u64) -> (usize, bool) {
+        let Driver {
+            gen, io, transport, ..
+        } = self;
+        let (rec_start, end) = (span.rec_start, span.end);
+        let mut done = 0;
+        match transport.as_mut() {
+            Some(t) => {
+                let before = t.stats().completed + t.stats().failed;
+                t.poll(io, now_ns, &mut |ev| match ev {
+                    Event::Results { tag, payload, .. } => gen.on_results(tag, payload, phase),
+                    Event::Complete { tag, .. } => {
+                        done += gen.on_complete(tag, tsc::now(), phase, rec_start, end)
+                    }
+                    Event::Failed { tag, .. } => done += gen.on_failed(tag),
+                    // pktgen talks to one node and never turns resuming on.
+                    Event::Connected { .. } | Event::Lost { .. } => {}
+                });
+                (done, t.stats().completed + t.stats().failed != before)
+            }
+            None => {
+                let now = tsc::now();
+                let n = io.recv(&mut |frame| {
+                    done += gen.complete(frame, now, phase, rec_start, end);
+                });
+                (done, n > 0)
+            }
+        }
+    }
+
+    /// The ~1 ms scan: failed QPs revived; in echo mode, packets unanswered for
+    /// `timeout` ticks expired (their count returned).
+    fn scan(&mut self, now: u64, now_ns: u64, timeout: u64) -> usize {
+        self.revive_failed(now_ns);
+        if self.transport.is_none() {
+            return self.gen.expire(now, timeout);
+        }
+        0
+    }
+
+    /// The load phase's progress line (every second).
+    fn report_load_progress(&self) {
+        let (next, keys) = (self.gen.workload.sweep_next, self.gen.workload.keys());
+        eprintln!(
+            "pktgen: load {:5.1}% ({}/{} keys)",
+            next as f64 * 100.0 / keys as f64,
+            next,
+            keys
+        );
+    }
+}
+
+/// A phase's measurement window, in TSC ticks: what happens in it is recorded.
+#[derive(Clone, Copy)]
+struct Span {
+    rec_start: u64,
+    end: u64,
+}
+
+impl Span {
+    #[inline]
+    fn contains(&self, t: u64) -> bool {
+        t >= self.rec_start && t < self.end
+    }
+}
+
+/// Open-loop pacing of a phase's sends (`interval` ticks apart from `next_send`;
+/// `None`: as fast as the window allows).
+struct Pace {
+    interval: Option<u64>,
+    next_send: u64,
+    /// Calibration: one packet per loop iteration.
+    one_at_a_time: bool,
 }

@@ -16,7 +16,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
-use dpdk::{pdump, telemetry, tsc, Eal, Mbuf, MbufBurst, Mempool, Port, PortConfig, SOCKET_ID_ANY};
+use dpdk::{
+    pdump, telemetry, tsc, Eal, Mbuf, MbufBurst, Mempool, Port, PortConfig, RxQueue, TxQueue,
+    SOCKET_ID_ANY,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum Role {
@@ -122,101 +125,122 @@ fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     eprintln!("link up after {:?}", t0.elapsed());
 
     match args.role {
-        Role::Server => {
-            let mut burst = MbufBurst::<BURST>::new();
-            let (mut echoed, mut dropped) = (0u64, 0u64);
-            let start = Instant::now();
-            let mut last_rx = Instant::now();
-            let mut seen = false;
-            loop {
-                let n = rxq.rx_burst(&mut burst);
-                if n == 0 {
-                    if (seen && last_rx.elapsed() > Duration::from_secs(args.idle_exit))
-                        || start.elapsed() > Duration::from_secs(args.max_secs)
-                    {
-                        break;
-                    }
-                    continue;
-                }
-                if !seen {
-                    seen = true;
-                }
-                last_rx = Instant::now();
-                let (s, d) = txq.tx_burst_or_free(&mut burst);
-                echoed += s as u64;
-                ECHOED.store(echoed, Ordering::Relaxed);
-                dropped += d as u64;
-            }
-            println!(
-                "server: echoed {echoed} dropped {dropped} stats {:?} pool in use {}",
-                port.stats()?,
-                pool.in_use_count()
-            );
-        }
-        Role::Client => {
-            let mut tx = MbufBurst::<BURST>::new();
-            let mut rx = MbufBurst::<BURST>::new();
-            let (mut sent, mut recvd, mut bad) = (0u64, 0u64, 0u64);
-            let mut template = vec![0u8; args.size.max(60)];
-            template[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
-            template[6..12].copy_from_slice(&port.mac_addr()?);
-            template[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // local experimental
-            let start = Instant::now();
-            let t_start = tsc::now();
-            let mut last_progress = Instant::now();
-            while recvd < args.frames {
-                // Send while the window allows.
-                if sent < args.frames && sent - recvd < args.window {
-                    let want = (args.frames - sent)
-                        .min(args.window - (sent - recvd))
-                        .min(BURST as u64) as usize;
-                    let want = want.min(tx.remaining());
-                    for _ in 0..want {
-                        let Some(mut m) = Mbuf::alloc(&pool) else {
-                            break;
-                        };
-                        let d = m.append(template.len()).expect("tailroom");
-                        d.copy_from_slice(&template);
-                        d[14..22].copy_from_slice(&(sent + tx.len() as u64).to_le_bytes());
-                        let _ = tx.push(m);
-                    }
-                    sent += txq.tx_burst(&mut tx) as u64; // unsent stay for retry
-                }
-                let n = rxq.rx_burst(&mut rx);
-                if n > 0 {
-                    last_progress = Instant::now();
-                    for m in rx.drain() {
-                        if m.len() != template.len() {
-                            bad += 1;
-                        }
-                        recvd += 1;
-                    }
-                } else if last_progress.elapsed() > Duration::from_secs(2) {
-                    eprintln!("client: no echo for 2 s, giving up");
-                    break;
-                }
-            }
-            let secs = start.elapsed().as_secs_f64();
-            let ticks = tsc::now() - t_start;
-            drop(tx);
-            println!(
-                "client: sent {sent} received {recvd} lost {} bad {bad} in {secs:.3} s ({} ns by TSC) => {:.3} Mpps echo, size {} B",
-                sent - recvd,
-                tsc::ticks_to_ns(ticks),
-                recvd as f64 / secs / 1e6,
-                template.len()
-            );
-            println!(
-                "client: port stats {:?} pool in use {}",
-                port.stats()?,
-                pool.in_use_count()
-            );
-        }
+        Role::Server => serve(&args, &port, &pool, &mut rxq, &mut txq)?,
+        Role::Client => drive(&args, &port, &pool, &mut rxq, &mut txq)?,
     }
     drop(rxq);
     drop(txq);
     drop(q);
     port.stop()?;
     port.close()?;
+    Ok(())
+}
+
+/// The server: echoes every frame until the client stopped for `idle_exit` seconds
+/// (or `max_secs` passed).
+fn serve(
+    args: &Args,
+    port: &Port,
+    pool: &Mempool,
+    rxq: &mut RxQueue,
+    txq: &mut TxQueue,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut burst = MbufBurst::<BURST>::new();
+    let (mut echoed, mut dropped) = (0u64, 0u64);
+    let start = Instant::now();
+    let mut last_rx = Instant::now();
+    let mut seen = false;
+    loop {
+        let n = rxq.rx_burst(&mut burst);
+        if n == 0 {
+            if (seen && last_rx.elapsed() > Duration::from_secs(args.idle_exit))
+                || start.elapsed() > Duration::from_secs(args.max_secs)
+            {
+                break;
+            }
+            continue;
+        }
+        if !seen {
+            seen = true;
+        }
+        last_rx = Instant::now();
+        let (s, d) = txq.tx_burst_or_free(&mut burst);
+        echoed += s as u64;
+        ECHOED.store(echoed, Ordering::Relaxed);
+        dropped += d as u64;
+    }
+    println!(
+        "server: echoed {echoed} dropped {dropped} stats {:?} pool in use {}",
+        port.stats()?,
+        pool.in_use_count()
+    );
+    Ok(())
+}
+
+/// The client: `frames` frames, at most `window` unanswered, then the echo rate.
+fn drive(
+    args: &Args,
+    port: &Port,
+    pool: &Mempool,
+    rxq: &mut RxQueue,
+    txq: &mut TxQueue,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let mut tx = MbufBurst::<BURST>::new();
+    let mut rx = MbufBurst::<BURST>::new();
+    let (mut sent, mut recvd, mut bad) = (0u64, 0u64, 0u64);
+    let mut template = vec![0u8; args.size.max(60)];
+    template[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
+    template[6..12].copy_from_slice(&port.mac_addr()?);
+    template[12..14].copy_from_slice(&0x88b5u16.to_be_bytes()); // local experimental
+    let start = Instant::now();
+    let t_start = tsc::now();
+    let mut last_progress = Instant::now();
+    while recvd < args.frames {
+        // Send while the window allows.
+        if sent < args.frames && sent - recvd < args.window {
+            let want = (args.frames - sent)
+                .min(args.window - (sent - recvd))
+                .min(BURST as u64) as usize;
+            let want = want.min(tx.remaining());
+            for _ in 0..want {
+                let Some(mut m) = Mbuf::alloc(pool) else {
+                    break;
+                };
+                let d = m.append(template.len()).expect("tailroom");
+                d.copy_from_slice(&template);
+                d[14..22].copy_from_slice(&(sent + tx.len() as u64).to_le_bytes());
+                let _ = tx.push(m);
+            }
+            sent += txq.tx_burst(&mut tx) as u64; // unsent stay for retry
+        }
+        let n = rxq.rx_burst(&mut rx);
+        if n > 0 {
+            last_progress = Instant::now();
+            for m in rx.drain() {
+                if m.len() != template.len() {
+                    bad += 1;
+                }
+                recvd += 1;
+            }
+        } else if last_progress.elapsed() > Duration::from_secs(2) {
+            eprintln!("client: no echo for 2 s, giving up");
+            break;
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let ticks = tsc::now() - t_start;
+    drop(tx);
+    println!(
+        "client: sent {sent} received {recvd} lost {} bad {bad} in {secs:.3} s ({} ns by TSC) => {:.3} Mpps echo, size {} B",
+        sent - recvd,
+        tsc::ticks_to_ns(ticks),
+        recvd as f64 / secs / 1e6,
+        template.len()
+    );
+    println!(
+        "client: port stats {:?} pool in use {}",
+        port.stats()?,
+        pool.in_use_count()
+    );
     Ok(())
 }
