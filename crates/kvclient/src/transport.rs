@@ -423,7 +423,7 @@ impl Transport {
             self.pool.release(b);
             return Err(SendError::IoBusy);
         }
-        q.rec.on_send(now_ns);
+        q.rec.on_send(now_ns, q.in_flight == 0);
         let i = q.idx(psn);
         q.ring[i] = Slot {
             tag,

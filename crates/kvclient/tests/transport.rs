@@ -692,3 +692,34 @@ fn rto_adapts_to_the_measured_round_trip() {
     // settles at its floor.
     assert_eq!(d.t.rto_ns(), Config::default().rto_min_ns);
 }
+
+#[test]
+fn a_request_after_a_quiet_spell_is_not_resent_early() {
+    let mut d = Driver::new(
+        Sim::new(1, Faults::NONE, SrvCfg::default(), &qps(1)),
+        Config::default(),
+        1,
+    );
+    d.connect();
+    assert!(d.send(0, 1, &[put(b"k")]));
+    while !d.seen.get(&1).is_some_and(|s| s.complete) {
+        d.poll();
+    }
+    // Quiet for far longer than the timeout: the deadline set when the response
+    // came is long past. The next request's answer is slow (the server holds it):
+    // within one timeout of its send nothing may be resent.
+    d.sim.clock.set(d.sim.now() + 1_000_000_000);
+    d.sim.server.cfg.answer_requests = false;
+    let retransmitted = d.t.stats().retransmitted;
+    assert!(d.send(0, 2, &[put(b"k")]));
+    let sent = d.sim.now();
+    while d.sim.now() < sent + d.t.rto_ns() / 2 {
+        d.poll();
+    }
+    assert_eq!(
+        d.t.stats().retransmitted,
+        retransmitted,
+        "resent on a stale deadline"
+    );
+    assert_eq!(d.t.stats().timeouts, 0);
+}

@@ -314,11 +314,12 @@ impl Shipper {
             return Ok(None);
         };
         let len = self.write_seg(&seg, live, sync, &mut out[..cap])?;
+        let first = self.inflight.is_empty();
         self.inflight.push_back(seg);
         self.next_psn = psn::add(self.next_psn, 1);
         self.stats.segments += 1;
         self.stats.bytes += seg.end - seg.start;
-        self.rec.on_send(now_ns);
+        self.rec.on_send(now_ns, first);
         // Ask for an ACK when the window fills or nothing more is ready.
         let more = match self.phase {
             Phase::Live { next } => next < live.end(),

@@ -66,10 +66,15 @@ impl Recovery {
         now_ns < self.rnr_until || self.resend_from.is_some()
     }
 
-    /// The first packet went in flight: the timer runs (if it did not).
+    /// A new packet went out; `first`: nothing else was in flight, so the timer runs
+    /// from now (a deadline left from the last progress would fire early for it).
     #[inline]
-    pub fn on_send(&mut self, now_ns: u64) {
-        self.timer.arm_if_idle(now_ns);
+    pub fn on_send(&mut self, now_ns: u64, first: bool) {
+        if first {
+            self.timer.arm(now_ns);
+        } else {
+            self.timer.arm_if_idle(now_ns);
+        }
     }
 
     /// Progress (a packet acknowledged or answered): the timeout is `base_ns` again,
@@ -230,7 +235,7 @@ mod tests {
     #[test]
     fn an_rnr_nak_holds_everything_then_resends_from_its_psn() {
         let mut r = Recovery::new(100);
-        r.on_send(0);
+        r.on_send(0, true);
         r.on_rnr(5, 7, 50, 10);
         assert!(r.blocks_new(59) && r.blocks_new(60), "resend still due");
         assert_eq!(r.due(59, true), Due::Wait);
@@ -269,8 +274,8 @@ mod tests {
     fn the_timer_runs_while_in_flight_and_backs_off() {
         let mut r = Recovery::new(100);
         assert_eq!(r.due(1_000, true), Due::Nothing, "never armed");
-        r.on_send(0);
-        r.on_send(50);
+        r.on_send(0, true);
+        r.on_send(50, false);
         assert_eq!(r.due(99, true), Due::Nothing);
         assert_eq!(r.due(100, false), Due::Nothing, "nothing in flight");
         assert_eq!(r.due(100, true), Due::Timeout);
@@ -282,6 +287,16 @@ mod tests {
         assert_eq!(r.rto_ns(), 250, "capped");
         r.on_progress(0, 80, 400, false);
         assert_eq!((r.rto_ns(), r.due(10_000, true)), (80, Due::Nothing));
+        // Progress left the timer armed (the answered packet was still counted in
+        // flight); the next packet after a quiet spell runs it from its own send.
+        r.on_progress(1, 80, 500, true);
+        r.on_send(10_000, true);
+        assert_eq!(
+            r.due(10_079, true),
+            Due::Nothing,
+            "not from the old deadline"
+        );
+        assert_eq!(r.due(10_080, true), Due::Timeout);
         r.restart(90);
         assert_eq!(r, Recovery::new(90));
     }
