@@ -91,7 +91,12 @@ pub fn generate(
                     break k;
                 }
             };
-            ClientConfig { qpn, rkey }
+            ClientConfig {
+                qpn,
+                rkey,
+                mac: None,
+                ip: None,
+            }
         })
         .collect())
 }
@@ -238,8 +243,18 @@ mod tests {
         assert_eq!(
             c,
             [
-                ClientConfig { qpn: 7, rkey: 1 },
-                ClientConfig { qpn: 8, rkey: 2 }
+                ClientConfig {
+                    qpn: 7,
+                    rkey: 1,
+                    mac: None,
+                    ip: None
+                },
+                ClientConfig {
+                    qpn: 8,
+                    rkey: 2,
+                    mac: None,
+                    ip: None
+                }
             ]
         );
     }

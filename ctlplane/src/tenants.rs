@@ -53,11 +53,17 @@ pub enum TenantsCmd {
         /// two (0: the server's `server.credits`).
         #[arg(long, default_value_t = 0)]
         max_credits: u16,
+        /// Opened QPs per worker held for the tenant while it has fewer: anonymous
+        /// clients and other tenants cannot take them (0: none).
+        #[arg(long, default_value_t = kvconf::DEFAULT_RESERVED_CONNECTIONS)]
+        reserved_connections: u32,
         /// Where to write the credentials file (refused if it exists).
         #[arg(long)]
         credentials_out: PathBuf,
     },
-    /// Remove a tenant: its clients' connections close at once.
+    /// Remove a tenant: its clients' connections close at once and its keys are
+    /// deleted on every worker (and, through replication, on every replica); prints
+    /// how many.
     Remove {
         #[command(flatten)]
         target: Target,
@@ -65,6 +71,19 @@ pub enum TenantsCmd {
         /// every node applies them at once, and after any failover.
         #[arg(long)]
         cluster: bool,
+        /// The tenant id.
+        #[arg(long)]
+        id: u32,
+        /// Keep the tenant's keys (fenced: no client can reach them until a tenant of
+        /// this id is added again, or `tenants purge` deletes them).
+        #[arg(long)]
+        keep_data: bool,
+    },
+    /// Delete the keys of a tenant id that is not a tenant now (kept with
+    /// `--keep-data`, or left by a master that failed during a purge); prints how many.
+    Purge {
+        #[command(flatten)]
+        target: Target,
         /// The tenant id.
         #[arg(long)]
         id: u32,
@@ -157,6 +176,7 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             max_connections,
             requests_per_s,
             max_credits,
+            reserved_connections,
             credentials_out,
         } => {
             let bits = check_new(&name, &acl, &credentials_out)?;
@@ -168,6 +188,7 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
                 max_connections,
                 requests_per_s,
                 max_credits,
+                reserved_connections,
             };
             t.validate()?;
             if cluster {
@@ -180,18 +201,32 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
             target,
             cluster,
             id,
+            keep_data,
         } => {
             if cluster {
-                return etcd::remove(&target.config, id);
+                return etcd::remove(&target.config, id, keep_data);
             }
-            let v = target
-                .connect()?
-                .query(&format!("/kvd/tenants/remove,{id}"))?;
+            let mut t = target.connect()?;
+            let v = t.query(&format!("/kvd/tenants/remove,{id},{}", u8::from(keep_data)))?;
             println!(
                 "removed tenant {id}: generation {} applied by {} worker(s)",
                 v["generation"], v["applied_by_workers"]
             );
-            Ok(())
+            match v["purge"].as_u64() {
+                Some(seq) if seq > 0 => wait_purge(&mut t, seq),
+                _ => {
+                    println!("kept its keys (fenced: no client reaches them)");
+                    Ok(())
+                }
+            }
+        }
+        TenantsCmd::Purge { target, id } => {
+            let mut t = target.connect()?;
+            let v = t.query(&format!("/kvd/tenants/purge,{id}"))?;
+            match v["purge"].as_u64() {
+                Some(seq) if seq > 0 => wait_purge(&mut t, seq),
+                _ => Err(format!("purge of tenant {id}: no purge started: {v}")),
+            }
         }
         TenantsCmd::Rotate {
             target,
@@ -220,6 +255,39 @@ pub fn run(cmd: TenantsCmd) -> Result<(), String> {
     }
 }
 
+/// Waits for purge `seq` of a node to finish (printing progress each second) and
+/// prints the keys it deleted and the rate.
+fn wait_purge(t: &mut crate::telemetry::Telemetry, seq: u64) -> Result<(), String> {
+    let t0 = std::time::Instant::now();
+    let mut last_print = t0;
+    loop {
+        let v = t.query(&format!("/kvd/tenants/purge_status,{seq}"))?;
+        match v["state"].as_str() {
+            Some("finished") => {
+                let n = v["deleted"].as_u64().unwrap_or(0);
+                let s = t0.elapsed().as_secs_f64();
+                println!(
+                    "purged tenant {}'s namespace: {n} key(s) deleted in {s:.2} s ({:.0} keys/s)",
+                    v["id"],
+                    n as f64 / s.max(1e-9)
+                );
+                return Ok(());
+            }
+            Some("running") => {
+                if last_print.elapsed() >= std::time::Duration::from_secs(1) {
+                    println!(
+                        "purging: {} of {} worker(s) done",
+                        v["workers_done"], v["workers"]
+                    );
+                    last_print = std::time::Instant::now();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            _ => return Err(format!("purge {seq}: not known to the dataplane ({v})")),
+        }
+    }
+}
+
 /// `tenants add` on one node (its telemetry socket): `t` with ACL bits `bits`.
 fn add_on_node(
     target: &Target,
@@ -228,8 +296,14 @@ fn add_on_node(
     credentials_out: &Path,
 ) -> Result<(), String> {
     let v = target.connect()?.query(&format!(
-        "/kvd/tenants/add,{},{},{},{bits},{},{},{}",
-        t.name, t.id, t.secret, t.max_connections, t.requests_per_s, t.max_credits
+        "/kvd/tenants/add,{},{},{},{bits},{},{},{},{}",
+        t.name,
+        t.id,
+        t.secret,
+        t.max_connections,
+        t.requests_per_s,
+        t.max_credits,
+        t.reserved_connections
     ))?;
     write_credentials(credentials_out, t.id, &t.secret)?;
     println!(

@@ -87,14 +87,25 @@ pub fn add(config: &Path, t: TenantConfig, credentials_out: &Path) -> Result<(),
 }
 
 /// `tenants remove --cluster`: its clients' connections close on every node.
-pub fn remove(config: &Path, id: u32) -> Result<(), String> {
+pub fn remove(config: &Path, id: u32, keep_data: bool) -> Result<(), String> {
+    if keep_data {
+        return Err(
+            "--keep-data is for one node's tenants: a cluster tenant's keys are deleted by \
+             the master when it goes (its replicas follow)"
+                .into(),
+        );
+    }
     let etcd = etcd_section(config)?;
     let gone = kvcluster::delete_tenant(&etcd.endpoints, &etcd.cluster, id, ETCD_TIMEOUT)
         .map_err(|e| format!("etcd: {e}"))?;
     if !gone {
         return Err(format!("cluster {} has no tenant {id}", etcd.cluster));
     }
-    println!("removed tenant {id} from cluster {}", etcd.cluster);
+    println!(
+        "removed tenant {id} from cluster {}: every node closes its connections, and the \
+         master deletes its keys (its replicas follow)",
+        etcd.cluster
+    );
     Ok(())
 }
 

@@ -37,6 +37,7 @@ fn rule(id: u32) -> TenantRule {
         max_connections: 0,
         requests_per_s: 0,
         max_credits: 0,
+        reserved_connections: 0,
     }
 }
 
@@ -160,10 +161,10 @@ fn hijacks(n: u64) -> (u64, u64) {
                 1,
                 &Join::Resume {
                     next_psn: victim.psn(0),
-                    secret: Some(rnd()),
+                    proof: Some(rnd()),
                 },
             ),
-            join_frame(q, victim.rkey, 1, &Join::Close { secret: rnd() }),
+            join_frame(q, victim.rkey, 1, &Join::Close { proof: rnd() }),
             {
                 let guess = rnd().to_le_bytes();
                 let j = signed_open(

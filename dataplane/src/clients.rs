@@ -8,8 +8,8 @@
 //! starting PSNs it accepted (to re-send a lost ACCEPT), whether a NAK was sent for the
 //! current gap, and the `W` replay entries of its last requests (`response_cache.rs`).
 //!
-//! Per-QP state: [`CLIENT_BYTES`] in the table (72 B) plus `W ×`
-//! [`ENTRY_BYTES`](crate::response_cache::ENTRY_BYTES) (24 B) of replay entries: 840 B for
+//! Per-QP state: [`CLIENT_BYTES`] in the table (88 B) plus `W ×`
+//! [`ENTRY_BYTES`](crate::response_cache::ENTRY_BYTES) (24 B) of replay entries: 856 B for
 //! the default `W = 32`. Clients live in a slab whose indices never move while the
 //! client lives (a burst's packets refer to their client by index); static QPNs are
 //! found by binary search in a dense sorted array, opened QPNs name their slot
@@ -20,6 +20,19 @@ use crate::repl::completion::{RestoredQp, NOT_RESUMING};
 use crate::response_cache::Entry;
 use kvwire::psn::Receiver;
 use kvwire::transport::{is_opened_qpn, OPENED_QPN_BASE};
+use kvwire::MacAddr;
+use std::net::Ipv4Addr;
+
+/// The source address a QP is bound to: its frames must come from this MAC and IPv4
+/// address (an opened QP: the OPEN's; a static one: its configured address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Origin {
+    /// Source MAC.
+    pub mac: MacAddr,
+    /// Source IPv4 address.
+    pub ip: Ipv4Addr,
+}
+
 
 /// What the server opened a QP with (docs/PROTOCOL.md §6.1, §6.8); its OPENED
 /// completion record carries it to the replicas.
@@ -33,6 +46,9 @@ pub(crate) struct OpenedQp {
     pub tenant: u32,
     /// Its request window `W`: a power of two, at most the server's credits.
     pub window: u16,
+    /// The address that opened it: its frames must come from there (`None` only for
+    /// a QP recorded by a master that did not bind QPs).
+    pub origin: Option<Origin>,
 }
 
 /// One admitted client QP.
@@ -70,6 +86,9 @@ pub(crate) struct Client {
     /// When the client last sent a request or a connection payload, in the worker's
     /// coarse seconds (`ClientTable::reclaim_idle`).
     pub last_active: u32,
+    /// The source its frames must come from (`None`: any; a static QP without a
+    /// configured address).
+    pub origin: Option<Origin>,
     /// Replay entries, the one of PSN `p` at `p mod W`.
     pub replay: Box<[Entry]>,
 }
@@ -93,6 +112,7 @@ impl Client {
             tenant: 0,
             window: credits.max(1),
             last_active: 0,
+            origin: None,
             replay: vec![Entry::EMPTY; usize::from(credits.max(1))].into_boxed_slice(),
         }
     }
@@ -110,6 +130,7 @@ impl Client {
             secret: self.secret,
             tenant: self.tenant,
             window: self.window,
+            origin: self.origin,
         }
     }
 
@@ -234,6 +255,11 @@ impl ClientTable {
         self.opened_live
     }
 
+    /// Opened QPs this table can hold (`server.max_connections`).
+    pub fn opened_capacity(&self) -> usize {
+        self.opened.len()
+    }
+
     /// Keeps, per client, what completion records say about its requests on the
     /// master (a node that may be promoted). Allocates `W` entries per client.
     pub fn keep_restored(&mut self) {
@@ -303,6 +329,7 @@ impl ClientTable {
         c.connected = false;
         c.secret = 0;
         c.tenant = 0;
+        c.origin = None;
         c.window = self.credits.max(1);
         self.free.push(i as u16);
     }
@@ -351,6 +378,7 @@ impl ClientTable {
         c.secret = q.secret;
         c.tenant = q.tenant;
         c.window = q.window;
+        c.origin = q.origin;
         c.last_active = now;
         self.opened[slot] = i as u16;
         self.opened_live += 1;
@@ -425,6 +453,18 @@ impl ClientTable {
             self.static_idx.push(i as u16);
         }
     }
+
+    /// Binds static QP `qpn` to `origin` (`None`: any source); `false` if there is no
+    /// such static QP.
+    pub fn bind_static(&mut self, qpn: u32, origin: Option<Origin>) -> bool {
+        match self.find(qpn) {
+            Some(i) if !is_opened_qpn(qpn) => {
+                self.clients[i].origin = origin;
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -455,8 +495,8 @@ mod tests {
         assert!(!t.as_slice()[i].connected);
         assert_eq!(t.as_slice()[i].replay.len(), 8);
         assert_eq!(
-            CLIENT_BYTES, 72,
-            "the tenant id and window fit in the padding"
+            CLIENT_BYTES, 88,
+            "72 B, and the bound source address (12 B with its tag)"
         );
     }
 
@@ -467,6 +507,7 @@ mod tests {
             secret,
             tenant: 0,
             window: 4,
+            origin: None,
         }
     }
 

@@ -31,8 +31,10 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+mod purge;
 pub mod tenant_sync;
 mod tenants;
+pub use purge::{PurgeReport, PurgeStatus};
 pub use tenants::TenantError;
 
 /// One admitted client QP: (QPN, R_Key).
@@ -195,10 +197,12 @@ struct WorkerShared {
     /// The last merge request this worker served.
     merges_done: AtomicU64,
     merge: Mutex<Option<MergeSummary>>,
+    /// The purges this worker finished and has not yet had collected.
+    purged: Mutex<Vec<crate::server::PurgeDone>>,
 }
 
 /// The authoritative client list and tenant rules, and their generation.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Admission {
     /// Sorted by QPN.
     clients: Vec<ClientEntry>,
@@ -208,6 +212,26 @@ struct Admission {
     anonymous: bool,
     /// The ids of the tenants that came from the cluster (etcd, `tenant_sync`).
     cluster_tenants: Vec<u32>,
+    /// Purges of removed tenants' namespaces the workers are to run (`purge.rs`):
+    /// (sequence number, tenant id), oldest first.
+    purges: Vec<(u64, u32)>,
+    /// The last purge sequence number given.
+    purge_seq: u64,
+    /// Purges every worker finished, newest last (a bounded history).
+    finished_purges: Vec<PurgeReport>,
+}
+
+/// What a worker applies from the admission state ([`WorkerControl::poll_clients`]).
+#[derive(Clone, Copy, Debug)]
+pub struct Admitted<'a> {
+    /// The static client QPs (QPN, R_Key), sorted by QPN.
+    pub clients: &'a [ClientEntry],
+    /// The tenant rules, sorted by id.
+    pub tenants: &'a [TenantRule],
+    /// Whether clients may OPEN without a tenant.
+    pub anonymous: bool,
+    /// Purges of removed tenants' namespaces to run (sequence number, tenant id).
+    pub purges: &'a [(u64, u32)],
 }
 
 /// State shared by the workers and the telemetry callbacks (see the module docs).
@@ -259,13 +283,13 @@ impl ControlState {
                     engine: Mutex::new(EngineSnapshot::default()),
                     merges_done: AtomicU64::new(0),
                     merge: Mutex::new(None),
+                    purged: Mutex::new(Vec::new()),
                 })
                 .collect(),
             admission: Mutex::new(Admission {
                 clients: list,
-                tenants: Vec::new(),
                 anonymous: true,
-                cluster_tenants: Vec::new(),
+                ..Admission::default()
             }),
             generation: AtomicU64::new(0),
             merge_requests: AtomicU64::new(0),
@@ -425,10 +449,7 @@ impl WorkerControl {
     /// last call, hands the new list to `apply` and returns true. Costs one atomic
     /// load when nothing changed; never blocks (a busy list is retried next call).
     #[inline]
-    pub fn poll_clients<F: FnOnce(&[ClientEntry], &[TenantRule], bool)>(
-        &mut self,
-        apply: F,
-    ) -> bool {
+    pub fn poll_clients<F: FnOnce(Admitted<'_>)>(&mut self, apply: F) -> bool {
         if self.ctl.generation.load(Ordering::Acquire) == self.seen_generation {
             return false;
         }
@@ -437,13 +458,18 @@ impl WorkerControl {
 
     #[cold]
     #[inline(never)]
-    fn apply_clients<F: FnOnce(&[ClientEntry], &[TenantRule], bool)>(&mut self, apply: F) -> bool {
+    fn apply_clients<F: FnOnce(Admitted<'_>)>(&mut self, apply: F) -> bool {
         let Ok(a) = self.ctl.admission.try_lock() else {
             return false;
         };
         // Changes bump the generation under the lock: this one matches the list.
         let generation = self.ctl.generation.load(Ordering::Relaxed);
-        apply(&a.clients, &a.tenants, a.anonymous);
+        apply(Admitted {
+            clients: &a.clients,
+            tenants: &a.tenants,
+            anonymous: a.anonymous,
+            purges: &a.purges,
+        });
         drop(a);
         self.seen_generation = generation;
         self.ctl.workers[self.id]
@@ -505,7 +531,7 @@ mod tests {
         let c = state(1);
         assert_eq!(c.clients(), (0, vec![(17, 1), (18, 2)]));
         let mut w = c.worker(0);
-        assert!(!w.poll_clients(|_, _, _| panic!("nothing changed")));
+        assert!(!w.poll_clients(|_| panic!("nothing changed")));
         assert_eq!(c.applied_generation(0), 0);
     }
 
@@ -526,18 +552,18 @@ mod tests {
         // Not applied by anyone yet.
         assert_eq!(c.wait_applied(g, Duration::from_millis(5)), Err(vec![0, 1]));
         let mut seen = Vec::new();
-        assert!(w0.poll_clients(|l, _, _| seen = l.to_vec()));
+        assert!(w0.poll_clients(|a| seen = a.clients.to_vec()));
         assert_eq!(seen, vec![(17, 1), (18, 2), (20, 4)]);
-        assert!(!w0.poll_clients(|_, _, _| panic!("applied already")));
+        assert!(!w0.poll_clients(|_| panic!("applied already")));
         assert_eq!(c.wait_applied(g, Duration::from_millis(5)), Err(vec![1]));
         // Two changes before worker 1 looks: it applies the latest list at once.
         let (g2, rkey) = c.remove_client(17).unwrap();
         assert_eq!((g2, rkey), (2, 1));
         assert_eq!(c.remove_client(17), Err(AdmissionError::NotAdmitted(17)));
-        assert!(w1.poll_clients(|l, _, _| seen = l.to_vec()));
+        assert!(w1.poll_clients(|a| seen = a.clients.to_vec()));
         assert_eq!(seen, vec![(18, 2), (20, 4)]);
         assert_eq!(c.applied_generation(1), 2);
-        assert!(w0.poll_clients(|_, _, _| {}));
+        assert!(w0.poll_clients(|_| {}));
         assert_eq!(c.wait_applied(g2, Duration::from_millis(5)), Ok(()));
     }
 
@@ -547,9 +573,9 @@ mod tests {
         let mut w = c.worker(0);
         let g = c.add_client(30, 3).unwrap();
         let held = c.admission.lock().unwrap();
-        assert!(!w.poll_clients(|_, _, _| panic!("list is locked")));
+        assert!(!w.poll_clients(|_| panic!("list is locked")));
         drop(held);
-        assert!(w.poll_clients(|l, _, _| assert!(l.contains(&(30, 3)))));
+        assert!(w.poll_clients(|a| assert!(a.clients.contains(&(30, 3)))));
         assert_eq!(c.applied_generation(0), g);
     }
 
@@ -562,7 +588,7 @@ mod tests {
         let worker = std::thread::spawn(move || {
             let mut list = Vec::new();
             while !s2.load(Ordering::Relaxed) {
-                w.poll_clients(|l, _, _| list = l.to_vec());
+                w.poll_clients(|a| list = a.clients.to_vec());
                 std::hint::spin_loop();
             }
             list

@@ -56,6 +56,10 @@ pub(crate) struct PktCtx {
 pub(crate) enum Source {
     /// The engine or the station (the next executed op).
     Engine,
+    /// The station, its result redacted for a client that may not read values
+    /// (`kvwire::tenant::redacts`, `kvops::semantics::redact`). Only read-modify-write
+    /// ops are redacted, and they always run through the station.
+    Redacted,
     /// A status decided at decode time (an op that is not executed).
     Immediate(Status),
     /// A request with no ops: answer with an empty response.

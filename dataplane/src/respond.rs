@@ -278,7 +278,7 @@ impl<'s, 't, T: TxSink> Responder<'s, 't, T> {
     pub fn drain_immediates(&mut self, ctx: &mut Ctx<'_>, tags: &[Tag], next: &mut usize) {
         while let Some(t) = tags.get(*next) {
             match t.src {
-                Source::Engine => return,
+                Source::Engine | Source::Redacted => return,
                 Source::Immediate(status) => {
                     ctx.stats.op_errors.inc();
                     let value = if status == Status::NotMaster {
@@ -328,7 +328,7 @@ impl<T: TxSink> EngineSink<'_, '_, '_, '_, T> {
             };
             let run = self.tags[self.next_tag..]
                 .iter()
-                .take_while(|t| t.pkt == pkt && matches!(t.src, Source::Engine))
+                .take_while(|t| t.pkt == pkt && matches!(t.src, Source::Engine | Source::Redacted))
                 .count();
             self.next_tag += run;
             self.run_left = run;

@@ -32,6 +32,7 @@ mod conn;
 mod cross;
 mod op_count;
 mod open;
+mod purge;
 mod resume;
 mod sync_records;
 mod tenants;
@@ -41,6 +42,8 @@ pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, 
 pub use cross::{ParkWaker, PartitionTable, MAX_PARTITIONS};
 pub use resume::Keeper;
 use resume::ServeMark;
+pub use crate::clients::Origin;
+pub use purge::PurgeDone;
 pub use tenants::{TenantRule, FAILED_OPENS_PER_S};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
@@ -149,6 +152,10 @@ pub struct Server {
     idle_close_s: u32,
     /// The last OPENs, to answer a repeated one with the same QP.
     recent_opens: open::RecentOpens,
+    /// NAK answers to refused frames of opened QPNs left this second.
+    refusals: open::RefusalBudget,
+    /// Purges of removed tenants' namespaces (`purge`).
+    purges: purge::Purges,
     /// Tenants: credentials, ACLs, quotas (`tenants`).
     tenants: tenants::Tenants,
     /// Wall-clock ms at the start of the burst (read only while a tenant has a
@@ -238,6 +245,8 @@ impl Server {
             now_s: 0,
             idle_close_s: t.idle_close_s,
             recent_opens: open::RecentOpens::default(),
+            refusals: open::RefusalBudget::default(),
+            purges: purge::Purges::default(),
             tenants: tenants::Tenants::default(),
             burst_ms: 0,
         })
@@ -337,7 +346,14 @@ impl Server {
         self.clients.set(clients);
     }
 
-    /// Checks a request's destination, QP and R_Key; returns the client index.
+    /// Binds static client `qpn` to `origin` (its frames must come from there;
+    /// `None`: any source, while the server takes anonymous clients). `false` when
+    /// `qpn` is not an admitted static QP.
+    pub fn bind_static(&mut self, qpn: u32, origin: Option<Origin>) -> bool {
+        self.clients.bind_static(qpn, origin)
+    }
+
+    /// Checks a request's destination, QP, R_Key and source; returns the client index.
     fn admit(&self, req: &kvwire::Request<'_>) -> Result<usize, DropReason> {
         if !self.for_us(req.dst_mac, req.dst_ip) {
             return Err(DropReason::WrongDestination);
@@ -346,14 +362,30 @@ impl Server {
             .clients
             .find(req.dest_qp)
             .ok_or(DropReason::UnknownQp)?;
-        if self.clients.as_slice()[ci].rkey != req.rkey {
+        let c = &self.clients.as_slice()[ci];
+        if c.rkey != req.rkey {
             return Err(DropReason::BadRKey);
+        }
+        if !self.source_ok(c, req.src_mac, req.src_ip) {
+            return Err(DropReason::WrongSource);
         }
         Ok(ci)
     }
 
-    /// [`Server::admit`], answering a request to an opened QPN that is not open with
-    /// NAK invalid request and counting every refusal.
+    /// Whether client `c` may be used from `mac`/`ip`: its bound source, or any for
+    /// an unbound QP — an unbound static QP only while the server takes anonymous
+    /// clients (`server.anonymous`).
+    #[inline]
+    fn source_ok(&self, c: &crate::clients::Client, mac: kvwire::MacAddr, ip: std::net::Ipv4Addr) -> bool {
+        match c.origin {
+            Some(o) => o.mac == mac && o.ip == ip,
+            None => c.is_opened() || self.tenants.anonymous,
+        }
+    }
+
+    /// [`Server::admit`], answering a refused request to an opened QPN — not open, or
+    /// with a wrong R_Key or source, all alike — with NAK invalid request (within the
+    /// refusal rate) and counting every refusal.
     fn admit_or_refuse<T: TxSink>(
         &mut self,
         req: &kvwire::Request<'_>,
@@ -362,9 +394,11 @@ impl Server {
     ) -> Option<usize> {
         match self.admit(req) {
             Ok(ci) => Some(ci),
-            Err(DropReason::UnknownQp) if is_opened_qpn(req.dest_qp) => {
+            Err(why @ (DropReason::UnknownQp | DropReason::BadRKey | DropReason::WrongSource))
+                if is_opened_qpn(req.dest_qp) =>
+            {
                 let params = req.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
-                self.nak_unknown_opened(&params, req.dest_qp, req.psn, stats, out);
+                self.refuse_opened(&params, req.dest_qp, req.psn, why, stats, out);
                 None
             }
             Err(why) => {
@@ -404,9 +438,7 @@ impl Server {
             self.tap_budget = t.room();
         }
         if self.tenants.any_rate() {
-            self.burst_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
+            self.burst_ms = self.tenants.now_ms();
         }
         // With thousands of client QPs each frame's connection state (its client
         // entry and the replay entry of its PSN) is a cache miss: start them all
@@ -539,10 +571,7 @@ impl Server {
                 if chunk.tags.is_full() {
                     self.flush(chunk, pkts, stats, out);
                 }
-                let src = match Self::denied(guard, &op, stats) {
-                    Some(st) => Source::Immediate(st),
-                    None => self.stage(chunk, op),
-                };
+                let src = self.stage_guarded(chunk, guard, op, stats);
                 chunk.tags.push(Tag { pkt, src });
             });
             let Some(item) = reader.next() else { break };
@@ -550,10 +579,7 @@ impl Server {
                 self.flush(chunk, pkts, stats, out);
             }
             let src = match item {
-                Ok(op) => match Self::denied(guard, &op, stats) {
-                    Some(st) => Source::Immediate(st),
-                    None => self.stage(chunk, op),
-                },
+                Ok(op) => self.stage_guarded(chunk, guard, op, stats),
                 // The failing op is answered; later ops are not executed.
                 Err(e) => Source::Immediate(e.status()),
             };
@@ -595,6 +621,30 @@ impl Server {
             if e.psn == p.psn && e.state == crate::response_cache::EntryState::Pending {
                 e.state = crate::response_cache::EntryState::Ready;
             }
+        }
+    }
+
+    /// [`Server::stage`] for a client with `guard`: an op it may not run is answered
+    /// DENIED (counted) and not staged; one whose result it may not read is marked
+    /// [`Source::Redacted`].
+    #[inline(always)]
+    fn stage_guarded<'f>(
+        &mut self,
+        chunk: &mut Chunk<'f>,
+        guard: Option<tenants::Guard>,
+        op: KvOp<'f>,
+        stats: &WorkerStats,
+    ) -> Source {
+        let Some(g) = guard else {
+            return self.stage(chunk, op);
+        };
+        if let Some(st) = Self::denied(guard, &op, stats) {
+            return Source::Immediate(st);
+        }
+        let redact = g.redacts(&op);
+        match self.stage(chunk, op) {
+            Source::Engine if redact => Source::Redacted,
+            src => src,
         }
     }
 
@@ -777,8 +827,17 @@ impl Server {
             let Some(t) = tags.get(next_tag) else { break };
             op_count::count_station_op(stats, op, status);
             let value = arena
-                .get(off as usize..off as usize + len as usize)
+                .get_mut(off as usize..off as usize + len as usize)
                 .unwrap_or_default();
+            let value = match t.src {
+                Source::Redacted => {
+                    // Only read-modify-write ops are redacted: never a plain op.
+                    debug_assert!(!matches!(op, KvOp::Get { .. }));
+                    let n = kvops::semantics::redact(op, status, value);
+                    &value[..n]
+                }
+                _ => &value[..],
+            };
             out.result(&mut ctx, t.pkt, status, value);
             next_tag += 1;
         }
@@ -787,9 +846,10 @@ impl Server {
 }
 
 /// Bytes of connection state per client QP with window `credits`: its client table
-/// entry (QPN, R_Key, nonce, PSNs, flags, an opened QP's secret, tenant and window:
-/// 72 B) and `credits` replay entries (24 B each): 840 B for the default `W = 32`. The response frames themselves live in the
-/// worker's response cache, shared by all its QPs.
+/// entry (QPN, R_Key, nonce, PSNs, flags, an opened QP's secret, tenant, window and
+/// bound source: 88 B) and `credits` replay entries (24 B each): 856 B for the
+/// default `W = 32`. The response frames themselves live in the worker's response
+/// cache, shared by all its QPs.
 pub const fn qp_state_bytes(credits: u16) -> usize {
     crate::clients::CLIENT_BYTES + credits as usize * crate::response_cache::ENTRY_BYTES
 }

@@ -175,6 +175,8 @@ struct Worker<'a> {
     snap: WorkerSnap,
     idle: IdleBackoff,
     sampler: Sampler,
+    /// Purges finished here that the control plane has not taken yet.
+    unreported: Vec<dataplane::server::PurgeDone>,
 }
 
 impl<'a> Worker<'a> {
@@ -217,6 +219,7 @@ impl<'a> Worker<'a> {
                 last_print: Instant::now(),
             },
             burst: cfg.burst.clamp(1, MAX_BURST),
+            unreported: Vec::new(),
             store,
             rxq,
             handoff,
@@ -238,9 +241,10 @@ impl<'a> Worker<'a> {
         self.store.server.park_point();
         // Admission changes take effect before the next rx burst (one atomic load).
         let (server, stats) = (&mut self.store.server, self.stats);
-        self.ctl.poll_clients(|clients, tenants, anonymous| {
-            server.set_clients(clients);
-            server.set_tenants(tenants.to_vec(), anonymous, stats);
+        self.ctl.poll_clients(|a| {
+            server.set_clients(a.clients);
+            server.set_tenants(a.tenants.to_vec(), a.anonymous, stats);
+            server.request_purges(a.purges);
         });
         let n = self.receive();
         let s = &mut self.store;
@@ -259,7 +263,8 @@ impl<'a> Worker<'a> {
             c.last_drain = now;
         }
         let scanned = self.snap.active() && self.snap.step(&mut self.store.server);
-        let idle_now = n == 0 && worked == 0 && self.tx.queued() == 0 && !scanned;
+        let purged = self.store.server.purge_active() && self.purge_step();
+        let idle_now = n == 0 && worked == 0 && self.tx.queued() == 0 && !scanned && !purged;
         if !idle_now {
             self.stats
                 .busy_cycles
@@ -275,6 +280,28 @@ impl<'a> Worker<'a> {
         }
         now.wrapping_sub(self.clock.last_check) >= self.clock.check_ticks
             && self.periodic(now, quit)
+    }
+
+    /// One step of a purge of a removed tenant's namespace (`server::purge`); a
+    /// finished purge is reported to the control plane (again at the next step or
+    /// periodic check when its list is busy). Whether it worked.
+    #[cold]
+    fn purge_step(&mut self) -> bool {
+        if let Some(done) = self.store.server.purge_step(self.stats) {
+            self.unreported.push(done);
+        }
+        self.report_purges();
+        true
+    }
+
+    /// Hands the finished purges to the control plane (those it cannot take now stay).
+    fn report_purges(&mut self) {
+        while let Some(&d) = self.unreported.last() {
+            if !self.ctl.report_purge(d) {
+                break;
+            }
+            self.unreported.pop();
+        }
     }
 
     /// The rx burst (echoed, or steered and served) and the requests other workers
@@ -321,6 +348,7 @@ impl<'a> Worker<'a> {
         self.store
             .server
             .maintain((now / hz.max(1)) as u32, self.stats);
+        self.report_purges();
         self.snap.poll(self.ctl.snapshot(), &mut self.store.server);
         let every = self.ctl.latency_sample_every();
         if every != self.sampler.every() {

@@ -179,6 +179,7 @@ fn world(stream: &Arc<Mutex<Vec<Rec>>>, qps: Qps) -> Client<Switch> {
                 max_connections: 0,
                 requests_per_s: 0,
                 max_credits: TENANT_WINDOW,
+                reserved_connections: 0,
             };
             server.set_tenants(vec![rule], true, &WorkerStats::default());
         }

@@ -94,6 +94,17 @@ fn put(c: &Client, n: u32, key: &[u8], value: &[u8]) -> Vec<u8> {
     c.request(&[KvOp::Put { key, value }], n, n)
 }
 
+/// The proof of `secret` a RESUME of `c`'s incarnation `nonce` at `next_psn` carries.
+fn resume_proof(c: &Client, nonce: u64, next_psn: u32, secret: u64) -> u64 {
+    let k = Connect { rkey: c.rkey, nonce };
+    k.resume_proof(next_psn, secret)
+}
+
+/// The proof of `secret` a CLOSE of `c`'s incarnation `nonce` carries.
+fn close_proof(c: &Client, nonce: u64, secret: u64) -> u64 {
+    Connect { rkey: c.rkey, nonce }.close_proof(secret)
+}
+
 fn get(c: &Client, n: u32, key: &[u8]) -> Vec<u8> {
     c.request(&[KvOp::Get { key }], n, n)
 }
@@ -143,7 +154,7 @@ fn hijack_attempts_are_refused_and_counted() {
                 100,
                 Join::Resume {
                     next_psn: a.psn(0),
-                    secret: None,
+                    proof: None,
                 },
             ),
             DropReason::BadSecret,
@@ -155,29 +166,49 @@ fn hijack_attempts_are_refused_and_counted() {
                 100,
                 Join::Resume {
                     next_psn: a.psn(0),
-                    secret: Some(secret ^ 1),
+                    proof: Some(resume_proof(&a, 100, a.psn(0), secret ^ 1)),
                 },
             ),
             DropReason::BadSecret,
         ),
         // A CLOSE with another secret, and with the right secret but another R_Key.
         (
-            join_frame(a.qpn, a.rkey, 100, Join::Close { secret: !secret }),
+            join_frame(
+                a.qpn,
+                a.rkey,
+                100,
+                Join::Close {
+                    proof: close_proof(&a, 100, !secret),
+                },
+            ),
+            DropReason::BadSecret,
+        ),
+        // The secret itself where its proof belongs (what an observer of an old
+        // RESUME or CLOSE would have had): refused.
+        (
+            join_frame(a.qpn, a.rkey, 100, Join::Close { proof: secret }),
+            DropReason::BadSecret,
+        ),
+        // A proof of the secret for another incarnation: refused.
+        (
+            join_frame(
+                a.qpn,
+                a.rkey,
+                100,
+                Join::Close {
+                    proof: close_proof(&a, 101, secret),
+                },
+            ),
             DropReason::BadSecret,
         ),
         (
-            join_frame(a.qpn, b.rkey, 100, Join::Close { secret }),
-            DropReason::BadRKey,
-        ),
-        // Requests on the QP with another client's R_Key.
-        (
-            common::request(
-                &[KvOp::Get { key: b"k" }],
-                0,
+            join_frame(
                 a.qpn,
                 b.rkey,
-                a.va(0),
-                a.psn(0),
+                100,
+                Join::Close {
+                    proof: close_proof(&a, 100, secret),
+                },
             ),
             DropReason::BadRKey,
         ),
@@ -214,6 +245,41 @@ fn hijack_attempts_are_refused_and_counted() {
         assert!(out.is_empty(), "{why:?}: answered");
         assert_eq!(drops(&st, *why), before + 1, "{why:?}: not counted");
     }
+    // A request on the QP with another client's R_Key, or with its R_Key from
+    // another source, is answered as a request to a closed QPN is: NAK invalid
+    // request, nothing executed — no answer tells a live QPN from a closed one.
+    let other_src = kvwire::frame::FrameParams::new(
+        [2, 0, 0, 0, 0, 0x66],
+        common::SERVER_MAC,
+        common::CLIENT_IP,
+        common::SERVER_IP,
+        0xC000,
+    );
+    let wrong = [
+        (
+            common::request(&[KvOp::Get { key: b"k" }], 0, a.qpn, b.rkey, a.va(0), a.psn(0)),
+            DropReason::BadRKey,
+        ),
+        (
+            a.request_to(&other_src, &[KvOp::Put { key: b"x", value: b"evil" }], 0, 0),
+            DropReason::WrongSource,
+        ),
+        (
+            common::request(&[KvOp::Get { key: b"k" }], 0, a.qpn + 64, a.rkey, a.va(0), a.psn(0)),
+            DropReason::UnknownQp,
+        ),
+    ];
+    let mut naks = Vec::new();
+    for (frame, why) in &wrong {
+        let before = drops(&st, *why);
+        let out = run(&mut s, &st, std::slice::from_ref(frame));
+        assert_eq!(out.len(), 1, "{why:?}: one answer");
+        let nak = ack_of(&out[0]);
+        assert_eq!(nak.syndrome, Syndrome::Nak(NakCode::InvalidRequest), "{why:?}");
+        naks.push((nak.psn, nak.syndrome));
+        assert_eq!(drops(&st, *why), before + 1, "{why:?}: not counted");
+    }
+    assert!(naks.windows(2).all(|w| w[0] == w[1]), "the answers differ: {naks:?}");
     // The owner's connection is the same one: its first request is served at the
     // PSN its ACCEPT gave.
     let out = run(&mut s, &st, &[put(&a, 0, b"x", b"1")]);
@@ -229,7 +295,7 @@ fn hijack_attempts_are_refused_and_counted() {
             100,
             Join::Resume {
                 next_psn: a.psn(1),
-                secret: Some(secret),
+                proof: Some(resume_proof(&a, 100, a.psn(1), secret)),
             },
         )],
     );
@@ -237,7 +303,14 @@ fn hijack_attempts_are_refused_and_counted() {
     assert!(acc.resumed && acc.request_psn == a.psn(1));
     // The owner's CLOSE frees the QP: a request on it is answered NAK invalid
     // request (not executed), and a replayed CLOSE finds nothing.
-    let close = join_frame(a.qpn, a.rkey, 100, Join::Close { secret });
+    let close = join_frame(
+        a.qpn,
+        a.rkey,
+        100,
+        Join::Close {
+            proof: close_proof(&a, 100, secret),
+        },
+    );
     assert!(run(&mut s, &st, std::slice::from_ref(&close)).is_empty());
     assert_eq!((st.closes.get(), s.opened_qps()), (1, 1));
     let out = run(&mut s, &st, &[put(&a, 1, b"x", b"2")]);
@@ -265,7 +338,7 @@ fn guessing_the_secret_fails() {
             x ^= x >> 7;
             x ^= x << 17;
             let guess = if x == secret { x ^ 1 } else { x };
-            join_frame(a.qpn, a.rkey, 1, Join::Close { secret: guess })
+            join_frame(a.qpn, a.rkey, 1, Join::Close { proof: guess })
         })
         .collect();
     for chunk in frames.chunks(32) {

@@ -33,6 +33,7 @@ fn rule(id: u32, secret: &[u8], acl: u8) -> TenantRule {
         max_connections: 0,
         requests_per_s: 0,
         max_credits: 0,
+        reserved_connections: 0,
     }
 }
 
@@ -321,6 +322,129 @@ fn transactions_need_the_txn_category_and_their_keys_in_the_namespace() {
         "no txn category"
     );
     assert_eq!(TXN & (READ | WRITE), 0);
+}
+
+/// A transaction refused DENIED carries its own op count of ABORTED results, never
+/// the results of the last transaction that committed on the worker (issue 46: tenant
+/// B's one-op `[GET FE]` was answered with tenant A's two secret values).
+#[test]
+fn a_refused_transaction_answers_its_own_results_and_no_value() {
+    use kvwire::payload::{write_tx, TxAbort};
+    let mut s = server(
+        vec![
+            rule(7, SECRET_A, tenant::ALL),
+            rule(9, SECRET_B, tenant::ALL),
+            rule(11, SECRET_B, READ | WRITE),
+        ],
+        true,
+    );
+    let st = WorkerStats::default();
+    let now = now_ms();
+    let a = try_open(&mut s, &st, tenant_open(1, 7, SECRET_A, now)).unwrap();
+    let b = try_open(&mut s, &st, tenant_open(2, 9, SECRET_B, now)).unwrap();
+    let ro = try_open(&mut s, &st, tenant_open(3, 11, SECRET_B, now)).unwrap();
+    let anon = try_open(&mut s, &st, open_frame(4, Join::Open { partition: 0, tenant: None }))
+        .unwrap();
+    let (card, pin) = (prefixed(7, b"card"), prefixed(7, b"pin"));
+    let tx = |ops: &[KvOp<'_>], id: u32| {
+        let mut buf = vec![0u8; 512];
+        let n = write_tx(&mut buf, id, &[], ops).unwrap();
+        buf.truncate(n);
+        buf
+    };
+    let put = tx(
+        &[
+            KvOp::Put { key: &card, value: b"A-SECRET-4111" },
+            KvOp::Put { key: &pin, value: b"A-PIN-0000" },
+        ],
+        1,
+    );
+    let out = run(&mut s, &st, &[a.raw_request(&put, 0)]);
+    assert_eq!(results(&out[0])[0].0, Status::Ok);
+    let read = tx(&[KvOp::Get { key: &card }, KvOp::Get { key: &pin }], 2);
+    let out = run(&mut s, &st, &[a.raw_request(&read, 1)]);
+    assert_eq!(results(&out[0]).len(), 3, "A reads its own");
+    // Refused for a key outside the namespace, for a missing `txn`, for an anonymous
+    // key in the tenant range: each one op, each answered with 2 results, no value.
+    let fe = [0xFEu8];
+    let cases = [(&b, 0u32, &fe[..]), (&ro, 0, b"k"), (&anon, 0, &fe[..])];
+    for (k, (c, n, key)) in cases.into_iter().enumerate() {
+        let out = run(&mut s, &st, &[c.raw_request(&tx(&[KvOp::Get { key }], 9), n)]);
+        let r = results(&out[0]);
+        assert_eq!(r.len(), 2, "case {k}: op count + 1 results, got {r:?}");
+        let abort = TxAbort::decode(&r[0].1).unwrap();
+        assert_eq!((r[0].0, abort.status), (Status::Aborted, Status::Denied));
+        assert_eq!(r[1], (Status::Aborted, Vec::new()), "case {k}");
+        for (_, v) in &r {
+            for secret in [&b"A-SECRET"[..], b"A-PIN"] {
+                assert!(!v.windows(secret.len()).any(|w| w == secret), "case {k} leaked");
+            }
+        }
+    }
+}
+
+/// ACLs mean what they say: a tenant without `read` learns an op's outcome, never a
+/// stored value — COMPARE_DELETE answers the expected value or nothing, CAS `p1` or
+/// `!p1`, every other update nothing — alone and inside a transaction.
+#[test]
+fn a_tenant_without_read_gets_outcomes_not_values() {
+    use kvwire::payload::write_tx;
+    use kvwire::{func, Atomic, Width};
+    let mut s = server(
+        vec![
+            rule(7, SECRET_A, tenant::ALL),
+            rule(9, SECRET_B, WRITE | tenant::ATOMIC | TXN),
+        ],
+        true,
+    );
+    let st = WorkerStats::default();
+    let now = now_ms();
+    let a = try_open(&mut s, &st, tenant_open(1, 7, SECRET_A, now)).unwrap();
+    let w = try_open(&mut s, &st, tenant_open(2, 9, SECRET_B, now)).unwrap();
+    let k = prefixed(9, b"k");
+    let n = prefixed(9, b"n");
+    let put = |s: &mut Server, c: &Client, i: u32, key: &[u8], value: &[u8]| {
+        assert_eq!(one(s, &st, c, i, KvOp::Put { key, value }), Status::Ok);
+    };
+    put(&mut s, &w, 0, &k, b"hidden-value");
+    put(&mut s, &w, 1, &n, &41u64.to_le_bytes());
+    let got = |s: &mut Server, c: &Client, i: u32, op: KvOp<'_>| {
+        let out = run(s, &st, &[c.request(&[op], i, i)]);
+        results(&out[0]).remove(0)
+    };
+    let cad = |e: &'static [u8]| KvOp::CompareDelete { key: &k, expected: e };
+    assert_eq!(got(&mut s, &w, 2, cad(b"guess")), (Status::Ok, Vec::new()));
+    assert_eq!(got(&mut s, &w, 3, cad(b"")), (Status::Ok, vec![0]));
+    let add = KvOp::UpdateS2S {
+        key: &n,
+        atomic: Atomic { func: func::FETCH_ADD, width: Width::W8, signed: false },
+        param: 1,
+        param2: 0,
+    };
+    assert_eq!(got(&mut s, &w, 4, add), (Status::Ok, Vec::new()));
+    let cas = |p1: u64| KvOp::UpdateS2S {
+        key: &n,
+        atomic: Atomic { func: func::CAS, width: Width::W8, signed: false },
+        param: p1,
+        param2: 100,
+    };
+    assert_eq!(got(&mut s, &w, 5, cas(3)), (Status::Ok, (!3u64).to_le_bytes().to_vec()));
+    assert_eq!(got(&mut s, &w, 6, cas(42)), (Status::Ok, 42u64.to_le_bytes().to_vec()));
+    assert_eq!(got(&mut s, &w, 7, cad(b"hidden-value")).1, b"hidden-value".to_vec());
+    // Inside a transaction: the same.
+    put(&mut s, &w, 8, &k, b"hidden-again");
+    let mut buf = vec![0u8; 256];
+    let len = write_tx(&mut buf, 9, &[], &[cad(b"nope"), add]).unwrap();
+    let out = run(&mut s, &st, &[w.raw_request(&buf[..len], 9)]);
+    let r = results(&out[0]);
+    assert_eq!(r[0].0, Status::Ok);
+    assert_eq!(r[1], (Status::Ok, Vec::new()));
+    assert_eq!(r[2], (Status::Ok, Vec::new()));
+    // A tenant with `read` still gets the values of its own keys.
+    let ka = prefixed(7, b"k");
+    put(&mut s, &a, 0, &ka, b"visible");
+    let cad_a = KvOp::CompareDelete { key: &ka, expected: b"other" };
+    assert_eq!(got(&mut s, &a, 1, cad_a), (Status::Ok, b"visible".to_vec()));
 }
 
 #[test]

@@ -458,7 +458,7 @@ fn transport_settings_checked_and_sizes() {
     // 1 MiB / 1024 = 1 KiB slots: too small for a 1440 B request.
     assert!(bad(MAX_CREDITS).unwrap().contains("slot"));
     assert!(bad(512).is_none());
-    assert_eq!(qp_state_bytes(32), 72 + 32 * 24);
+    assert_eq!(qp_state_bytes(32), 88 + 32 * 24);
     // kvconf's copies of kvwire's limits agree with it.
     assert_eq!(
         kvconf::REQUEST_PAYLOAD_CAPACITY,

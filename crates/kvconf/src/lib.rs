@@ -18,7 +18,9 @@ use std::path::Path;
 pub mod replication;
 mod tenants;
 pub use replication::{EtcdSection, FsyncPolicy, ReplMode, ReplRole, ReplicationSection, Topology};
-pub use tenants::{parse_hex, TenantConfig, TenantCredentials};
+pub use tenants::{
+    parse_hex, validate_tenants, TenantConfig, TenantCredentials, DEFAULT_RESERVED_CONNECTIONS,
+};
 
 /// Where the DPDK plugin PMDs of Debian's DPDK 22.11 packages live.
 pub const DEFAULT_PMD_DIR: &str = "/usr/lib/x86_64-linux-gnu/dpdk/pmds-23.0";
@@ -186,7 +188,7 @@ pub struct ServerConfig {
     #[serde(default = "default_mtu")]
     pub mtu: u16,
     /// Opened QPs (one per client connection, docs/PROTOCOL.md §6.1) each worker
-    /// keeps at most: 1..=60000, default 16384. Each costs about 840 B (`W` = 32)
+    /// keeps at most: 1..=60000, default 16384. Each costs about 856 B (`W` = 32)
     /// while open.
     #[serde(default = "default_max_connections")]
     pub max_connections: u32,
@@ -360,7 +362,7 @@ pub struct FunctionConfig {
 }
 
 /// One admitted client QP.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct ClientConfig {
     /// The client's QPN: the BTH destination QP of its requests (it identifies the
@@ -368,6 +370,28 @@ pub struct ClientConfig {
     pub qpn: u32,
     /// The R_Key the client must present in every RETH.
     pub rkey: u32,
+    /// The source MAC its frames must come from (with `ip`); absent: any source,
+    /// and only while the server takes anonymous clients (`server.anonymous`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mac: Option<String>,
+    /// The source IPv4 address its frames must come from (with `mac`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ip: Option<Ipv4Addr>,
+}
+
+impl ClientConfig {
+    /// The source the QP is bound to: `Some((mac, ip))` when the config names both,
+    /// `None` when neither; naming one alone is an error.
+    pub fn origin(&self) -> Result<Option<([u8; 6], Ipv4Addr)>, String> {
+        match (&self.mac, self.ip) {
+            (None, None) => Ok(None),
+            (Some(m), Some(ip)) => Ok(Some((parse_mac(m).map_err(|e| e.0)?, ip))),
+            _ => Err(format!(
+                "client qpn {}: name both mac and ip to bind it to a source, or neither",
+                self.qpn
+            )),
+        }
+    }
 }
 
 /// Storage engine parameters (see docs/ENGINE.md).
@@ -467,6 +491,17 @@ impl Config {
         }
         if self.server.qpn >= 1 << 24 {
             return Err(ConfigError("server.qpn must fit in 24 bits".into()));
+        }
+        validate_tenants(&self.tenants).map_err(ConfigError)?;
+        for c in &self.clients {
+            let origin = c.origin().map_err(ConfigError)?;
+            if origin.is_none() && !self.server.anonymous {
+                return Err(ConfigError(format!(
+                    "client qpn {}: server.anonymous is false, so a static QP must be bound \
+                     to its source (\"mac\" and \"ip\")",
+                    c.qpn
+                )));
+            }
         }
         let s = &self.server;
         if s.credits == 0 || s.credits > MAX_CREDITS || !s.credits.is_power_of_two() {

@@ -31,6 +31,19 @@ pub struct TenantConfig {
     /// power of two (0: the server's `server.credits`; above it, the server's).
     #[serde(default)]
     pub max_credits: u16,
+    /// Opened QPs per worker held for the tenant while it has fewer: anonymous
+    /// clients and other tenants beyond their own reserves cannot take them (default
+    /// 16; 0: none). The held QPs of all tenants are at most half of
+    /// `server.max_connections`.
+    #[serde(default = "default_reserved_connections")]
+    pub reserved_connections: u32,
+}
+
+/// The default `reserved_connections`.
+pub const DEFAULT_RESERVED_CONNECTIONS: u32 = 16;
+
+fn default_reserved_connections() -> u32 {
+    DEFAULT_RESERVED_CONNECTIONS
 }
 
 fn default_acl() -> String {
@@ -81,7 +94,19 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
 }
 
 impl TenantConfig {
-    /// Checks the id, the secret and the window.
+    /// The ACL as category bits (`kvwire::tenant::parse_acl`, the one parser).
+    pub fn acl_bits(&self) -> Result<u8, String> {
+        kvwire::tenant::parse_acl(&self.acl).map_err(|e| format!("tenant {:?}: acl: {e}", self.name))
+    }
+
+    /// The secret's bytes.
+    pub fn secret_bytes(&self) -> Result<Vec<u8>, String> {
+        parse_hex(&self.secret).map_err(|e| format!("tenant {:?}: secret: {e}", self.name))
+    }
+
+    /// Checks the id, the secret, the ACL, the window and the reserve: what the
+    /// dataplane checks before it applies a tenant (`ctlplane config show` runs the
+    /// same checks).
     pub fn validate(&self) -> Result<(), String> {
         if self.id == 0 || self.id >= 1 << 24 {
             return Err(format!(
@@ -89,8 +114,11 @@ impl TenantConfig {
                 self.name
             ));
         }
-        let secret =
-            parse_hex(&self.secret).map_err(|e| format!("tenant {:?}: secret: {e}", self.name))?;
+        if self.name.is_empty() {
+            return Err(format!("tenant {}: empty name", self.id));
+        }
+        self.acl_bits()?;
+        let secret = self.secret_bytes()?;
         if !(16..=64).contains(&secret.len()) {
             return Err(format!(
                 "tenant {:?}: the secret must be 16 to 64 bytes (32 to 128 hex digits)",
@@ -104,6 +132,27 @@ impl TenantConfig {
                 self.name, self.max_credits
             ));
         }
+        if self.max_connections != 0 && self.reserved_connections > self.max_connections {
+            return Err(format!(
+                "tenant {:?}: reserved_connections ({}) above its max_connections ({})",
+                self.name, self.reserved_connections, self.max_connections
+            ));
+        }
         Ok(())
     }
+}
+
+/// Checks a tenant list: each tenant ([`TenantConfig::validate`]), and ids and names
+/// unique.
+pub fn validate_tenants(tenants: &[TenantConfig]) -> Result<(), String> {
+    for (i, t) in tenants.iter().enumerate() {
+        t.validate()?;
+        if let Some(o) = tenants[..i].iter().find(|o| o.id == t.id || o.name == t.name) {
+            return Err(format!(
+                "tenants {:?} and {:?}: ids and names must be unique",
+                o.name, t.name
+            ));
+        }
+    }
+    Ok(())
 }

@@ -183,3 +183,49 @@ fn mac_parsing() {
     assert!(parse_mac("02:00:00:00:00:00:00").is_err());
     assert!(parse_mac("zz:00:00:00:00:00").is_err());
 }
+
+/// `Config::validate` (what `ctlplane config show` runs) refuses every tenant the
+/// dataplane refuses — an ACL the one parser does not take, a repeated id or name, a
+/// reserve above the quota — and static QPs that are not bound where anonymous
+/// clients are refused.
+#[test]
+fn tenants_and_static_bindings_are_validated_as_the_dataplane_does() {
+    let tenant = |id: u32, name: &str, acl: &str| TenantConfig {
+        name: name.into(),
+        id,
+        secret: "00".repeat(16),
+        acl: acl.into(),
+        max_connections: 0,
+        requests_per_s: 0,
+        max_credits: 0,
+        reserved_connections: DEFAULT_RESERVED_CONNECTIONS,
+    };
+    let mut c = memif();
+    c.tenants = vec![tenant(1, "a", "read,write"), tenant(2, "b", "all")];
+    c.validate().unwrap();
+    for acl in ["bogus", "read,bogus", "READ", "", "read, write", "read,read"] {
+        c.tenants[1].acl = acl.into();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("acl"), "{acl:?}: {e}");
+    }
+    c.tenants[1].acl = "all".into();
+    c.tenants[1].id = 1;
+    assert!(c.validate().unwrap_err().to_string().contains("unique"));
+    c.tenants[1].id = 2;
+    c.tenants[1].max_connections = 4;
+    c.tenants[1].reserved_connections = 5;
+    assert!(c.validate().unwrap_err().to_string().contains("reserved_connections"));
+    c.tenants[1].reserved_connections = 4;
+    c.validate().unwrap();
+    // Anonymous clients refused: every static QP must name its source.
+    c.server.anonymous = false;
+    let e = c.validate().unwrap_err().to_string();
+    assert!(e.contains("bound"), "{e}");
+    for cl in &mut c.clients {
+        cl.mac = Some("02:00:00:00:00:02".into());
+        cl.ip = Some("10.0.0.2".parse().unwrap());
+    }
+    c.validate().unwrap();
+    c.clients[0].ip = None;
+    assert!(c.validate().unwrap_err().to_string().contains("both"));
+}

@@ -150,6 +150,50 @@ pub const fn post_image_bound(op: &KvOp<'_>, max_value_len: usize) -> Option<usi
     }
 }
 
+/// Redacts, in place, the result `value` (status `status`) of `op` for a client that
+/// may not read values (`kvwire::tenant::redacts`): what is left says only the op's
+/// outcome, which the client learns from any answer, and no byte of the stored value.
+/// Returns the redacted length (never more than `value.len()`).
+///
+/// * COMPARE_DELETE: the value when it deleted (it equals the op's expected value, so
+///   it tells nothing new); else an empty value — or one zero byte when the expected
+///   value is empty — so it differs from the expected value as the stored one did.
+/// * CAS (UPDATE_S2S/S2V with function CAS): each element stays `p1` where it was
+///   `p1` (the swap happened), and becomes `!p1` where it was not.
+/// * Every other update: an empty value. Errors carry no value either way.
+pub fn redact(op: &KvOp<'_>, status: Status, value: &mut [u8]) -> usize {
+    if status != Status::Ok {
+        return 0;
+    }
+    match *op {
+        KvOp::CompareDelete { expected, .. } => {
+            if value == expected {
+                value.len()
+            } else if expected.is_empty() && !value.is_empty() {
+                value[0] = 0;
+                1
+            } else {
+                0
+            }
+        }
+        KvOp::UpdateS2S { atomic, param, .. } | KvOp::UpdateS2V { atomic, param, .. }
+            if atomic.func == kvwire::func::CAS =>
+        {
+            let w = atomic.width.bytes();
+            let p1 = param & atomic.width.mask();
+            let not_p1 = !param & atomic.width.mask();
+            let whole = value.len() - value.len() % w;
+            for e in value[..whole].chunks_exact_mut(w) {
+                if crate::functions::load_le(e) != p1 {
+                    store_le(e, not_p1);
+                }
+            }
+            whole
+        }
+        _ => 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -317,5 +361,44 @@ mod tests {
             assert_eq!(bound.is_some(), spec.writes, "{}", spec.name);
             assert_eq!(updates(&op), spec.writes && spec.atomic, "{}", spec.name);
         }
+    }
+
+    #[test]
+    fn redaction_leaves_the_outcome_and_no_stored_byte() {
+        let cad = KvOp::CompareDelete {
+            key: b"k",
+            expected: b"mine",
+        };
+        let mut held = *b"mine";
+        assert_eq!(redact(&cad, Status::Ok, &mut held), 4, "deleted: the expected value");
+        let mut other = *b"theirs";
+        assert_eq!(redact(&cad, Status::Ok, &mut other), 0, "kept: nothing");
+        let empty = KvOp::CompareDelete {
+            key: b"k",
+            expected: b"",
+        };
+        let mut other = *b"secret";
+        assert_eq!(redact(&empty, Status::Ok, &mut other), 1);
+        assert_eq!(other[0], 0);
+        let cas = KvOp::UpdateS2V {
+            key: b"k",
+            atomic: atomic(func::CAS, Width::W2),
+            param: 7,
+            param2: 9,
+        };
+        let mut v: Vec<u8> = [7u16, 1234, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
+        assert_eq!(redact(&cas, Status::Ok, &mut v), 6);
+        let elems: Vec<u16> = v.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(elems, vec![7, !7u16, 7], "the swap's outcome per element, not 1234");
+        let add = KvOp::UpdateS2S {
+            key: b"k",
+            atomic: atomic(func::FETCH_ADD, Width::W8),
+            param: 1,
+            param2: 0,
+        };
+        let mut orig = 41u64.to_le_bytes();
+        assert_eq!(redact(&add, Status::Ok, &mut orig), 0);
+        let mut hint = [1u8; 20];
+        assert_eq!(redact(&cad, Status::NotMaster, &mut hint), 0);
     }
 }

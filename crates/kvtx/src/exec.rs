@@ -144,9 +144,7 @@ impl TxExecutor {
         key_ok: impl Fn(&[u8]) -> bool,
         writes: Status,
     ) -> Outcome {
-        self.used = 0;
-        self.touched.clear();
-        self.results.clear();
+        self.begin();
         let out = match self.run(tx, store, registry, &key_ok, writes) {
             Ok(()) => match self.commit(store) {
                 Ok(()) => Outcome::Committed,
@@ -169,12 +167,50 @@ impl TxExecutor {
                         None => break,
                     }
                 }
-                while self.results.len() < n {
-                    self.results.push((Status::Aborted, Span::default()));
-                }
+                self.pad_results(n);
             }
         }
         out
+    }
+
+    /// Starts a new request: the results of the last transaction (whoever sent it)
+    /// are gone, so nothing of it can reach this request's response.
+    pub fn begin(&mut self) {
+        self.used = 0;
+        self.touched.clear();
+        self.results.clear();
+    }
+
+    /// Answers `tx` refused before it ran (its client may not run it, or the
+    /// partitions could not be coordinated: `abort` names why): nothing is read or
+    /// changed, and every op's result is `ABORTED` with no value.
+    pub fn refuse(&mut self, tx: &TxReader<'_>, abort: TxAbort) -> Outcome {
+        self.begin();
+        self.pad_results(usize::from(tx.batch().op_count()));
+        self.aborted += 1;
+        Outcome::Aborted(abort)
+    }
+
+    /// Completes the results to `ops` with `ABORTED` (no value): the ops a transaction
+    /// that stopped early did not reach. Never more results than ops.
+    pub fn pad_results(&mut self, ops: usize) {
+        assert!(self.results.len() <= ops, "more results than ops");
+        while self.results.len() < ops {
+            self.result(Status::Aborted, Span::default());
+        }
+    }
+
+    /// Redacts, in place, the result of every op of `tx` (the transaction just run)
+    /// that `redacts` says its client may not read (`kvops::semantics::redact`).
+    pub fn redact_results(&mut self, tx: &TxReader<'_>, redacts: impl Fn(&KvOp<'_>) -> bool) {
+        let TxExecutor { arena, results, .. } = self;
+        for (r, op) in results.iter_mut().zip(tx.batch()) {
+            let Ok(op) = op else { break };
+            if redacts(&op) {
+                let v = &mut arena[r.1.range()];
+                r.1.len = kvops::semantics::redact(&op, r.0, v) as u32;
+            }
+        }
     }
 
     /// Each op's result, in order (status, value).

@@ -82,6 +82,10 @@ macro_rules! worker_counters {
             /// (docs/PROTOCOL.md §6.8; also counted as `op_errors`).
             denied: "Ops refused by the tenant's ACL or namespace.",
                 Family("kvd_denied_total"), false;
+            /// Keys deleted by purges of removed tenants' namespaces (docs/PROTOCOL.md
+            /// §6.8, "Removal").
+            purged_keys: "Keys deleted by purges of removed tenants' namespaces.",
+                Family("kvd_tenant_purged_keys_total"), false;
             /// OPENs that opened a QP (docs/PROTOCOL.md §6.1; a repeated OPEN whose
             /// ACCEPT was lost is counted `connect_repeats`).
             opens: "Client OPENs that opened a QP.", Family("kvd_transport_opens_total"), false;

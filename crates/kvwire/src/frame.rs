@@ -164,11 +164,23 @@ pub enum DropReason {
     /// (caller) A request over its tenant's requests-per-second quota (answered RNR
     /// NAK).
     OverQuota,
+    /// (caller) A frame to a QP bound to another source MAC/IP than the frame's (an
+    /// opened QP is bound to the address that opened it, a static one to its
+    /// configured address); answered as a closed QP is, within the refusal rate.
+    WrongSource,
+    /// (caller) An OPEN of a tenant at its `max_connections` on the worker, or one that
+    /// would take a QP another tenant's reserve holds (`reserved_connections`). Not a
+    /// failed credential: it does not count toward the OPEN throttle.
+    ConnectionQuota,
+    /// (caller) A frame that would be answered NAK "invalid request" (a closed or
+    /// unknown opened QPN, a wrong R_Key or source) beyond the worker's refusal rate:
+    /// dropped unanswered.
+    RefusalThrottled,
 }
 
 impl DropReason {
     /// Number of reasons.
-    pub const COUNT: usize = 39;
+    pub const COUNT: usize = 42;
     /// All reasons, indexed by their `u8` value.
     pub const ALL: [DropReason; Self::COUNT] = [
         DropReason::TooShort,
@@ -210,6 +222,9 @@ impl DropReason {
         DropReason::BadCredential,
         DropReason::AuthThrottled,
         DropReason::OverQuota,
+        DropReason::WrongSource,
+        DropReason::ConnectionQuota,
+        DropReason::RefusalThrottled,
     ];
     /// Index for counter arrays (`== self as usize`).
     #[inline]
@@ -258,6 +273,9 @@ impl DropReason {
             DropReason::BadCredential => "bad_credential",
             DropReason::AuthThrottled => "auth_throttled",
             DropReason::OverQuota => "over_quota",
+            DropReason::WrongSource => "wrong_source",
+            DropReason::ConnectionQuota => "connection_quota",
+            DropReason::RefusalThrottled => "refusal_throttled",
         }
     }
 }

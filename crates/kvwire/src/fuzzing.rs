@@ -361,7 +361,7 @@ fn emit_from_fields(data: &[u8]) {
     let want = ConnectFrame {
         join: transport::Join::Resume {
             next_psn: next,
-            secret: None,
+            proof: None,
         },
         ..want
     };
@@ -382,6 +382,7 @@ fn emit_from_fields(data: &[u8]) {
             qpn: f.u32() & MASK_24,
             rkey: f.u32(),
             secret: f.u64(),
+            sealed: f.u8() & 1 == 1,
         }),
     };
     let (qkey, src_qp) = (f.u32(), f.u32());

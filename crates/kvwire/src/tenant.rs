@@ -58,6 +58,21 @@ pub const fn category(opcode: u8) -> u8 {
     }
 }
 
+/// Whether a client whose ACL is `acl` gets the result of an op with `opcode`
+/// redacted: the op's result carries bytes of the stored value
+/// ([`OpSpec::reads_value`](crate::payload::ops::OpSpec)) and the ACL has no `read`.
+/// Such a result says only what the op's outcome was (`kvops::semantics::redact`): a
+/// `write`-only tenant cannot read values through COMPARE_DELETE, nor an
+/// `atomic`-only one through an update's original.
+#[inline]
+pub const fn redacts(acl: u8, opcode: u8) -> bool {
+    acl & READ == 0
+        && match crate::payload::ops::spec(opcode) {
+            Some(s) => s.reads_value,
+            None => false,
+        }
+}
+
 /// Tenant `id`'s namespace prefix.
 pub const fn namespace(id: u32) -> [u8; NAMESPACE_LEN] {
     [NAMESPACE_BYTE, (id >> 16) as u8, (id >> 8) as u8, id as u8]
@@ -96,13 +111,33 @@ fn proof_message(fields: &[u8; 28], mac: &MacAddr, ip: Ipv4Addr) -> [u8; 38] {
     m
 }
 
+/// HMAC-SHA256 (RFC 2104) keyed with `key` over the concatenation of `parts`.
+pub fn hmac_sha256(key: &[u8], parts: &[&[u8]]) -> [u8; 32] {
+    // An HMAC takes a key of any length: `new_from_slice` cannot fail.
+    let mut h = <Hmac<Sha256>>::new_from_slice(key).expect("HMAC takes any key length");
+    for p in parts {
+        h.update(p);
+    }
+    h.finalize().into_bytes().into()
+}
+
 /// The proof of an OPEN with payload fields `fields` (bytes 0–27) sent from `mac`/`ip`
 /// by a holder of `secret`.
 pub fn open_proof(secret: &[u8], fields: &[u8; 28], mac: &MacAddr, ip: Ipv4Addr) -> [u8; 32] {
-    // An HMAC takes a key of any length: `new_from_slice` cannot fail.
-    let mut h = <Hmac<Sha256>>::new_from_slice(secret).expect("HMAC takes any key length");
-    h.update(&proof_message(fields, mac, ip));
-    h.finalize().into_bytes().into()
+    hmac_sha256(secret, &[&proof_message(fields, mac, ip)])
+}
+
+/// What a tenant's ACCEPT XORs its connection secret with (docs/PROTOCOL.md §6.8):
+/// the first 8 bytes (BE) of HMAC-SHA256 keyed with the tenant's secret over
+/// `"KVD-SEAL"`, the OPEN's nonce (8 bytes, BE) and the opened QPN (4 bytes, BE). Only
+/// the tenant's clients (and the server) can compute it, so an observer of the ACCEPT
+/// does not learn the connection secret.
+pub fn seal_pad(tenant_secret: &[u8], nonce: u64, qpn: u32) -> u64 {
+    let mac = hmac_sha256(
+        tenant_secret,
+        &[b"KVD-SEAL", &nonce.to_be_bytes(), &qpn.to_be_bytes()],
+    );
+    u64::from_be_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7]])
 }
 
 /// Whether `proof` is the proof of `fields` from `mac`/`ip` with `secret` (compared
@@ -124,21 +159,39 @@ pub const fn fresh(open_ms: u64, now_ms: u64) -> bool {
     open_ms.abs_diff(now_ms) <= PROOF_WINDOW_MS
 }
 
-/// Parses an ACL written as category names joined by `,` (`"read,write"`, `"all"`).
+/// Parses an ACL written as category names joined by `,` with nothing else between
+/// them (`"read,write"`, `"all"`): exactly the names of [`CATEGORY_NAMES`] and `all`,
+/// lower case, each once. An empty ACL, a space, an unknown or repeated name is an
+/// error that says which — the one parser of the config, `ctlplane config show`,
+/// `ctlplane tenants add` and the dataplane.
 pub fn parse_acl(s: &str) -> Result<u8, String> {
+    if s.is_empty() {
+        return Err("empty ACL: name at least one of read, write, atomic, txn, all".into());
+    }
     let mut acl = 0;
-    for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-        if part == "all" {
-            acl |= ALL;
-            continue;
+    let mut seen: Vec<&str> = Vec::new();
+    for part in s.split(',') {
+        if part.is_empty() || part.chars().any(char::is_whitespace) {
+            return Err(format!(
+                "ACL {s:?}: category names joined by ',' with no spaces or empty names \
+                 (e.g. \"read,write\")"
+            ));
         }
-        let bit = CATEGORY_NAMES
-            .iter()
-            .find(|(n, _)| *n == part)
-            .map(|&(_, b)| b)
-            .ok_or_else(|| {
-                format!("unknown ACL category {part:?} (read, write, atomic, txn, all)")
-            })?;
+        if seen.contains(&part) {
+            return Err(format!("ACL {s:?}: {part:?} named twice"));
+        }
+        seen.push(part);
+        let bit = if part == "all" {
+            ALL
+        } else {
+            CATEGORY_NAMES
+                .iter()
+                .find(|(n, _)| *n == part)
+                .map(|&(_, b)| b)
+                .ok_or_else(|| {
+                    format!("ACL {s:?}: unknown category {part:?} (read, write, atomic, txn, all)")
+                })?
+        };
         acl |= bit;
     }
     Ok(acl)
@@ -212,9 +265,13 @@ mod tests {
         assert_eq!(category(op::DELETE), WRITE);
         assert_eq!(category(op::UPDATE_V2V), ATOMIC);
         assert_eq!(category(99), 0);
-        assert_eq!(parse_acl("read, write"), Ok(READ | WRITE));
+        assert_eq!(parse_acl("read,write"), Ok(READ | WRITE));
         assert_eq!(parse_acl("all"), Ok(ALL));
-        assert!(parse_acl("admin").is_err());
+        assert_eq!(parse_acl("txn,read"), Ok(READ | TXN));
+        // What the dataplane refuses, every parser refuses, with a reason.
+        for bad in ["admin", "bogus", "read,bogus", "READ", "", "read, write", "read,read", ",read", "read,"] {
+            assert!(parse_acl(bad).is_err(), "{bad:?} accepted");
+        }
         assert_eq!(acl_names(READ | TXN), "read,txn");
     }
 }

@@ -15,12 +15,12 @@ pub fn tenant_rule(t: &kvconf::TenantConfig) -> Result<TenantRule, String> {
     Ok(TenantRule {
         id: t.id,
         name: t.name.clone(),
-        secret: kvconf::parse_hex(&t.secret)?,
-        acl: kvwire::tenant::parse_acl(&t.acl)
-            .map_err(|e| format!("tenant {:?}: acl: {e}", t.name))?,
+        secret: t.secret_bytes()?,
+        acl: t.acl_bits()?,
         max_connections: t.max_connections,
         requests_per_s: t.requests_per_s,
         max_credits: t.max_credits,
+        reserved_connections: t.reserved_connections,
     })
 }
 

@@ -20,6 +20,9 @@ pub enum TenantError {
     Unknown(u32),
     /// A secret shorter than 16 or longer than 64 bytes.
     BadSecret,
+    /// The id's namespace is being purged (a tenant of that id was removed): it may
+    /// be added again once the purge finished.
+    Purging(u32),
 }
 
 impl std::fmt::Display for TenantError {
@@ -31,6 +34,11 @@ impl std::fmt::Display for TenantError {
             }
             TenantError::Unknown(id) => write!(f, "no tenant with id {id}"),
             TenantError::BadSecret => f.write_str("the secret must be 16 to 64 bytes"),
+            TenantError::Purging(id) => write!(
+                f,
+                "tenant id {id}: the namespace of a removed tenant of that id is being \
+                 purged; add it again once the purge finished"
+            ),
         }
     }
 }
@@ -72,13 +80,18 @@ impl ControlState {
         {
             return Err(TenantError::Exists(rule.id, rule.name));
         }
+        if self.purging(&mut a, rule.id) {
+            return Err(TenantError::Purging(rule.id));
+        }
         a.tenants.push(rule);
         a.tenants.sort_by_key(|r| r.id);
         Ok(self.generation.fetch_add(1, Ordering::AcqRel) + 1)
     }
 
-    /// Removes tenant `id` (its live QPs are closed); the new generation.
-    pub fn remove_tenant(&self, id: u32) -> Result<u64, TenantError> {
+    /// Removes tenant `id`: its live QPs are closed and, unless `keep_data`, its
+    /// namespace is purged (`purge.rs`). The new generation and the purge's sequence
+    /// number.
+    pub fn remove_tenant(&self, id: u32, keep_data: bool) -> Result<(u64, Option<u64>), TenantError> {
         let mut a = lock(&self.admission);
         let i = a
             .tenants
@@ -86,7 +99,8 @@ impl ControlState {
             .position(|t| t.id == id)
             .ok_or(TenantError::Unknown(id))?;
         a.tenants.remove(i);
-        Ok(self.generation.fetch_add(1, Ordering::AcqRel) + 1)
+        let seq = (!keep_data).then(|| Self::queue_purge(&mut a, id));
+        Ok((self.generation.fetch_add(1, Ordering::AcqRel) + 1, seq))
     }
 
     /// Gives tenant `id` a new secret (its live QPs are closed: their clients OPEN
@@ -121,6 +135,9 @@ impl ControlState {
         for gone in before.iter().filter(|id| !ids.contains(id)) {
             if let Some(i) = a.tenants.iter().position(|t| t.id == *gone) {
                 a.tenants.remove(i);
+                // A cluster tenant removed: its namespace goes too (the master
+                // deletes, its replicas follow the stream).
+                Self::queue_purge(&mut a, *gone);
                 changed = true;
             }
         }
@@ -169,6 +186,7 @@ mod tests {
             max_connections: 0,
             requests_per_s: 0,
             max_credits: 0,
+            reserved_connections: 0,
         }
     }
 
@@ -177,7 +195,7 @@ mod tests {
         let ctl = ControlState::new(vec![Default::default()], &[]);
         ctl.set_initial_tenants(vec![rule(3, "c")], true);
         let mut w = ctl.worker(0);
-        assert!(!w.poll_clients(|_, _, _| panic!("nothing changed")));
+        assert!(!w.poll_clients(|_| panic!("nothing changed")));
         let g = ctl.add_tenant(rule(5, "e")).unwrap();
         assert_eq!(g, 1);
         assert_eq!(
@@ -190,15 +208,20 @@ mod tests {
         );
         assert_eq!(ctl.add_tenant(rule(0, "z")), Err(TenantError::BadId(0)));
         let mut seen = Vec::new();
-        assert!(w.poll_clients(|_, t, _| seen = t.iter().map(|r| r.id).collect()));
+        assert!(w.poll_clients(|a| seen = a.tenants.iter().map(|r| r.id).collect()));
         assert_eq!(seen, vec![3, 5]);
         assert_eq!(
             ctl.rotate_tenant(5, vec![1; 8]),
             Err(TenantError::BadSecret)
         );
         assert_eq!(ctl.rotate_tenant(5, vec![1; 20]), Ok(2));
-        assert_eq!(ctl.remove_tenant(3), Ok(3));
-        assert_eq!(ctl.remove_tenant(3), Err(TenantError::Unknown(3)));
+        assert_eq!(ctl.remove_tenant(3, false), Ok((3, Some(1))));
+        assert_eq!(ctl.remove_tenant(3, false), Err(TenantError::Unknown(3)));
+        assert_eq!(
+            ctl.add_tenant(rule(3, "again")),
+            Err(TenantError::Purging(3)),
+            "not before its namespace is purged"
+        );
         let (g, t, anon) = ctl.tenants();
         assert_eq!((g, t.len(), t[0].secret.len(), anon), (3, 1, 20, true));
     }

@@ -48,8 +48,12 @@ pub const KIND_CLOSED: u8 = 5;
 pub const FRAME_LAST: u8 = 0x01;
 /// Bytes of an INCARNATION blob.
 pub const INCARNATION_LEN: usize = 9;
-/// Bytes of an OPENED blob.
-pub const OPENED_LEN: usize = 27;
+/// Bytes of an OPENED blob: kind, nonce, R_Key, secret, tenant, window, then the
+/// source MAC and IPv4 address the QP is bound to.
+pub const OPENED_LEN: usize = 37;
+/// Bytes of an OPENED blob written before QPs were bound to their source (read as
+/// unbound).
+pub const OPENED_UNBOUND_LEN: usize = 27;
 /// Bytes of a CLOSED blob.
 pub const CLOSED_LEN: usize = 9;
 /// Bytes of an INTENT blob.
@@ -146,6 +150,10 @@ pub fn opened(nonce: u64, q: &OpenedQp) -> [u8; OPENED_LEN] {
     b[13..21].copy_from_slice(&q.secret.to_le_bytes());
     b[21..25].copy_from_slice(&q.tenant.to_le_bytes());
     b[25..27].copy_from_slice(&q.window.to_le_bytes());
+    if let Some(o) = q.origin {
+        b[27..33].copy_from_slice(&o.mac);
+        b[33..37].copy_from_slice(&o.ip.octets());
+    }
     b
 }
 
@@ -184,6 +192,15 @@ pub fn frame_header(
     b
 }
 
+/// The source address in an OPENED blob's bytes 27–36 (`None`: absent, or all zero).
+fn origin_of(b: Option<&[u8]>) -> Option<crate::clients::Origin> {
+    let b = b?;
+    let mut mac = [0u8; 6];
+    mac.copy_from_slice(&b[..6]);
+    let ip = std::net::Ipv4Addr::new(b[6], b[7], b[8], b[9]);
+    (mac != [0; 6] || !ip.is_unspecified()).then_some(crate::clients::Origin { mac, ip })
+}
+
 /// Reads a blob; `None` for anything else (a future kind, a short blob).
 pub fn decode(b: &[u8]) -> Option<Blob<'_>> {
     let le32 = |o: usize| {
@@ -198,15 +215,18 @@ pub fn decode(b: &[u8]) -> Option<Blob<'_>> {
         KIND_INCARNATION if b.len() == INCARNATION_LEN => {
             Some(Blob::Incarnation { nonce: le64(1)? })
         }
-        KIND_OPENED if b.len() == OPENED_LEN => Some(Blob::Opened {
-            nonce: le64(1)?,
-            qp: OpenedQp {
-                rkey: le32(9)?,
-                secret: le64(13)?,
-                tenant: le32(21)?,
-                window: u16::from_le_bytes([b[25], b[26]]),
-            },
-        }),
+        KIND_OPENED if b.len() == OPENED_LEN || b.len() == OPENED_UNBOUND_LEN => {
+            Some(Blob::Opened {
+                nonce: le64(1)?,
+                qp: OpenedQp {
+                    rkey: le32(9)?,
+                    secret: le64(13)?,
+                    tenant: le32(21)?,
+                    window: u16::from_le_bytes([b[25], b[26]]),
+                    origin: origin_of(b.get(27..37)),
+                },
+            })
+        }
         KIND_CLOSED if b.len() == CLOSED_LEN => Some(Blob::Closed { nonce: le64(1)? }),
         KIND_INTENT if b.len() == INTENT_LEN => Some(Blob::Intent {
             nonce: le64(1)?,

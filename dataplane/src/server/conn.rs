@@ -147,6 +147,19 @@ fn resumed_request<T: TxSink>(
     }
 }
 
+/// Whether the RESUME or CLOSE in `cf` proves connection secret `secret` (a CONNECT
+/// or an OPEN proves nothing: `false`).
+fn proves_secret(cf: &ConnectFrame, secret: u64) -> bool {
+    match cf.join {
+        Join::Resume {
+            next_psn,
+            proof: Some(p),
+        } => p == cf.connect.resume_proof(next_psn, secret),
+        Join::Close { proof } => proof == cf.connect.close_proof(secret),
+        _ => false,
+    }
+}
+
 /// splitmix64's output function.
 const fn splitmix64(x: u64) -> u64 {
     let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -218,32 +231,42 @@ impl Server {
         if let Join::Open { partition, tenant } = &cf.join {
             return self.open(cf, *partition, tenant.as_ref(), stats, out);
         }
-        let Some(ci) = self.clients.find(cf.dest_qp) else {
-            if is_opened_qpn(cf.dest_qp)
-                && !(cf.resume().is_some() && self.write_status != Status::Ok)
-                && !matches!(cf.join, Join::Close { .. })
+        let ci = match self.clients.find(cf.dest_qp) {
+            None => Err(DropReason::UnknownQp),
+            Some(ci) => {
+                let c = &self.clients.as_slice()[ci];
+                if c.rkey != cf.connect.rkey {
+                    Err(DropReason::BadRKey)
+                } else if !self.source_ok(c, cf.src_mac, cf.src_ip) {
+                    Err(DropReason::WrongSource)
+                } else {
+                    Ok(ci)
+                }
+            }
+        };
+        let ci = match ci {
+            Ok(ci) => ci,
+            // An opened QPN not live, or with a wrong R_Key or source: answered alike
+            // (a CLOSE never is; a RESUME only where writes are taken).
+            Err(why)
+                if is_opened_qpn(cf.dest_qp)
+                    && !(cf.resume().is_some() && self.write_status != Status::Ok)
+                    && !matches!(cf.join, Join::Close { .. }) =>
             {
                 let params = cf.reply_params(self.id.mac, self.id.ip, RESPONSE_UDP_SRC_PORT);
-                return self.nak_unknown_opened(&params, cf.dest_qp, 0, stats, out);
+                return self.refuse_opened(&params, cf.dest_qp, 0, why, stats, out);
             }
-            return stats.drop(DropReason::UnknownQp);
+            Err(why) => return stats.drop(why),
         };
         let c = &self.clients.as_slice()[ci];
-        if c.rkey != cf.connect.rkey {
-            return stats.drop(DropReason::BadRKey);
-        }
-        // An opened QP is only resumed or closed, and only with its secret.
-        let secret = match cf.join {
-            Join::Resume { secret, .. } => secret,
-            Join::Close { secret } => Some(secret),
-            _ => None,
-        };
-        if c.is_opened() && secret != Some(c.secret) {
+        // An opened QP is only resumed or closed, and only with a proof of its
+        // secret (the secret itself never travels after the ACCEPT).
+        if c.is_opened() && !proves_secret(cf, c.secret) {
             return stats.drop(DropReason::BadSecret);
         }
         self.clients.as_mut_slice()[ci].last_active = self.now_s;
         match cf.join {
-            Join::Close { secret } => self.close(ci, secret, chunk, pkts, stats, out),
+            Join::Close { .. } => self.close(ci, chunk, pkts, stats, out),
             _ => self.join(ci, cf, chunk, pkts, stats, out),
         }
     }
@@ -277,6 +300,11 @@ impl Server {
                 Some(true) => {
                     resumed = true;
                     stats.resumes.inc();
+                }
+                // An opened QP has one incarnation: a RESUME that would begin
+                // another (its nonce is not the QP's) is refused.
+                Some(false) if self.clients.as_slice()[ci].is_opened() => {
+                    return stats.drop(DropReason::BadSecret);
                 }
                 Some(false) => {}
             }

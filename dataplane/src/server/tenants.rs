@@ -38,6 +38,9 @@ pub struct TenantRule {
     pub requests_per_s: u32,
     /// Requests in flight per opened QP: a power of two (0: the server's credits).
     pub max_credits: u16,
+    /// Opened QPs per worker held for it while it has fewer (0: none): anonymous
+    /// OPENs and other tenants beyond their own reserves leave them free.
+    pub reserved_connections: u32,
 }
 
 /// The tenant state of one worker.
@@ -55,6 +58,10 @@ pub(crate) struct Tenants {
     any_rate: bool,
     /// Per source slot: (second, failures in it).
     throttle: Box<[(u32, u16); THROTTLE_SLOTS]>,
+    /// The QPs the tenants' reserves hold now ([`Tenants::unmet_reserves`]).
+    unmet: u64,
+    /// Added to the system's wall clock ([`Server::skew_clock_ms`]).
+    skew_ms: u64,
 }
 
 impl Default for Tenants {
@@ -66,6 +73,8 @@ impl Default for Tenants {
             anonymous: true,
             any_rate: false,
             throttle: Box::new([(0, 0); THROTTLE_SLOTS]),
+            unmet: 0,
+            skew_ms: 0,
         }
     }
 }
@@ -110,6 +119,13 @@ impl Guard {
         }
     }
 
+    /// Whether `op`'s result is to be redacted for this client (its ACL has no
+    /// `read`; `kvwire::tenant::redacts`).
+    #[inline]
+    pub fn redacts(&self, op: &KvOp<'_>) -> bool {
+        tenant::redacts(self.acl, op.opcode())
+    }
+
     /// Whether the client may run transactions.
     pub fn allows_txn(&self) -> bool {
         self.acl & TXN != 0
@@ -117,27 +133,37 @@ impl Guard {
 }
 
 /// Wall-clock milliseconds.
-fn now_ms() -> u64 {
+fn wall_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn slot_of(ip: Ipv4Addr) -> usize {
-    let x = u32::from(ip).wrapping_mul(0x9E37_79B1);
-    (x >> 24) as usize % THROTTLE_SLOTS
+/// The throttle slot of source `mac`/`ip`: both, so a sender spoofing a victim's IP
+/// from its own MAC throttles only itself.
+fn slot_of(mac: &MacAddr, ip: Ipv4Addr) -> usize {
+    let mut m = [0u8; 8];
+    m[..6].copy_from_slice(mac);
+    let x = (u64::from_le_bytes(m) ^ u64::from(u32::from(ip)).rotate_left(29))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (x >> 56) as usize % THROTTLE_SLOTS
 }
 
 impl Tenants {
+    /// The server's wall clock in ms (the system's, plus the skew a simulation set).
+    pub fn now_ms(&self) -> u64 {
+        wall_ms() + self.skew_ms
+    }
+
     /// Whether any tenant has a request-rate quota.
     #[inline]
     pub fn any_rate(&self) -> bool {
         self.any_rate
     }
 
-    /// Whether any tenant is configured.
-    pub fn any(&self) -> bool {
-        !self.rules.is_empty()
+    /// Tenant `id`'s secret.
+    pub fn secret_of(&self, id: u32) -> Option<&[u8]> {
+        self.find(id).map(|i| self.rules[i].secret.as_slice())
     }
 
     /// The index of tenant `id`.
@@ -145,12 +171,14 @@ impl Tenants {
         self.rules.binary_search_by_key(&id, |r| r.id).ok()
     }
 
-    /// The guard of a client of tenant `id` (0: none); `None` when nothing is to be
-    /// checked (no tenant configured and no tenant: every key, every op).
+    /// The guard of an opened client of tenant `id` (0: none). A client without a
+    /// tenant may run every op but on no key of the tenant range (`0xFE…`), whether
+    /// or not tenants exist yet: nothing it writes can ever sit in a tenant's
+    /// namespace.
     #[inline]
     pub fn guard(&self, id: u32) -> Option<Guard> {
         if id == 0 {
-            return self.any().then(|| Guard::new(0, tenant::ALL, NO_SLOT));
+            return Some(Guard::new(0, tenant::ALL, NO_SLOT));
         }
         match self.find(id) {
             Some(i) => Some(Guard::new(id, self.rules[i].acl, TenantStats::slot_of(i))),
@@ -158,23 +186,28 @@ impl Tenants {
         }
     }
 
-    /// Whether source `ip` has failed too many OPENs this second.
-    fn throttled(&self, ip: Ipv4Addr, sec: u32) -> bool {
-        let (s, n) = self.throttle[slot_of(ip)];
+    /// Whether source `mac`/`ip` has failed too many OPENs this second.
+    fn throttled(&self, mac: &MacAddr, ip: Ipv4Addr, sec: u32) -> bool {
+        let (s, n) = self.throttle[slot_of(mac, ip)];
         s == sec && n >= FAILED_OPENS_PER_S
     }
 
-    fn note_failure(&mut self, ip: Ipv4Addr, sec: u32) {
-        let t = &mut self.throttle[slot_of(ip)];
+    /// Counts a failed OPEN of source `mac`/`ip`: a credential that did not hold, or
+    /// a connection payload that did not decode (`bad_connect`). A refusal for a
+    /// quota or a full worker is not a failure.
+    pub fn note_failure(&mut self, mac: &MacAddr, ip: Ipv4Addr) {
+        let sec = (self.now_ms() / 1000) as u32;
+        let t = &mut self.throttle[slot_of(mac, ip)];
         if t.0 != sec {
             *t = (sec, 0);
         }
         t.1 = t.1.saturating_add(1);
     }
 
-    /// Checks an OPEN's credential from `mac`/`ip`: the tenant id it may open a QP
-    /// for (0: none), or why not.
-    pub fn admit_open(
+    /// Checks an OPEN's credential from `mac`/`ip`: the tenant id its proof holds for
+    /// (0: none), or why not (a failure counted for the source's throttle). The
+    /// tenant's quotas are [`Tenants::admit_connection`]'s.
+    pub fn check_credential(
         &mut self,
         cred: Option<&TenantCredential>,
         partition: u16,
@@ -190,31 +223,62 @@ impl Tenants {
                 Err(DropReason::BadCredential)
             };
         };
-        let now = now_ms();
-        let sec = (now / 1000) as u32;
-        if self.throttled(ip, sec) {
+        let now = self.now_ms();
+        if self.throttled(mac, ip, (now / 1000) as u32) {
             return Err(DropReason::AuthThrottled);
         }
         let fields = open_fields(partition, nonce, c.id, c.time_ms);
-        let ok = self.find(c.id).is_some_and(|i| {
-            let r = &self.rules[i];
+        let i = self.find(c.id);
+        let ok = i.is_some_and(|i| {
             tenant::fresh(c.time_ms, now)
-                && tenant::verify_open(&r.secret, &fields, mac, ip, &c.proof)
-                && (r.max_connections == 0 || self.live[i] < r.max_connections)
+                && tenant::verify_open(&self.rules[i].secret, &fields, mac, ip, &c.proof)
         });
-        let slot = self.find(c.id).map(TenantStats::slot_of);
-        let count = |f: fn(&TenantSlot) -> &Counter| {
-            if let Some(s) = slot.and_then(|s| stats.tenants.slot(s)) {
-                f(s).inc();
-            }
-        };
         if !ok {
-            self.note_failure(ip, sec);
-            count(|s| &s.bad_credentials);
+            self.note_failure(mac, ip);
+            self.count_for(i, stats, |s| &s.bad_credentials);
             return Err(DropReason::BadCredential);
         }
-        count(|s| &s.opens);
         Ok(c.id)
+    }
+
+    /// Whether tenant `id` (0: an anonymous client) may take one more opened QP on a
+    /// worker with `free` of `total` opened QPs free: under the tenant's
+    /// `max_connections`, and leaving the QPs the other tenants' reserves hold (at
+    /// most half of `total`). Counted as the tenant's OPEN when it may.
+    pub fn admit_connection(
+        &self,
+        id: u32,
+        free: usize,
+        total: usize,
+        stats: &WorkerStats,
+    ) -> Result<(), DropReason> {
+        let i = self.find(id).filter(|_| id != 0);
+        let mut held = self.unmet;
+        if let Some(i) = i {
+            let r = &self.rules[i];
+            if r.max_connections != 0 && self.live[i] >= r.max_connections {
+                self.count_for(Some(i), stats, |s| &s.bad_credentials);
+                return Err(DropReason::ConnectionQuota);
+            }
+            held -= u64::from(r.reserved_connections.saturating_sub(self.live[i]));
+        }
+        let held = held.min(total as u64 / 2);
+        if free == 0 || ((free - 1) as u64) < held {
+            return Err(if free == 0 {
+                DropReason::NoFreeQp
+            } else {
+                DropReason::ConnectionQuota
+            });
+        }
+        self.count_for(i, stats, |s| &s.opens);
+        Ok(())
+    }
+
+    /// Bumps counter `f` of rule `i`'s tenant series.
+    fn count_for(&self, i: Option<usize>, stats: &WorkerStats, f: fn(&TenantSlot) -> &Counter) {
+        if let Some(s) = i.map(TenantStats::slot_of).and_then(|s| stats.tenants.slot(s)) {
+            f(s).inc();
+        }
     }
 
     /// The window `W` of a QP tenant `id` opens, of a server granting `credits`: the
@@ -247,8 +311,23 @@ impl Tenants {
     /// An opened QP of tenant `id` began (`+1`) or ended (`-1`).
     pub fn count(&mut self, id: u32, delta: i32) {
         if let Some(i) = self.find(id) {
+            let reserve = self.rules[i].reserved_connections;
+            let before = u64::from(reserve.saturating_sub(self.live[i]));
             self.live[i] = self.live[i].saturating_add_signed(delta);
+            let after = u64::from(reserve.saturating_sub(self.live[i]));
+            self.unmet = self.unmet - before + after;
+            debug_assert_eq!(self.unmet, self.unmet_reserves());
         }
+    }
+
+    /// The QPs the tenants' reserves still hold: Σ (reserve − live) over the tenants
+    /// below their reserve.
+    fn unmet_reserves(&self) -> u64 {
+        self.rules
+            .iter()
+            .zip(&self.live)
+            .map(|(r, &l)| u64::from(r.reserved_connections.saturating_sub(l)))
+            .sum()
     }
 
     /// Takes one request from tenant `id`'s bucket; `false` when it is over its rate.
@@ -302,11 +381,13 @@ impl Tenants {
                 _ => 0,
             })
             .collect();
-        self.bucket = rules.iter().map(|r| (r.requests_per_s, now_ms())).collect();
+        let now = self.now_ms();
+        self.bucket = rules.iter().map(|r| (r.requests_per_s, now)).collect();
         self.any_rate = rules.iter().any(|r| r.requests_per_s > 0);
         self.live = live;
         self.rules = rules;
         self.anonymous = anonymous;
+        self.unmet = self.unmet_reserves();
         gone
     }
 
@@ -343,13 +424,20 @@ impl Server {
             .assign(self.tenants.rules().iter().map(|r| r.id));
     }
 
+    /// Runs this server's wall clock (OPEN freshness, the repeat window, the
+    /// throttle's seconds) `ms` further ahead of the system's: for simulations and
+    /// tests that need minutes to pass at once.
+    pub fn skew_clock_ms(&mut self, ms: u64) {
+        self.tenants.skew_ms += ms;
+    }
+
     /// The tenant rules this worker applies.
     pub fn tenant_rules(&self) -> &[TenantRule] {
         self.tenants.rules()
     }
 
-    /// The guard of client `ci`'s ops (`None`: nothing to check: a static QP, or no
-    /// tenant configured and none named).
+    /// The guard of client `ci`'s ops (`None`: nothing to check: a static QP, the
+    /// operator's).
     #[inline]
     pub(super) fn guard(&self, ci: usize) -> Option<Guard> {
         let c = &self.clients.as_slice()[ci];

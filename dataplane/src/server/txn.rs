@@ -38,6 +38,8 @@ impl Server {
             Ok(r) => r.batch().batch_id(),
             Err(_) => tx_batch_id(req.payload).unwrap_or(0),
         };
+        // Whatever the executor holds is another request's.
+        self.tx_exec.begin();
         let client = &mut self.clients.as_mut_slice()[ci];
         *client.entry(req.psn) = Entry::pending(req.psn);
         stats.requests.inc();
@@ -63,11 +65,19 @@ impl Server {
                 Outcome::Committed
             }
             Ok(r) => match self.tx_denied(ci, r, req.payload.len(), stats) {
-                Some(abort) => Outcome::Aborted(abort),
-                None => match self.other_partitions(r) {
-                    0 => self.run_local(r),
-                    others => self.run_cross(r, req.payload, others, stats),
-                },
+                // Refused: its results are its own ABORTED ones, never what the
+                // executor last ran for anyone else.
+                Some(abort) => self.tx_exec.refuse(r, abort),
+                None => {
+                    let o = match self.other_partitions(r) {
+                        0 => self.run_local(r),
+                        others => self.run_cross(r, req.payload, others, stats),
+                    };
+                    if let Some(g) = self.guard(ci) {
+                        self.tx_exec.redact_results(r, |op| g.redacts(op));
+                    }
+                    o
+                }
             },
             Err(e) => Outcome::Aborted(TxAbort {
                 reason: if *e == PayloadError::TooManyOps {
@@ -113,7 +123,10 @@ impl Server {
             hint: &hint[..*hint_len],
         };
         out.result(&mut ctx, pkt, status, &value[..len]);
-        if parsed.is_ok() && !unknown {
+        if let (Ok(r), false) = (&parsed, unknown) {
+            // op count + 1 results, the ops' from this transaction alone (a
+            // transaction refused before it ran has none yet: each ABORTED).
+            tx_exec.pad_results(usize::from(r.batch().op_count()));
             for (s, v) in tx_exec.results() {
                 out.result(&mut ctx, pkt, s, v);
             }

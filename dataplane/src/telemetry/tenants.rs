@@ -26,14 +26,29 @@ pub fn register(ctl: &Arc<ControlState>) -> dpdk::Result<()> {
     let c = Arc::clone(ctl);
     register_cmd(
         "/kvd/tenants/add",
-        "Add a tenant. Params: NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S",
+        "Add a tenant. Params: NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S,\
+         MAX_CREDITS,RESERVED_CONNECTIONS",
         move |p, d| add(&c, p, d),
     )?;
     let c = Arc::clone(ctl);
     register_cmd(
         "/kvd/tenants/remove",
-        "Remove a tenant (its connections close). Param: ID",
+        "Remove a tenant (its connections close; its keys are purged unless KEEP is 1). \
+         Params: ID[,KEEP]",
         move |p, d| remove(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/purge",
+        "Purge the namespace of a tenant id that is not a tenant now. Param: ID",
+        move |p, d| purge(&c, p, d),
+    )?;
+    let c = Arc::clone(ctl);
+    register_cmd(
+        "/kvd/tenants/purge_status",
+        "Where a purge stands: state (running, finished, unknown), workers done, keys deleted. \
+         Param: SEQ",
+        move |p, d| purge_status(&c, p, d),
     )?;
     let c = Arc::clone(ctl);
     register_cmd(
@@ -100,8 +115,9 @@ fn fields<'a, const N: usize>(p: &'a str, usage: &str) -> Result<[&'a str; N], S
 }
 
 fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
-    let usage = "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S,MAX_CREDITS";
-    let rule = fields::<7>(p, usage).and_then(|[name, id, secret, acl, maxc, rps, credits]| {
+    let usage =
+        "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S,MAX_CREDITS,RESERVED_CONNECTIONS";
+    let rule = fields::<8>(p, usage).and_then(|[name, id, secret, acl, maxc, rps, credits, reserved]| {
         if name.is_empty() {
             return Err("empty tenant name".to_string());
         }
@@ -119,6 +135,7 @@ fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
                 .ok()
                 .filter(|&w| w == 0 || w.is_power_of_two())
                 .ok_or("MAX_CREDITS: a power of two, or 0 for the server's credits")?,
+            reserved_connections: parse_u32(reserved)?,
         })
     });
     let rule = match rule {
@@ -137,17 +154,67 @@ fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
 }
 
 fn remove(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    let parsed = match p.split(',').count() {
+        1 => fields::<1>(p, "ID[,KEEP]").and_then(|[id]| Ok((parse_u32(id)?, false))),
+        _ => fields::<2>(p, "ID[,KEEP]").and_then(|[id, keep]| match keep {
+            "0" => Ok((parse_u32(id)?, false)),
+            "1" => Ok((parse_u32(id)?, true)),
+            _ => Err("KEEP: 1 to keep the tenant's keys, 0 to purge them".to_string()),
+        }),
+    };
+    let (id, keep) = match parsed {
+        Ok(x) => x,
+        Err(e) => return error(d, &e),
+    };
+    match ctl.remove_tenant(id, keep) {
+        Ok((g, seq)) => {
+            let _ = d.add_str("action", "remove");
+            let _ = d.add_u64("id", u64::from(id));
+            // 0: no purge (the keys are kept, fenced: no tenant can reach them).
+            let _ = d.add_u64("purge", seq.unwrap_or(0));
+            report_applied(ctl, g, d);
+        }
+        Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn purge(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
     let id = match fields::<1>(p, "ID").and_then(|[id]| parse_u32(id)) {
         Ok(id) => id,
         Err(e) => return error(d, &e),
     };
-    match ctl.remove_tenant(id) {
-        Ok(g) => {
-            let _ = d.add_str("action", "remove");
+    match ctl.purge_namespace(id) {
+        Ok((seq, g)) => {
+            let _ = d.add_str("action", "purge");
             let _ = d.add_u64("id", u64::from(id));
+            let _ = d.add_u64("purge", seq);
             report_applied(ctl, g, d);
         }
         Err(e) => error(d, &e.to_string()),
+    }
+}
+
+fn purge_status(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
+    use dataplane::control::PurgeStatus;
+    let seq = match fields::<1>(p, "SEQ").and_then(|[s]| parse_u32(s)) {
+        Ok(s) => u64::from(s),
+        Err(e) => return error(d, &e),
+    };
+    let _ = d.add_u64("purge", seq);
+    match ctl.purge_status(seq) {
+        PurgeStatus::Running(done, of) => {
+            let _ = d.add_str("state", "running");
+            let _ = d.add_u64("workers_done", done as u64);
+            let _ = d.add_u64("workers", of as u64);
+        }
+        PurgeStatus::Finished(r) => {
+            let _ = d.add_str("state", "finished");
+            let _ = d.add_u64("id", u64::from(r.id));
+            let _ = d.add_u64("deleted", r.deleted);
+        }
+        PurgeStatus::Unknown => {
+            let _ = d.add_str("state", "unknown");
+        }
     }
 }
 

@@ -34,8 +34,11 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
     let (dest, join) = if resume {
         q.resume_tries = q.resume_tries.saturating_add(1);
         let next_psn = if q.in_flight > 0 { q.una } else { q.next_psn };
-        let secret = q.open_partition.map(|_| q.secret);
-        (q.qpn, Join::Resume { next_psn, secret })
+        // An opened QP's RESUME proves its secret (never carries it).
+        let proof = q
+            .open_partition
+            .map(|_| c.resume_proof(next_psn, q.secret));
+        (q.qpn, Join::Resume { next_psn, proof })
     } else {
         match (q.open_partition, creds) {
             (Some(partition), Some(c)) => {
@@ -80,7 +83,9 @@ pub(super) fn send_close<I: PacketIo + ?Sized>(q: &Qp, io: &mut I) {
         rkey: q.rkey,
         nonce: q.nonce,
     };
-    let join = Join::Close { secret: q.secret };
+    let join = Join::Close {
+        proof: c.close_proof(q.secret),
+    };
     if let Ok(n) = emit_join(&mut buf, &q.params, q.qpn, &c, &join) {
         io.send(&buf[..n]);
     }

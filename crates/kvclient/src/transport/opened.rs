@@ -32,7 +32,14 @@ impl Transport {
                 && q.nonce == a.accept.nonce
         })?;
         let q = &mut self.qps[i];
-        (q.qpn, q.rkey, q.secret) = (o.qpn, o.rkey, o.secret);
+        // A tenant's ACCEPT seals the secret under the tenant's (a sealed one
+        // without credentials here cannot be ours: it stays sealed, and the QP's
+        // RESUMEs and CLOSE are refused, as they should be).
+        let secret = match &self.creds {
+            Some(c) => o.unsealed(a.accept.nonce, &c.secret),
+            None => o.secret,
+        };
+        (q.qpn, q.rkey, q.secret) = (o.qpn, o.rkey, secret);
         self.by_qpn.insert(o.qpn, i);
         Some(i)
     }

@@ -27,6 +27,10 @@ pub struct OpSpec {
     pub category: u8,
     /// The worker counter (`crate::counters`) it is counted under.
     pub counter: &'static str,
+    /// Its result carries bytes of the stored value (GET's value, an update's
+    /// original, REDUCE's Σ, FILTER's elements, the value COMPARE_DELETE found): a
+    /// client whose ACL lacks `read` gets it redacted ([`crate::tenant::redacts`]).
+    pub reads_value: bool,
 }
 
 /// The opcodes, in opcode order (`OPS[i].code == i + 1`).
@@ -39,6 +43,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: false,
         category: READ,
         counter: "gets",
+        reads_value: true,
     },
     OpSpec {
         code: op::PUT,
@@ -48,6 +53,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: false,
         category: WRITE,
         counter: "puts",
+        reads_value: false,
     },
     OpSpec {
         code: op::DELETE,
@@ -57,6 +63,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: false,
         category: WRITE,
         counter: "deletes",
+        reads_value: false,
     },
     OpSpec {
         code: op::UPDATE_S2S,
@@ -66,6 +73,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: true,
         category: ATOMIC,
         counter: "atomics",
+        reads_value: true,
     },
     OpSpec {
         code: op::UPDATE_S2V,
@@ -75,6 +83,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: true,
         category: ATOMIC,
         counter: "vector_updates",
+        reads_value: true,
     },
     OpSpec {
         code: op::UPDATE_V2V,
@@ -84,6 +93,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: true,
         category: ATOMIC,
         counter: "vector_updates",
+        reads_value: true,
     },
     OpSpec {
         code: op::REDUCE,
@@ -93,6 +103,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: true,
         category: READ,
         counter: "reduces",
+        reads_value: true,
     },
     OpSpec {
         code: op::FILTER,
@@ -102,6 +113,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: true,
         category: READ,
         counter: "filters",
+        reads_value: true,
     },
     OpSpec {
         code: op::COMPARE_DELETE,
@@ -111,6 +123,7 @@ pub const OPS: [OpSpec; 9] = [
         atomic: false,
         category: WRITE,
         counter: "compare_deletes",
+        reads_value: true,
     },
 ];
 

@@ -7,8 +7,10 @@
 //!   [`OPENED_QPN_BASE`]): a client CONNECTs on its QPN with the admitted R_Key;
 //! * **opened** QPs, allocated by the server: a client sends an OPEN to the connection
 //!   manager's QP ([`CM_QPN`]) and the ACCEPT names a fresh QPN (at or above
-//!   [`OPENED_QPN_BASE`]), its R_Key and a connection secret. Only the holder of the
-//!   secret can RESUME or CLOSE that QP; nothing can take it over.
+//!   [`OPENED_QPN_BASE`]), its R_Key and a connection secret (sealed under a tenant's
+//!   secret for a tenant's OPEN). Only the holder of the secret can RESUME or CLOSE
+//!   that QP — they carry a proof of it, never the secret — and nothing can take it
+//!   over.
 
 use crate::frame::{EXT_OFF, RESPONSE_HEADER_LEN};
 use crate::ib;
@@ -36,9 +38,10 @@ pub const KIND_OPEN: u8 = 4;
 pub const KIND_CLOSE: u8 = 5;
 /// RESUME payload length: a CONNECT's 16 bytes and the next request PSN.
 pub const RESUME_LEN: usize = CONNECT_LEN + 4;
-/// RESUME payload length on an opened QP: a RESUME and the connection secret.
+/// RESUME payload length on an opened QP: a RESUME and the proof of the connection
+/// secret.
 pub const SECRET_RESUME_LEN: usize = RESUME_LEN + 8;
-/// CLOSE payload length: a CONNECT's 16 bytes and the connection secret.
+/// CLOSE payload length: a CONNECT's 16 bytes and the proof of the connection secret.
 pub const CLOSE_LEN: usize = CONNECT_LEN + 8;
 /// OPEN payload length with a tenant credential: the OPEN's 16 bytes, the tenant id
 /// (4), the client's time (8) and the proof (32).
@@ -49,6 +52,9 @@ pub const MAX_JOIN_LEN: usize = TENANT_OPEN_LEN;
 pub const ACCEPT_RESUMED: u8 = 0x01;
 /// ACCEPT flag (byte 3): a QP was opened (answer to an OPEN; 16 more bytes follow).
 pub const ACCEPT_OPENED: u8 = 0x02;
+/// ACCEPT flag (byte 3): the opened QP's connection secret is sealed under the
+/// tenant's secret (answer to a tenant's OPEN; `crate::tenant::seal_pad`).
+pub const ACCEPT_SEALED: u8 = 0x04;
 /// The connection manager's QP: OPENs are sent to it (as RDMA CM's requests go to
 /// the GSI, QP 1). No client QP has this number.
 pub const CM_QPN: u32 = 1;
@@ -94,12 +100,13 @@ pub enum Join {
     /// CONNECT: a new incarnation of a static QP (or the same ACCEPT again).
     Connect,
     /// RESUME: the incarnation goes on at request PSN `next_psn`; on an opened QP
-    /// `secret` must be its connection secret.
+    /// `proof` must prove its connection secret ([`Connect::resume_proof`]).
     Resume {
         /// The client's oldest unanswered request PSN (or its next one).
         next_psn: u32,
-        /// The connection secret (28-byte RESUME), `None` in a 20-byte one.
-        secret: Option<u64>,
+        /// The proof of the connection secret (28-byte RESUME), `None` in a 20-byte
+        /// one. The secret itself never travels after the ACCEPT.
+        proof: Option<u64>,
     },
     /// OPEN (sent to [`CM_QPN`]): a new connection on a QP the server allocates in
     /// key partition `partition`, for a tenant or for none.
@@ -111,8 +118,8 @@ pub enum Join {
     },
     /// CLOSE: the opened QP's connection ends and its QPN is freed.
     Close {
-        /// The connection secret.
-        secret: u64,
+        /// The proof of the connection secret ([`Connect::close_proof`]).
+        proof: u64,
     },
 }
 
@@ -177,6 +184,29 @@ impl Connect {
         out[8..16].copy_from_slice(&self.nonce.to_be_bytes());
     }
 
+    /// The proof of connection secret `secret` a RESUME of this incarnation at
+    /// `next_psn` carries (its bytes 20–27): the first 8 bytes, big-endian, of
+    /// HMAC-SHA256 keyed with the secret (8 bytes, BE) over the RESUME's bytes 0–19.
+    pub fn resume_proof(&self, next_psn: u32, secret: u64) -> u64 {
+        let mut buf = [0u8; MAX_JOIN_LEN];
+        let n = self.encode_join(
+            &Join::Resume {
+                next_psn,
+                proof: None,
+            },
+            &mut buf,
+        );
+        secret_proof(secret, &buf[..n])
+    }
+
+    /// The proof of connection secret `secret` a CLOSE of this incarnation carries
+    /// (its bytes 16–23): as [`Connect::resume_proof`], over the CLOSE's bytes 0–15.
+    pub fn close_proof(&self, secret: u64) -> u64 {
+        let mut head = [0u8; CONNECT_LEN];
+        self.encode_head(KIND_CLOSE, self.rkey, &mut head);
+        secret_proof(secret, &head)
+    }
+
     /// Reads a CONNECT payload (exactly [`CONNECT_LEN`] bytes).
     pub fn decode(p: &[u8]) -> Option<Connect> {
         let p: &[u8; CONNECT_LEN] = p.try_into().ok()?;
@@ -188,8 +218,8 @@ impl Connect {
     /// one when none is unanswered).
     pub fn encode_resume(&self, next_psn: u32, out: &mut [u8; RESUME_LEN]) {
         let mut buf = [0u8; MAX_JOIN_LEN];
-        let secret = None;
-        let n = self.encode_join(&Join::Resume { next_psn, secret }, &mut buf);
+        let proof = None;
+        let n = self.encode_join(&Join::Resume { next_psn, proof }, &mut buf);
         out.copy_from_slice(&buf[..n]);
     }
 
@@ -202,10 +232,10 @@ impl Connect {
                 self.encode_head(KIND_CONNECT, self.rkey, head);
                 CONNECT_LEN
             }
-            Join::Resume { next_psn, secret } => {
+            Join::Resume { next_psn, proof } => {
                 self.encode_head(KIND_RESUME, self.rkey, head);
                 tail[..4].copy_from_slice(&(next_psn & ib::MASK_24).to_be_bytes());
-                match secret {
+                match proof {
                     Some(s) => {
                         tail[4..12].copy_from_slice(&s.to_be_bytes());
                         SECRET_RESUME_LEN
@@ -225,9 +255,9 @@ impl Connect {
                     None => CONNECT_LEN,
                 }
             }
-            Join::Close { secret } => {
+            Join::Close { proof } => {
                 self.encode_head(KIND_CLOSE, self.rkey, head);
-                tail[..8].copy_from_slice(&secret.to_be_bytes());
+                tail[..8].copy_from_slice(&proof.to_be_bytes());
                 CLOSE_LEN
             }
         }
@@ -251,8 +281,8 @@ impl Connect {
                 if next_psn > ib::MASK_24 {
                     return None;
                 }
-                let secret = (p.len() == SECRET_RESUME_LEN).then(|| be64(4));
-                Join::Resume { next_psn, secret }
+                let proof = (p.len() == SECRET_RESUME_LEN).then(|| be64(4));
+                Join::Resume { next_psn, proof }
             }
             (KIND_OPEN, CONNECT_LEN | TENANT_OPEN_LEN) => {
                 // Bytes 4–5 the partition, 6–7 reserved.
@@ -277,7 +307,7 @@ impl Connect {
                 };
                 return Some((Connect { rkey: 0, ..c }, Join::Open { partition, tenant }));
             }
-            (KIND_CLOSE, CLOSE_LEN) => Join::Close { secret: be64(0) },
+            (KIND_CLOSE, CLOSE_LEN) => Join::Close { proof: be64(0) },
             _ => return None,
         };
         Some((c, join))
@@ -294,6 +324,13 @@ impl Connect {
     }
 }
 
+/// The first 8 bytes (BE) of HMAC-SHA256 keyed with `secret` (its 8 BE bytes) over
+/// `message`: what a RESUME or CLOSE carries instead of the secret.
+fn secret_proof(secret: u64, message: &[u8]) -> u64 {
+    let mac = crate::tenant::hmac_sha256(&secret.to_be_bytes(), &[message]);
+    u64::from_be_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7]])
+}
+
 /// The QP an OPEN created, as its ACCEPT names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Opened {
@@ -301,8 +338,24 @@ pub struct Opened {
     pub qpn: u32,
     /// The R_Key its requests carry.
     pub rkey: u32,
-    /// The connection secret: a RESUME or CLOSE of this QP must carry it.
+    /// The connection secret (what a RESUME's or CLOSE's proof is keyed with); sealed
+    /// under the tenant's secret when `sealed` ([`Opened::unsealed`]).
     pub secret: u64,
+    /// The secret is sealed ([`ACCEPT_SEALED`]: a tenant's OPEN): only the tenant's
+    /// secret opens it.
+    pub sealed: bool,
+}
+
+impl Opened {
+    /// The connection secret: `secret` itself, or unsealed with the tenant secret
+    /// `tenant_secret` the OPEN `nonce` was proved with.
+    pub fn unsealed(&self, nonce: u64, tenant_secret: &[u8]) -> u64 {
+        if self.sealed {
+            self.secret ^ crate::tenant::seal_pad(tenant_secret, nonce, self.qpn)
+        } else {
+            self.secret
+        }
+    }
 }
 
 /// The server's answer to a CONNECT, RESUME or OPEN: the agreed starting PSNs and
@@ -355,6 +408,9 @@ impl Accept {
         out[32..40].copy_from_slice(&self.region_va.to_be_bytes());
         if let Some(o) = self.opened {
             out[3] |= ACCEPT_OPENED;
+            if o.sealed {
+                out[3] |= ACCEPT_SEALED;
+            }
             out[40..44].copy_from_slice(&(o.qpn & ib::MASK_24).to_be_bytes());
             out[44..48].copy_from_slice(&o.rkey.to_be_bytes());
             out[48..56].copy_from_slice(&o.secret.to_be_bytes());
@@ -384,6 +440,7 @@ impl Accept {
                 qpn: be32(40) & ib::MASK_24,
                 rkey: be32(44),
                 secret: be64(48),
+                sealed: head[3] & ACCEPT_SEALED != 0,
             })
         } else {
             None

@@ -295,7 +295,7 @@ fn open_close_and_secret_resume_round_trip() {
         (
             OPENED_QPN_BASE + 5,
             Join::Close {
-                secret: 0x1122_3344_5566_7788,
+                proof: 0x1122_3344_5566_7788,
             },
             CLOSE_LEN,
         ),
@@ -303,7 +303,7 @@ fn open_close_and_secret_resume_round_trip() {
             OPENED_QPN_BASE + 5,
             Join::Resume {
                 next_psn: 0xab_cdef,
-                secret: Some(u64::MAX),
+                proof: Some(u64::MAX),
             },
             SECRET_RESUME_LEN,
         ),
@@ -311,7 +311,7 @@ fn open_close_and_secret_resume_round_trip() {
             17,
             Join::Resume {
                 next_psn: 9,
-                secret: None,
+                proof: None,
             },
             RESUME_LEN,
         ),
@@ -345,12 +345,12 @@ fn open_close_and_secret_resume_round_trip() {
     );
     p[7] = 1;
     assert!(Connect::decode_any(&p[..n]).is_none());
-    let n = c.encode_join(&Join::Close { secret: 1 }, &mut p);
+    let n = c.encode_join(&Join::Close { proof: 1 }, &mut p);
     assert!(Connect::decode_any(&p[..n - 8]).is_none());
     let n = c.encode_join(
         &Join::Resume {
             next_psn: 1,
-            secret: Some(2),
+            proof: Some(2),
         },
         &mut p,
     );
@@ -374,6 +374,7 @@ fn an_opened_accept_names_its_qp() {
             qpn: OPENED_QPN_BASE + 9,
             rkey: 0xdead_beef,
             secret: 0x0102_0304_0506_0708,
+            sealed: true,
         }),
     };
     let n = emit_accept(&mut buf, &params(), OPENED_QPN_BASE + 9, 5, 1, &a).unwrap();
@@ -387,6 +388,37 @@ fn an_opened_accept_names_its_qp() {
     a.encode_into(&mut p);
     assert!(Accept::decode(&p[..ACCEPT_LEN]).is_none());
     assert_eq!(Accept::decode(&p), Some(a));
+    assert_eq!(p[3], ACCEPT_OPENED | ACCEPT_SEALED);
+}
+
+/// The secret never travels after the ACCEPT: a RESUME and a CLOSE carry proofs of
+/// it, bound to their own fields, and a tenant's ACCEPT carries it sealed.
+#[test]
+fn proofs_of_the_connection_secret_and_the_seal() {
+    let c = Connect {
+        rkey: 0x1234,
+        nonce: 99,
+    };
+    let secret = 0x5ec2_e7a1_b0b0_c0c0;
+    let p = c.resume_proof(7, secret);
+    assert_ne!(p, secret);
+    assert_eq!(p, c.resume_proof(7, secret), "deterministic");
+    assert_ne!(p, c.resume_proof(8, secret), "bound to the next PSN");
+    assert_ne!(p, c.resume_proof(7, secret ^ 1), "bound to the secret");
+    assert_ne!(c.close_proof(secret), c.resume_proof(7, secret), "a CLOSE is not a RESUME");
+    let other = Connect { nonce: 100, ..c };
+    assert_ne!(other.close_proof(secret), c.close_proof(secret), "bound to the incarnation");
+    let o = Opened {
+        qpn: OPENED_QPN_BASE + 1,
+        rkey: 5,
+        secret: secret ^ crate::tenant::seal_pad(b"tenant-secret-0123", 42, OPENED_QPN_BASE + 1),
+        sealed: true,
+    };
+    assert_eq!(o.unsealed(42, b"tenant-secret-0123"), secret);
+    assert_ne!(o.unsealed(42, b"another-secret-0123"), secret);
+    assert_ne!(o.unsealed(43, b"tenant-secret-0123"), secret);
+    let plain = Opened { sealed: false, ..o };
+    assert_eq!(plain.unsealed(42, b"tenant-secret-0123"), o.secret);
 }
 
 #[test]
