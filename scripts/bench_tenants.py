@@ -17,6 +17,14 @@
    the same key size on the wire, and what an application sees at the same key size
    of its own (its KVs 4 bytes longer in the store).
 
+4. The noninterference fuzzer (crates/kviso, docs/SECURITY.md): in process over
+   --iso-seeds seeds, --iso-ops ops in all (dataplane/examples/noninterference, the
+   server state machine), and live (scripts/e2e/noninterference.sh: the dataplane on
+   net_tap, --iso-live-ops ops; needs root for its network namespace). Every answer
+   checked against its client's own namespace model: leaks, denied ops with a trace,
+   hijacks, replayed OPENs answered with a live QP, revoked QPs served, purge
+   leftovers — all must be 0.
+
 Writes results/tenants.json.
 """
 import argparse
@@ -34,6 +42,38 @@ from benchlib import (  # noqa: E402
     BIN, ROOT, Dataplane, free_port, log, pktgen, start_redis, stop_all)
 
 EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "tenants_bench")
+ISO_EXAMPLE = os.path.join(ROOT, "target", "release", "examples", "noninterference")
+# The fuzzer's figures that must be 0, and the attack kinds that need >= 10 000 tries.
+ISO_ZERO = ["leaks", "denied_with_trace", "replayed_opens_accepted", "hijacks_succeeded",
+            "revoked_served", "purge_leftovers", "purge_miscounts", "mismatches"]
+ISO_KINDS = ["hijack_guessed_rkey", "hijack_wrong_source", "hijack_forged_close",
+             "hijack_forged_resume", "hijack_forged_open", "replay_attempts"]
+
+
+def noninterference(ops, seeds, live_ops):
+    """The fuzzer in process and live; its figures and the pass/fail of each."""
+    r = subprocess.run([ISO_EXAMPLE, "--ops", str(ops), "--seeds", str(seeds)],
+                       stdout=subprocess.PIPE, text=True, timeout=3600)
+    inproc = json.loads(r.stdout)
+    out = {"in_process": inproc}
+    if live_ops > 0 and os.geteuid() == 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = os.path.join(tmp, "iso.json")
+            env = dict(os.environ, KVD_ISO_OPS=str(live_ops), KVD_ISO_OUT=path)
+            subprocess.run([os.path.join(ROOT, "scripts", "e2e", "noninterference.sh")],
+                           env=env, stdout=subprocess.DEVNULL, timeout=3600)
+            if os.path.exists(path):
+                out["live"] = json.load(open(path))
+    else:
+        out["live"] = "not run (--iso-live-ops 0, or not root: no network namespace)"
+    figs = [out["in_process"]["figures"]]
+    if isinstance(out.get("live"), dict):
+        figs.append(out["live"]["figures"])
+    for k in ISO_ZERO:
+        out[k] = sum(f[k] for f in figs)
+    out["attempts_by_kind"] = {k: inproc["figures"][k] for k in ISO_KINDS}
+    out["every_kind_at_least_10000"] = all(v >= 10_000 for v in out["attempts_by_kind"].values())
+    return out
 RATIOS = ["mops_10000_conns_vs_4", "acl_namespace_cost", "tenants_1000_vs_1"]
 TARGETS = {"mops_10000_conns_vs_4": 0.9, "acl_namespace_cost": 0.97, "tenants_1000_vs_1": 0.9}
 
@@ -135,6 +175,11 @@ def main():
     ap.add_argument("--seconds", type=float, default=4.0, help="per figure per run")
     ap.add_argument("--no-redis", action="store_true")
     ap.add_argument("--no-e2e", action="store_true", help="skip the end-to-end runs")
+    ap.add_argument("--iso-ops", type=int, default=10_000_000,
+                    help="noninterference ops in process (all seeds)")
+    ap.add_argument("--iso-seeds", type=int, default=20)
+    ap.add_argument("--iso-live-ops", type=int, default=1_000_000,
+                    help="noninterference ops against the live dataplane (0: not run)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "tenants.json"))
     a = ap.parse_args()
     runs = []
@@ -159,8 +204,20 @@ def main():
         "connections": med["connections"],
         "isolation_violations": sum(r["isolation_violations"] for r in runs),
         "hijacks_succeeded": sum(r["hijacks_succeeded"] for r in runs),
+        "purge_keys_per_s": med["purge_keys_per_s"],
         "runs": runs,
     }
+    iso = noninterference(a.iso_ops, a.iso_seeds, a.iso_live_ops)
+    out["noninterference"] = iso
+    out["noninterference_ops"] = {
+        "in_process": iso["in_process"]["figures"]["ops"],
+        "live": iso["live"]["figures"]["ops"] if isinstance(iso["live"], dict) else 0,
+    }
+    for k in ("leaks", "denied_with_trace", "replayed_opens_accepted"):
+        out[k] = iso[k]
+    out["hijacks_succeeded"] += iso["hijacks_succeeded"]
+    log("noninterference: " + json.dumps({k: iso[k] for k in ISO_ZERO}) + " over "
+        + json.dumps(out["noninterference_ops"]))
     if not a.no_redis and shutil.which("redis-server") and shutil.which("redis-benchmark"):
         with tempfile.TemporaryDirectory() as tmp:
             out["redis_acl"] = redis_acl(tmp, a.reps, 300_000)

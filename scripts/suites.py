@@ -126,9 +126,11 @@ SUITES = {
         "idle lcores on net_tap with Rx interrupts (results/idle_tap.json; needs root)",
         builds=[("-p", "dataplane")], steps=[py("bench_idle_tap.py", ARGS)]),
     "tenants": Suite(
-        "connections and tenants: opens/s, 10 000 QPs, tenant checks, Redis ACL users, "
-        "pktgen as a tenant (results/tenants.json)",
-        builds=[example("tenants_bench"), DP_PG, CTL], steps=[py("bench_tenants.py", ARGS)]),
+        "connections and tenants: opens/s, 10 000 QPs, tenant checks, purges, Redis ACL "
+        "users, pktgen as a tenant, the noninterference fuzzer in process and live "
+        "(results/tenants.json)",
+        builds=[example("tenants_bench"), example("noninterference"), ("-p", "kviso"), DP_PG, CTL],
+        steps=[py("bench_tenants.py", ARGS)]),
 }
 
 # `all`: the core set, in this order; the user's arguments go to engine and e2e only.

@@ -7,8 +7,10 @@
 //! * `mops_10000_conns_vs_4`: the standard work (32 ops per packet, 95 % GET / 5 % PUT,
 //!   uniform over 1 M KVs) spread over 10 000 opened QPs vs over 4 of them;
 //! * `acl_namespace_cost`: the same work from a tenant's clients (ACL and namespace
-//!   checked on every op) vs from clients without a tenant on a server without
+//!   checked on every op) vs from the operator's static QPs on a server without
 //!   tenants (nothing checked), same keys (in the tenant's namespace);
+//! * `purge_keys_per_s`: a removed tenant's namespace purged (`Server::purge_step`)
+//!   from a store of 1 M of its keys and 1 M of another tenant's;
 //! * `tenants_1000_vs_1`: the tenant's clients with 1000 tenants defined vs 1 (the
 //!   per-request rule lookup; the clients are of one tenant).
 //!
@@ -42,6 +44,12 @@ fn rule(id: u32) -> TenantRule {
 }
 
 fn server(tenants: u32) -> Server {
+    server_with_static(tenants, 0)
+}
+
+/// [`server`] admitting `statics` static QPs (17, 18, ...).
+fn server_with_static(tenants: u32, statics: u32) -> Server {
+    let statics: Vec<(u32, u32)> = (0..statics).map(|i| (17 + i, common::RKEY)).collect();
     let t = Transport {
         max_opened: 20_000,
         idle_close_s: 0,
@@ -49,7 +57,7 @@ fn server(tenants: u32) -> Server {
     };
     let mut s = Server::with_transport(
         common::identity(),
-        &[],
+        &statics,
         common::engine(256 << 20),
         true,
         FunctionRegistry::new(),
@@ -255,6 +263,35 @@ fn isolation(t: u32, n: u32) -> (u64, u64) {
     (reads, bad)
 }
 
+/// A tenant's `n` keys purged from a store that also holds `n` of another tenant's:
+/// (keys deleted, keys per second of `purge_step`).
+fn purge_rate(n: u64) -> (u64, f64) {
+    let mut s = server(2);
+    s.set_tenants(
+        vec![rule(TENANT), rule(TENANT + 1)],
+        true,
+        &WorkerStats::default(),
+    );
+    for i in 0..n {
+        for t in [TENANT, TENANT + 1] {
+            let key = tenant::prefixed(t, &i.to_le_bytes());
+            assert_eq!(s.engine_mut().put(&key, b"vv"), kvengine::Status::Ok);
+        }
+    }
+    let stats = WorkerStats::default();
+    s.set_tenants(vec![rule(TENANT + 1)], true, &stats);
+    s.request_purges(&[(1, TENANT)]);
+    let t0 = Instant::now();
+    let deleted = loop {
+        if let Some(d) = s.purge_step(&stats) {
+            break d.deleted;
+        }
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    assert_eq!(deleted, n, "every key of the tenant, none of the other's");
+    (deleted, deleted as f64 / secs)
+}
+
 fn main() {
     let secs: f64 = std::env::args()
         .nth(1)
@@ -280,8 +317,10 @@ fn main() {
     // Tenant checks on vs off, the same keys; then 1000 tenants defined vs 1.
     let ns = tenant::namespace(TENANT);
     let stats = WorkerStats::default();
-    let mut s_off = server(0);
-    let c_off = open_n(&mut s_off, 4, false, 1);
+    let mut s_off = server_with_static(0, 4);
+    let c_off: Vec<common::Client> = (0..4)
+        .map(|i| common::connect(&mut s_off, 17 + i, common::RKEY))
+        .collect();
     let mut off = Bench::with_clients(s_off, c_off, &ns, &stats);
     let mut s_on = server(1);
     let c_on = open_n(&mut s_on, 4, true, 1);
@@ -302,6 +341,7 @@ fn main() {
         on.run(4, &stats, &mut |s, v, st, tx| s.handle_burst(v, st, tx))
     });
     let (hijacks_tried, hijacks_succeeded) = hijacks(1000);
+    let (purged, purge_rate) = purge_rate(1_000_000);
     let (isolation_reads, isolation_violations) = isolation(20, 20);
     let out = serde_json::json!({
         "hijacks_tried": hijacks_tried,
@@ -323,6 +363,8 @@ fn main() {
         "mops_1000_tenants": tenants[1],
         "tenants_1000_vs_1": tenants[1] / tenants[0],
         "denied_ops": denied + stats.denied.get(),
+        "purged_keys": purged,
+        "purge_keys_per_s": purge_rate.round(),
         "reclaims": stats.reclaims.get(),
     });
     println!("{out}");

@@ -33,7 +33,6 @@ pub struct Origin {
     pub ip: Ipv4Addr,
 }
 
-
 /// What the server opened a QP with (docs/PROTOCOL.md §6.1, §6.8); its OPENED
 /// completion record carries it to the replicas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

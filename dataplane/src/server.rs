@@ -38,12 +38,12 @@ mod sync_records;
 mod tenants;
 mod txn;
 
+pub use crate::clients::Origin;
 pub use conn::{first_psns, Transport, DEFAULT_IDLE_CLOSE_S, DEFAULT_MAX_OPENED, RNR_TIMER};
 pub use cross::{ParkWaker, PartitionTable, MAX_PARTITIONS};
+pub use purge::PurgeDone;
 pub use resume::Keeper;
 use resume::ServeMark;
-pub use crate::clients::Origin;
-pub use purge::PurgeDone;
 pub use tenants::{TenantRule, FAILED_OPENS_PER_S};
 
 use crate::chunk::{Chunk, ChunkDeps, CHUNK};
@@ -376,7 +376,12 @@ impl Server {
     /// an unbound QP — an unbound static QP only while the server takes anonymous
     /// clients (`server.anonymous`).
     #[inline]
-    fn source_ok(&self, c: &crate::clients::Client, mac: kvwire::MacAddr, ip: std::net::Ipv4Addr) -> bool {
+    fn source_ok(
+        &self,
+        c: &crate::clients::Client,
+        mac: kvwire::MacAddr,
+        ip: std::net::Ipv4Addr,
+    ) -> bool {
         match c.origin {
             Some(o) => o.mac == mac && o.ip == ip,
             None => c.is_opened() || self.tenants.anonymous,

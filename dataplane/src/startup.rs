@@ -205,7 +205,9 @@ impl PartitionSpec<'_> {
         .map_err(|e| format!("server transport config: {e}"))?;
         server.set_partition(w as u32, nw as u32);
         for c in &cfg.clients {
-            let origin = c.origin()?.map(|(mac, ip)| dataplane::server::Origin { mac, ip });
+            let origin = c
+                .origin()?
+                .map(|(mac, ip)| dataplane::server::Origin { mac, ip });
             server.bind_static(c.qpn, origin);
         }
         server.set_station_kv(self.args.station_kv.unwrap_or(cfg.server.station_kv));

@@ -96,13 +96,20 @@ fn put(c: &Client, n: u32, key: &[u8], value: &[u8]) -> Vec<u8> {
 
 /// The proof of `secret` a RESUME of `c`'s incarnation `nonce` at `next_psn` carries.
 fn resume_proof(c: &Client, nonce: u64, next_psn: u32, secret: u64) -> u64 {
-    let k = Connect { rkey: c.rkey, nonce };
+    let k = Connect {
+        rkey: c.rkey,
+        nonce,
+    };
     k.resume_proof(next_psn, secret)
 }
 
 /// The proof of `secret` a CLOSE of `c`'s incarnation `nonce` carries.
 fn close_proof(c: &Client, nonce: u64, secret: u64) -> u64 {
-    Connect { rkey: c.rkey, nonce }.close_proof(secret)
+    Connect {
+        rkey: c.rkey,
+        nonce,
+    }
+    .close_proof(secret)
 }
 
 fn get(c: &Client, n: u32, key: &[u8]) -> Vec<u8> {
@@ -132,15 +139,10 @@ fn every_open_gets_its_own_qp_and_a_lost_accept_gets_the_same_again() {
     assert_eq!(results(&out[1]), vec![(Status::Ok, b"a".to_vec())]);
 }
 
-/// Every way of reaching another client's opened QP is refused and counted, and
-/// the owner's connection goes on untouched.
-#[test]
-fn hijack_attempts_are_refused_and_counted() {
-    let mut s = server_with(16, 0);
-    let st = WorkerStats::default();
-    let (a, secret) = open(&mut s, &st, 100);
-    let (b, _) = open(&mut s, &st, 200);
-    let attempts: Vec<(Vec<u8>, DropReason)> = vec![
+/// Every forged connection frame for opened QP `a` (secret `secret`) of another
+/// client `b` may send, with the drop reason it must be counted under.
+fn forged_joins(a: &Client, b: &Client, secret: u64) -> Vec<(Vec<u8>, DropReason)> {
+    vec![
         // A CONNECT on the QP, even with its R_Key: an opened QP has no CONNECT.
         (
             join_frame(a.qpn, a.rkey, 1 << 60, Join::Connect),
@@ -166,7 +168,7 @@ fn hijack_attempts_are_refused_and_counted() {
                 100,
                 Join::Resume {
                     next_psn: a.psn(0),
-                    proof: Some(resume_proof(&a, 100, a.psn(0), secret ^ 1)),
+                    proof: Some(resume_proof(a, 100, a.psn(0), secret ^ 1)),
                 },
             ),
             DropReason::BadSecret,
@@ -178,7 +180,7 @@ fn hijack_attempts_are_refused_and_counted() {
                 a.rkey,
                 100,
                 Join::Close {
-                    proof: close_proof(&a, 100, !secret),
+                    proof: close_proof(a, 100, !secret),
                 },
             ),
             DropReason::BadSecret,
@@ -196,7 +198,7 @@ fn hijack_attempts_are_refused_and_counted() {
                 a.rkey,
                 100,
                 Join::Close {
-                    proof: close_proof(&a, 101, secret),
+                    proof: close_proof(a, 101, secret),
                 },
             ),
             DropReason::BadSecret,
@@ -207,7 +209,7 @@ fn hijack_attempts_are_refused_and_counted() {
                 b.rkey,
                 100,
                 Join::Close {
-                    proof: close_proof(&a, 100, secret),
+                    proof: close_proof(a, 100, secret),
                 },
             ),
             DropReason::BadRKey,
@@ -238,48 +240,24 @@ fn hijack_attempts_are_refused_and_counted() {
             ),
             DropReason::NoFreeQp,
         ),
-    ];
+    ]
+}
+
+/// Every way of reaching another client's opened QP is refused and counted, and
+/// the owner's connection goes on untouched.
+#[test]
+fn hijack_attempts_are_refused_and_counted() {
+    let mut s = server_with(16, 0);
+    let st = WorkerStats::default();
+    let (a, secret) = open(&mut s, &st, 100);
+    let (b, _) = open(&mut s, &st, 200);
+    let attempts = forged_joins(&a, &b, secret);
     for (frame, why) in &attempts {
         let before = drops(&st, *why);
         let out = run(&mut s, &st, std::slice::from_ref(frame));
         assert!(out.is_empty(), "{why:?}: answered");
         assert_eq!(drops(&st, *why), before + 1, "{why:?}: not counted");
     }
-    // A request on the QP with another client's R_Key, or with its R_Key from
-    // another source, is answered as a request to a closed QPN is: NAK invalid
-    // request, nothing executed — no answer tells a live QPN from a closed one.
-    let other_src = kvwire::frame::FrameParams::new(
-        [2, 0, 0, 0, 0, 0x66],
-        common::SERVER_MAC,
-        common::CLIENT_IP,
-        common::SERVER_IP,
-        0xC000,
-    );
-    let wrong = [
-        (
-            common::request(&[KvOp::Get { key: b"k" }], 0, a.qpn, b.rkey, a.va(0), a.psn(0)),
-            DropReason::BadRKey,
-        ),
-        (
-            a.request_to(&other_src, &[KvOp::Put { key: b"x", value: b"evil" }], 0, 0),
-            DropReason::WrongSource,
-        ),
-        (
-            common::request(&[KvOp::Get { key: b"k" }], 0, a.qpn + 64, a.rkey, a.va(0), a.psn(0)),
-            DropReason::UnknownQp,
-        ),
-    ];
-    let mut naks = Vec::new();
-    for (frame, why) in &wrong {
-        let before = drops(&st, *why);
-        let out = run(&mut s, &st, std::slice::from_ref(frame));
-        assert_eq!(out.len(), 1, "{why:?}: one answer");
-        let nak = ack_of(&out[0]);
-        assert_eq!(nak.syndrome, Syndrome::Nak(NakCode::InvalidRequest), "{why:?}");
-        naks.push((nak.psn, nak.syndrome));
-        assert_eq!(drops(&st, *why), before + 1, "{why:?}: not counted");
-    }
-    assert!(naks.windows(2).all(|w| w[0] == w[1]), "the answers differ: {naks:?}");
     // The owner's connection is the same one: its first request is served at the
     // PSN its ACCEPT gave.
     let out = run(&mut s, &st, &[put(&a, 0, b"x", b"1")]);
@@ -322,6 +300,81 @@ fn hijack_attempts_are_refused_and_counted() {
     // The value was written once, by the owner's request before the CLOSE.
     let out = run(&mut s, &st, &[get(&b, 0, b"x")]);
     assert_eq!(results(&out[0]), vec![(Status::Ok, b"1".to_vec())]);
+}
+
+/// A request on an opened QP with another client's R_Key, or with its R_Key from
+/// another source, is answered as a request to a closed QPN is: NAK invalid request,
+/// nothing executed — no answer tells a live QPN from a closed one.
+#[test]
+fn refused_frames_to_opened_qpns_are_answered_alike() {
+    let mut s = server_with(16, 0);
+    let st = WorkerStats::default();
+    let (a, _) = open(&mut s, &st, 100);
+    let (b, _) = open(&mut s, &st, 200);
+    let other_src = kvwire::frame::FrameParams::new(
+        [2, 0, 0, 0, 0, 0x66],
+        common::SERVER_MAC,
+        common::CLIENT_IP,
+        common::SERVER_IP,
+        0xC000,
+    );
+    let wrong = [
+        (
+            common::request(
+                &[KvOp::Get { key: b"k" }],
+                0,
+                a.qpn,
+                b.rkey,
+                a.va(0),
+                a.psn(0),
+            ),
+            DropReason::BadRKey,
+        ),
+        (
+            a.request_to(
+                &other_src,
+                &[KvOp::Put {
+                    key: b"x",
+                    value: b"evil",
+                }],
+                0,
+                0,
+            ),
+            DropReason::WrongSource,
+        ),
+        (
+            common::request(
+                &[KvOp::Get { key: b"k" }],
+                0,
+                a.qpn + 64,
+                a.rkey,
+                a.va(0),
+                a.psn(0),
+            ),
+            DropReason::UnknownQp,
+        ),
+    ];
+    let mut naks = Vec::new();
+    for (frame, why) in &wrong {
+        let before = drops(&st, *why);
+        let out = run(&mut s, &st, std::slice::from_ref(frame));
+        assert_eq!(out.len(), 1, "{why:?}: one answer");
+        let nak = ack_of(&out[0]);
+        assert_eq!(
+            nak.syndrome,
+            Syndrome::Nak(NakCode::InvalidRequest),
+            "{why:?}"
+        );
+        naks.push((nak.psn, nak.syndrome));
+        assert_eq!(drops(&st, *why), before + 1, "{why:?}: not counted");
+    }
+    assert!(
+        naks.windows(2).all(|w| w[0] == w[1]),
+        "the answers differ: {naks:?}"
+    );
+    // Nothing ran: the key the wrong-source request would have written is absent.
+    let out = run(&mut s, &st, &[get(&b, 0, b"x")]);
+    assert_eq!(results(&out[0]), vec![(Status::NotFound, vec![])]);
 }
 
 /// A guessed secret is as good as a random 64-bit number: 10 000 guesses at one QP

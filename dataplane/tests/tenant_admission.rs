@@ -117,11 +117,15 @@ fn a_replayed_open_gets_the_live_qp_only_within_the_window() {
     let st = WorkerStats::default();
     let t0 = now_ms();
     let open = tenant_open(1, 7, SECRET_A, t0);
-    let (victim, secret) = accepted(&run(&mut s, &st, &[open.clone()])).expect("opened");
+    let (victim, secret) =
+        accepted(&run(&mut s, &st, std::slice::from_ref(&open))).expect("opened");
     // A repeat within the window: the same ACCEPT (a lost one).
     s.skew_clock_ms(1_000);
-    let (again, secret2) = accepted(&run(&mut s, &st, &[open.clone()])).unwrap();
-    assert_eq!((again.qpn, again.rkey, secret2), (victim.qpn, victim.rkey, secret));
+    let (again, secret2) = accepted(&run(&mut s, &st, std::slice::from_ref(&open))).unwrap();
+    assert_eq!(
+        (again.qpn, again.rkey, secret2),
+        (victim.qpn, victim.rkey, secret)
+    );
     // The same nonce and source proving another tenant: a QP of its own, not the
     // victim's.
     let other = tenant_open(1, 9, SECRET_B, t0);
@@ -129,14 +133,20 @@ fn a_replayed_open_gets_the_live_qp_only_within_the_window() {
     assert_ne!(b.qpn, victim.qpn);
     // 62 s after the first: the captured OPEN proves nothing any more.
     s.skew_clock_ms(61_000);
-    assert!(accepted(&run(&mut s, &st, &[open])).is_none(), "stale replay answered");
+    assert!(
+        accepted(&run(&mut s, &st, &[open])).is_none(),
+        "stale replay answered"
+    );
     assert!(drops(&st, DropReason::BadCredential) >= 1);
     // An anonymous OPEN replayed after the window gets a QP of its own.
     let anon = join_to(&request_params(), CM_QPN, 5, &anonymous());
-    let (first, fs) = accepted(&run(&mut s, &st, &[anon.clone()])).unwrap();
+    let (first, fs) = accepted(&run(&mut s, &st, std::slice::from_ref(&anon))).unwrap();
     s.skew_clock_ms(PROOF_WINDOW_MS + 1);
     let (late, ls) = accepted(&run(&mut s, &st, &[anon])).unwrap();
-    assert!(late.qpn != first.qpn && ls != fs, "the live anonymous QP given out again");
+    assert!(
+        late.qpn != first.qpn && ls != fs,
+        "the live anonymous QP given out again"
+    );
 }
 
 /// The OPEN throttle is keyed on (MAC, IP): a sender spoofing a victim's IP from its
@@ -151,10 +161,21 @@ fn the_open_throttle_is_per_source_and_counts_what_fails() {
     let now = now_ms();
     let spoofer = params_from(OTHER_MAC, CLIENT_IP);
     for n in 0..u64::from(FAILED_OPENS_PER_S) + 20 {
-        let j = signed_open(0, n, 7, now, b"a-guess-of-the-secret", &OTHER_MAC, CLIENT_IP);
+        let j = signed_open(
+            0,
+            n,
+            7,
+            now,
+            b"a-guess-of-the-secret",
+            &OTHER_MAC,
+            CLIENT_IP,
+        );
         assert!(accepted(&run(&mut s, &st, &[join_to(&spoofer, CM_QPN, n, &j)])).is_none());
     }
-    assert!(drops(&st, DropReason::AuthThrottled) > 0, "the guesser is throttled");
+    assert!(
+        drops(&st, DropReason::AuthThrottled) > 0,
+        "the guesser is throttled"
+    );
     // The victim, same IP, its own MAC: not throttled.
     assert!(accepted(&run(&mut s, &st, &[tenant_open(100, 7, SECRET_A, now)])).is_some());
     // Over its quota: refused `connection_quota`, again and again, never throttled.
@@ -171,7 +192,15 @@ fn the_open_throttle_is_per_source_and_counts_what_fails() {
     for n in 0..u64::from(FAILED_OPENS_PER_S) {
         run(&mut s, &st, &[join_to(&third, 17, n, &anonymous())]);
     }
-    let j = signed_open(0, 1, 9, now, SECRET_B, &[2, 0, 0, 0, 0, 0x33], Ipv4Addr::new(10, 9, 9, 9));
+    let j = signed_open(
+        0,
+        1,
+        9,
+        now,
+        SECRET_B,
+        &[2, 0, 0, 0, 0, 0x33],
+        Ipv4Addr::new(10, 9, 9, 9),
+    );
     let before = drops(&st, DropReason::AuthThrottled);
     assert!(accepted(&run(&mut s, &st, &[join_to(&third, CM_QPN, 1, &j)])).is_none());
     assert_eq!(drops(&st, DropReason::AuthThrottled), before + 1);
@@ -190,7 +219,13 @@ fn anonymous_clients_leave_the_tenants_reserves_free() {
     let st = WorkerStats::default();
     let mut anon = 0;
     for n in 0..8 {
-        if accepted(&run(&mut s, &st, &[join_to(&request_params(), CM_QPN, 1000 + n, &anonymous())])).is_some() {
+        if accepted(&run(
+            &mut s,
+            &st,
+            &[join_to(&request_params(), CM_QPN, 1000 + n, &anonymous())],
+        ))
+        .is_some()
+        {
             anon += 1;
         }
     }
@@ -210,15 +245,41 @@ fn anonymous_clients_leave_the_tenants_reserves_free() {
 fn anonymous_keys_never_enter_the_tenant_range() {
     let mut s = server(8, Vec::new(), true);
     let st = WorkerStats::default();
-    let (c, _) = accepted(&run(&mut s, &st, &[join_to(&request_params(), CM_QPN, 1, &anonymous())])).unwrap();
+    let (c, _) = accepted(&run(
+        &mut s,
+        &st,
+        &[join_to(&request_params(), CM_QPN, 1, &anonymous())],
+    ))
+    .unwrap();
     let planted = prefixed(7, b"card");
-    let out = run(&mut s, &st, &[c.request(&[KvOp::Put { key: &planted, value: b"x" }, KvOp::Put { key: b"mine", value: b"y" }], 0, 0)]);
+    let out = run(
+        &mut s,
+        &st,
+        &[c.request(
+            &[
+                KvOp::Put {
+                    key: &planted,
+                    value: b"x",
+                },
+                KvOp::Put {
+                    key: b"mine",
+                    value: b"y",
+                },
+            ],
+            0,
+            0,
+        )],
+    );
     let r: Vec<Status> = results(&out[0]).into_iter().map(|(s, _)| s).collect();
     assert_eq!(r, vec![Status::Denied, Status::Ok]);
     // The tenant arrives: it finds nothing.
     s.set_tenants(vec![rule(7, SECRET_A)], true, &st);
     let (t, _) = accepted(&run(&mut s, &st, &[tenant_open(2, 7, SECRET_A, now_ms())])).unwrap();
-    let out = run(&mut s, &st, &[t.request(&[KvOp::Get { key: &planted }], 0, 0)]);
+    let out = run(
+        &mut s,
+        &st,
+        &[t.request(&[KvOp::Get { key: &planted }], 0, 0)],
+    );
     assert_eq!(results(&out[0])[0].0, Status::NotFound);
 }
 
@@ -230,7 +291,13 @@ fn static_qps_are_bound_to_their_source() {
     let mut s = server(8, Vec::new(), true);
     let st = WorkerStats::default();
     let c = common::connect(&mut s, 17, common::RKEY);
-    assert!(s.bind_static(17, Some(Origin { mac: CLIENT_MAC, ip: CLIENT_IP })));
+    assert!(s.bind_static(
+        17,
+        Some(Origin {
+            mac: CLIENT_MAC,
+            ip: CLIENT_IP
+        })
+    ));
     let get = [KvOp::Get { key: b"k" }];
     let out = run(&mut s, &st, &[c.request(&get, 0, 0)]);
     assert_eq!(results(&out[0])[0].0, Status::NotFound);
@@ -259,8 +326,30 @@ fn a_removed_tenants_namespace_is_purged() {
         let n = n as u32;
         let ka = prefixed(7, k);
         let kb = prefixed(9, k);
-        run(&mut s, &st, &[a.request(&[KvOp::Put { key: &ka, value: b"A" }], n, n)]);
-        run(&mut s, &st, &[b.request(&[KvOp::Put { key: &kb, value: b"B" }], n, n)]);
+        run(
+            &mut s,
+            &st,
+            &[a.request(
+                &[KvOp::Put {
+                    key: &ka,
+                    value: b"A",
+                }],
+                n,
+                n,
+            )],
+        );
+        run(
+            &mut s,
+            &st,
+            &[b.request(
+                &[KvOp::Put {
+                    key: &kb,
+                    value: b"B",
+                }],
+                n,
+                n,
+            )],
+        );
     }
     s.set_tenants(vec![rule(9, SECRET_B)], true, &st);
     s.request_purges(&[(1, 7)]);
@@ -280,9 +369,29 @@ fn a_removed_tenants_namespace_is_purged() {
     let n = keys.len() as u32;
     for (i, k) in keys.iter().step_by(37).enumerate() {
         let i = i as u32;
-        let out = run(&mut s, &st, &[a2.request(&[KvOp::Get { key: &prefixed(7, k) }], i, i)]);
+        let out = run(
+            &mut s,
+            &st,
+            &[a2.request(
+                &[KvOp::Get {
+                    key: &prefixed(7, k),
+                }],
+                i,
+                i,
+            )],
+        );
         assert_eq!(results(&out[0])[0].0, Status::NotFound);
-        let out = run(&mut s, &st, &[b.request(&[KvOp::Get { key: &prefixed(9, k) }], n + i, n + i)]);
+        let out = run(
+            &mut s,
+            &st,
+            &[b.request(
+                &[KvOp::Get {
+                    key: &prefixed(9, k),
+                }],
+                n + i,
+                n + i,
+            )],
+        );
         assert_eq!(results(&out[0])[0], (Status::Ok, b"B".to_vec()));
     }
 }

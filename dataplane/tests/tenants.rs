@@ -343,8 +343,18 @@ fn a_refused_transaction_answers_its_own_results_and_no_value() {
     let a = try_open(&mut s, &st, tenant_open(1, 7, SECRET_A, now)).unwrap();
     let b = try_open(&mut s, &st, tenant_open(2, 9, SECRET_B, now)).unwrap();
     let ro = try_open(&mut s, &st, tenant_open(3, 11, SECRET_B, now)).unwrap();
-    let anon = try_open(&mut s, &st, open_frame(4, Join::Open { partition: 0, tenant: None }))
-        .unwrap();
+    let anon = try_open(
+        &mut s,
+        &st,
+        open_frame(
+            4,
+            Join::Open {
+                partition: 0,
+                tenant: None,
+            },
+        ),
+    )
+    .unwrap();
     let (card, pin) = (prefixed(7, b"card"), prefixed(7, b"pin"));
     let tx = |ops: &[KvOp<'_>], id: u32| {
         let mut buf = vec![0u8; 512];
@@ -354,8 +364,14 @@ fn a_refused_transaction_answers_its_own_results_and_no_value() {
     };
     let put = tx(
         &[
-            KvOp::Put { key: &card, value: b"A-SECRET-4111" },
-            KvOp::Put { key: &pin, value: b"A-PIN-0000" },
+            KvOp::Put {
+                key: &card,
+                value: b"A-SECRET-4111",
+            },
+            KvOp::Put {
+                key: &pin,
+                value: b"A-PIN-0000",
+            },
         ],
         1,
     );
@@ -369,7 +385,11 @@ fn a_refused_transaction_answers_its_own_results_and_no_value() {
     let fe = [0xFEu8];
     let cases = [(&b, 0u32, &fe[..]), (&ro, 0, b"k"), (&anon, 0, &fe[..])];
     for (k, (c, n, key)) in cases.into_iter().enumerate() {
-        let out = run(&mut s, &st, &[c.raw_request(&tx(&[KvOp::Get { key }], 9), n)]);
+        let out = run(
+            &mut s,
+            &st,
+            &[c.raw_request(&tx(&[KvOp::Get { key }], 9), n)],
+        );
         let r = results(&out[0]);
         assert_eq!(r.len(), 2, "case {k}: op count + 1 results, got {r:?}");
         let abort = TxAbort::decode(&r[0].1).unwrap();
@@ -377,7 +397,10 @@ fn a_refused_transaction_answers_its_own_results_and_no_value() {
         assert_eq!(r[1], (Status::Aborted, Vec::new()), "case {k}");
         for (_, v) in &r {
             for secret in [&b"A-SECRET"[..], b"A-PIN"] {
-                assert!(!v.windows(secret.len()).any(|w| w == secret), "case {k} leaked");
+                assert!(
+                    !v.windows(secret.len()).any(|w| w == secret),
+                    "case {k} leaked"
+                );
             }
         }
     }
@@ -412,25 +435,45 @@ fn a_tenant_without_read_gets_outcomes_not_values() {
         let out = run(s, &st, &[c.request(&[op], i, i)]);
         results(&out[0]).remove(0)
     };
-    let cad = |e: &'static [u8]| KvOp::CompareDelete { key: &k, expected: e };
+    let cad = |e: &'static [u8]| KvOp::CompareDelete {
+        key: &k,
+        expected: e,
+    };
     assert_eq!(got(&mut s, &w, 2, cad(b"guess")), (Status::Ok, Vec::new()));
     assert_eq!(got(&mut s, &w, 3, cad(b"")), (Status::Ok, vec![0]));
     let add = KvOp::UpdateS2S {
         key: &n,
-        atomic: Atomic { func: func::FETCH_ADD, width: Width::W8, signed: false },
+        atomic: Atomic {
+            func: func::FETCH_ADD,
+            width: Width::W8,
+            signed: false,
+        },
         param: 1,
         param2: 0,
     };
     assert_eq!(got(&mut s, &w, 4, add), (Status::Ok, Vec::new()));
     let cas = |p1: u64| KvOp::UpdateS2S {
         key: &n,
-        atomic: Atomic { func: func::CAS, width: Width::W8, signed: false },
+        atomic: Atomic {
+            func: func::CAS,
+            width: Width::W8,
+            signed: false,
+        },
         param: p1,
         param2: 100,
     };
-    assert_eq!(got(&mut s, &w, 5, cas(3)), (Status::Ok, (!3u64).to_le_bytes().to_vec()));
-    assert_eq!(got(&mut s, &w, 6, cas(42)), (Status::Ok, 42u64.to_le_bytes().to_vec()));
-    assert_eq!(got(&mut s, &w, 7, cad(b"hidden-value")).1, b"hidden-value".to_vec());
+    assert_eq!(
+        got(&mut s, &w, 5, cas(3)),
+        (Status::Ok, (!3u64).to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        got(&mut s, &w, 6, cas(42)),
+        (Status::Ok, 42u64.to_le_bytes().to_vec())
+    );
+    assert_eq!(
+        got(&mut s, &w, 7, cad(b"hidden-value")).1,
+        b"hidden-value".to_vec()
+    );
     // Inside a transaction: the same.
     put(&mut s, &w, 8, &k, b"hidden-again");
     let mut buf = vec![0u8; 256];
@@ -443,7 +486,10 @@ fn a_tenant_without_read_gets_outcomes_not_values() {
     // A tenant with `read` still gets the values of its own keys.
     let ka = prefixed(7, b"k");
     put(&mut s, &a, 0, &ka, b"visible");
-    let cad_a = KvOp::CompareDelete { key: &ka, expected: b"other" };
+    let cad_a = KvOp::CompareDelete {
+        key: &ka,
+        expected: b"other",
+    };
     assert_eq!(got(&mut s, &a, 1, cad_a), (Status::Ok, b"visible".to_vec()));
 }
 

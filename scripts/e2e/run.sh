@@ -6,7 +6,7 @@ cd "$(dirname "$0")/../.."
 # the dataplane binary (Cargo unifies features within one build).
 cargo build --release -q -p dataplane -p pktgen || exit 1
 cargo build --release -q -p ctlplane || exit 1
-tests=(memif_verify lossy atomics partitions jumbo backpressure tap_capture malformed ctlplane metrics kvcli python tenants fuzz_live replication sync_repl chain chain_failover cross_repl failover cluster_clients election_safety memif_sigcont nemesis snapshot)
+tests=(memif_verify lossy atomics partitions jumbo backpressure tap_capture malformed ctlplane metrics kvcli python tenants noninterference fuzz_live replication sync_repl chain chain_failover cross_repl failover cluster_clients election_safety memif_sigcont nemesis snapshot)
 passed=0; failed=0
 for t in "${tests[@]}"; do
   [ -x "scripts/e2e/$t.sh" ] || { echo "missing scripts/e2e/$t.sh"; failed=$((failed+1)); continue; }

@@ -96,7 +96,8 @@ pub fn parse_hex(s: &str) -> Result<Vec<u8>, String> {
 impl TenantConfig {
     /// The ACL as category bits (`kvwire::tenant::parse_acl`, the one parser).
     pub fn acl_bits(&self) -> Result<u8, String> {
-        kvwire::tenant::parse_acl(&self.acl).map_err(|e| format!("tenant {:?}: acl: {e}", self.name))
+        kvwire::tenant::parse_acl(&self.acl)
+            .map_err(|e| format!("tenant {:?}: acl: {e}", self.name))
     }
 
     /// The secret's bytes.
@@ -147,7 +148,10 @@ impl TenantConfig {
 pub fn validate_tenants(tenants: &[TenantConfig]) -> Result<(), String> {
     for (i, t) in tenants.iter().enumerate() {
         t.validate()?;
-        if let Some(o) = tenants[..i].iter().find(|o| o.id == t.id || o.name == t.name) {
+        if let Some(o) = tenants[..i]
+            .iter()
+            .find(|o| o.id == t.id || o.name == t.name)
+        {
             return Err(format!(
                 "tenants {:?} and {:?}: ids and names must be unique",
                 o.name, t.name

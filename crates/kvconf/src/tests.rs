@@ -203,7 +203,14 @@ fn tenants_and_static_bindings_are_validated_as_the_dataplane_does() {
     let mut c = memif();
     c.tenants = vec![tenant(1, "a", "read,write"), tenant(2, "b", "all")];
     c.validate().unwrap();
-    for acl in ["bogus", "read,bogus", "READ", "", "read, write", "read,read"] {
+    for acl in [
+        "bogus",
+        "read,bogus",
+        "READ",
+        "",
+        "read, write",
+        "read,read",
+    ] {
         c.tenants[1].acl = acl.into();
         let e = c.validate().unwrap_err().to_string();
         assert!(e.contains("acl"), "{acl:?}: {e}");
@@ -214,7 +221,11 @@ fn tenants_and_static_bindings_are_validated_as_the_dataplane_does() {
     c.tenants[1].id = 2;
     c.tenants[1].max_connections = 4;
     c.tenants[1].reserved_connections = 5;
-    assert!(c.validate().unwrap_err().to_string().contains("reserved_connections"));
+    assert!(c
+        .validate()
+        .unwrap_err()
+        .to_string()
+        .contains("reserved_connections"));
     c.tenants[1].reserved_connections = 4;
     c.validate().unwrap();
     // Anonymous clients refused: every static QP must name its source.

@@ -370,7 +370,11 @@ mod tests {
             expected: b"mine",
         };
         let mut held = *b"mine";
-        assert_eq!(redact(&cad, Status::Ok, &mut held), 4, "deleted: the expected value");
+        assert_eq!(
+            redact(&cad, Status::Ok, &mut held),
+            4,
+            "deleted: the expected value"
+        );
         let mut other = *b"theirs";
         assert_eq!(redact(&cad, Status::Ok, &mut other), 0, "kept: nothing");
         let empty = KvOp::CompareDelete {
@@ -386,10 +390,20 @@ mod tests {
             param: 7,
             param2: 9,
         };
-        let mut v: Vec<u8> = [7u16, 1234, 7].iter().flat_map(|x| x.to_le_bytes()).collect();
+        let mut v: Vec<u8> = [7u16, 1234, 7]
+            .iter()
+            .flat_map(|x| x.to_le_bytes())
+            .collect();
         assert_eq!(redact(&cas, Status::Ok, &mut v), 6);
-        let elems: Vec<u16> = v.chunks(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect();
-        assert_eq!(elems, vec![7, !7u16, 7], "the swap's outcome per element, not 1234");
+        let elems: Vec<u16> = v
+            .chunks(2)
+            .map(|c| u16::from_le_bytes([c[0], c[1]]))
+            .collect();
+        assert_eq!(
+            elems,
+            vec![7, !7u16, 7],
+            "the swap's outcome per element, not 1234"
+        );
         let add = KvOp::UpdateS2S {
             key: b"k",
             atomic: atomic(func::FETCH_ADD, Width::W8),

@@ -137,7 +137,9 @@ pub fn seal_pad(tenant_secret: &[u8], nonce: u64, qpn: u32) -> u64 {
         tenant_secret,
         &[b"KVD-SEAL", &nonce.to_be_bytes(), &qpn.to_be_bytes()],
     );
-    u64::from_be_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7]])
+    u64::from_be_bytes([
+        mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7],
+    ])
 }
 
 /// Whether `proof` is the proof of `fields` from `mac`/`ip` with `secret` (compared
@@ -269,7 +271,17 @@ mod tests {
         assert_eq!(parse_acl("all"), Ok(ALL));
         assert_eq!(parse_acl("txn,read"), Ok(READ | TXN));
         // What the dataplane refuses, every parser refuses, with a reason.
-        for bad in ["admin", "bogus", "read,bogus", "READ", "", "read, write", "read,read", ",read", "read,"] {
+        for bad in [
+            "admin",
+            "bogus",
+            "read,bogus",
+            "READ",
+            "",
+            "read, write",
+            "read,read",
+            ",read",
+            "read,",
+        ] {
             assert!(parse_acl(bad).is_err(), "{bad:?} accepted");
         }
         assert_eq!(acl_names(READ | TXN), "read,txn");

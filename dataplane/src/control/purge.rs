@@ -47,7 +47,11 @@ impl ControlState {
     /// Collects what the workers finished; a purge every worker finished leaves the
     /// queue for the finished list.
     fn settle_purges(&self, a: &mut Admission) {
-        let done: Vec<Vec<PurgeDone>> = self.workers.iter().map(|w| lock(&w.purged).clone()).collect();
+        let done: Vec<Vec<PurgeDone>> = self
+            .workers
+            .iter()
+            .map(|w| lock(&w.purged).clone())
+            .collect();
         let n = self.workers.len();
         let mut finished = Vec::new();
         a.purges.retain(|&(seq, id)| {

@@ -91,7 +91,11 @@ impl ControlState {
     /// Removes tenant `id`: its live QPs are closed and, unless `keep_data`, its
     /// namespace is purged (`purge.rs`). The new generation and the purge's sequence
     /// number.
-    pub fn remove_tenant(&self, id: u32, keep_data: bool) -> Result<(u64, Option<u64>), TenantError> {
+    pub fn remove_tenant(
+        &self,
+        id: u32,
+        keep_data: bool,
+    ) -> Result<(u64, Option<u64>), TenantError> {
         let mut a = lock(&self.admission);
         let i = a
             .tenants

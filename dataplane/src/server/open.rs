@@ -15,11 +15,11 @@
 use super::Server;
 use crate::chunk::Chunk;
 use crate::clients::{OpenedQp, Origin};
-use kvwire::tenant;
 use crate::packet::{PktCtx, RESPONSE_UDP_SRC_PORT};
 use crate::respond::Responder;
 use crate::stats::WorkerStats;
 use crate::tx::TxSink;
+use kvwire::tenant;
 use kvwire::transport::{
     emit_accept, emit_ack, Accept, ConnectFrame, NakCode, Opened, Syndrome, TenantCredential,
     CM_QPN,

@@ -276,7 +276,10 @@ impl Tenants {
 
     /// Bumps counter `f` of rule `i`'s tenant series.
     fn count_for(&self, i: Option<usize>, stats: &WorkerStats, f: fn(&TenantSlot) -> &Counter) {
-        if let Some(s) = i.map(TenantStats::slot_of).and_then(|s| stats.tenants.slot(s)) {
+        if let Some(s) = i
+            .map(TenantStats::slot_of)
+            .and_then(|s| stats.tenants.slot(s))
+        {
             f(s).inc();
         }
     }

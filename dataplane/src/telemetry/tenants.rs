@@ -117,27 +117,28 @@ fn fields<'a, const N: usize>(p: &'a str, usage: &str) -> Result<[&'a str; N], S
 fn add(ctl: &ControlState, p: &str, d: &mut TelDict<'_>) {
     let usage =
         "NAME,ID,SECRET_HEX,ACL_BITS,MAX_CONNECTIONS,REQUESTS_PER_S,MAX_CREDITS,RESERVED_CONNECTIONS";
-    let rule = fields::<8>(p, usage).and_then(|[name, id, secret, acl, maxc, rps, credits, reserved]| {
-        if name.is_empty() {
-            return Err("empty tenant name".to_string());
-        }
-        Ok(TenantRule {
-            id: parse_u32(id)?,
-            name: name.to_string(),
-            secret: kvconf::parse_hex(secret)?,
-            acl: u8::try_from(parse_u32(acl)?)
-                .ok()
-                .filter(|a| a & !kvwire::tenant::ALL == 0)
-                .ok_or("ACL_BITS: a mask of read 1, write 2, atomic 4, txn 8")?,
-            max_connections: parse_u32(maxc)?,
-            requests_per_s: parse_u32(rps)?,
-            max_credits: u16::try_from(parse_u32(credits)?)
-                .ok()
-                .filter(|&w| w == 0 || w.is_power_of_two())
-                .ok_or("MAX_CREDITS: a power of two, or 0 for the server's credits")?,
-            reserved_connections: parse_u32(reserved)?,
-        })
-    });
+    let rule =
+        fields::<8>(p, usage).and_then(|[name, id, secret, acl, maxc, rps, credits, reserved]| {
+            if name.is_empty() {
+                return Err("empty tenant name".to_string());
+            }
+            Ok(TenantRule {
+                id: parse_u32(id)?,
+                name: name.to_string(),
+                secret: kvconf::parse_hex(secret)?,
+                acl: u8::try_from(parse_u32(acl)?)
+                    .ok()
+                    .filter(|a| a & !kvwire::tenant::ALL == 0)
+                    .ok_or("ACL_BITS: a mask of read 1, write 2, atomic 4, txn 8")?,
+                max_connections: parse_u32(maxc)?,
+                requests_per_s: parse_u32(rps)?,
+                max_credits: u16::try_from(parse_u32(credits)?)
+                    .ok()
+                    .filter(|&w| w == 0 || w.is_power_of_two())
+                    .ok_or("MAX_CREDITS: a power of two, or 0 for the server's credits")?,
+                reserved_connections: parse_u32(reserved)?,
+            })
+        });
     let rule = match rule {
         Ok(r) => r,
         Err(e) => return error(d, &e),

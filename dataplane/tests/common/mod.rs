@@ -3,6 +3,7 @@
 //! kvwire, and a `Vec`-backed transmit side that collects the response frames.
 #![allow(dead_code)] // each test binary uses its own subset
 
+pub mod iso;
 pub mod repl;
 
 use dataplane::packet::Identity;

@@ -5,6 +5,8 @@ Written from docs/PROTOCOL.md only (no kvwire code): byte offsets, the ICRC rule
 CONNECT/ACCEPT and RC Acknowledge packets and the request-slot rule (section 6).
 Used by icrc_check.py (pcap verification) and inject.py (malformed-frame injection).
 """
+import hashlib
+import hmac
 import struct
 import zlib
 
@@ -255,17 +257,24 @@ def open_frame(src_mac, dst_mac, src_ip, dst_ip, partition, nonce):
     return _join_frame(src_mac, dst_mac, src_ip, dst_ip, CM_QPN, payload)
 
 
+def secret_proof(secret, message):
+    """The proof of connection secret `secret` a RESUME or CLOSE carries (6.1): the
+    first 8 bytes of HMAC-SHA256 keyed with the secret's 8 big-endian bytes over the
+    payload bytes before the proof."""
+    return hmac.new(struct.pack("!Q", secret), message, hashlib.sha256).digest()[:8]
+
+
 def close_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce, secret):
-    """A CLOSE (kind 0x05, 24 bytes) of opened QP `qpn`."""
-    payload = bytes([0x43, 2, 5, 0]) + struct.pack("!IQQ", rkey, nonce, secret)
-    return _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, payload)
+    """A CLOSE (kind 0x05, 24 bytes) of opened QP `qpn`, with the proof of its secret."""
+    head = bytes([0x43, 2, 5, 0]) + struct.pack("!IQ", rkey, nonce)
+    return _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, head + secret_proof(secret, head))
 
 
 def resume_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, rkey, nonce, next_psn, secret=None):
-    """A RESUME (kind 0x03): 20 bytes, or 28 with an opened QP's secret."""
+    """A RESUME (kind 0x03): 20 bytes, or 28 with the proof of an opened QP's secret."""
     payload = bytes([0x43, 2, 3, 0]) + struct.pack("!IQI", rkey, nonce, next_psn)
     if secret is not None:
-        payload += struct.pack("!Q", secret)
+        payload += secret_proof(secret, payload)
     return _join_frame(src_mac, dst_mac, src_ip, dst_ip, qpn, payload)
 
 

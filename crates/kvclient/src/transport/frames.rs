@@ -35,9 +35,7 @@ pub(super) fn send_join<I: PacketIo + ?Sized>(
         q.resume_tries = q.resume_tries.saturating_add(1);
         let next_psn = if q.in_flight > 0 { q.una } else { q.next_psn };
         // An opened QP's RESUME proves its secret (never carries it).
-        let proof = q
-            .open_partition
-            .map(|_| c.resume_proof(next_psn, q.secret));
+        let proof = q.open_partition.map(|_| c.resume_proof(next_psn, q.secret));
         (q.qpn, Join::Resume { next_psn, proof })
     } else {
         match (q.open_partition, creds) {

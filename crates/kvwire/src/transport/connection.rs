@@ -328,7 +328,9 @@ impl Connect {
 /// `message`: what a RESUME or CLOSE carries instead of the secret.
 fn secret_proof(secret: u64, message: &[u8]) -> u64 {
     let mac = crate::tenant::hmac_sha256(&secret.to_be_bytes(), &[message]);
-    u64::from_be_bytes([mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7]])
+    u64::from_be_bytes([
+        mac[0], mac[1], mac[2], mac[3], mac[4], mac[5], mac[6], mac[7],
+    ])
 }
 
 /// The QP an OPEN created, as its ACCEPT names it.

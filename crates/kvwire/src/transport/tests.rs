@@ -405,9 +405,17 @@ fn proofs_of_the_connection_secret_and_the_seal() {
     assert_eq!(p, c.resume_proof(7, secret), "deterministic");
     assert_ne!(p, c.resume_proof(8, secret), "bound to the next PSN");
     assert_ne!(p, c.resume_proof(7, secret ^ 1), "bound to the secret");
-    assert_ne!(c.close_proof(secret), c.resume_proof(7, secret), "a CLOSE is not a RESUME");
+    assert_ne!(
+        c.close_proof(secret),
+        c.resume_proof(7, secret),
+        "a CLOSE is not a RESUME"
+    );
     let other = Connect { nonce: 100, ..c };
-    assert_ne!(other.close_proof(secret), c.close_proof(secret), "bound to the incarnation");
+    assert_ne!(
+        other.close_proof(secret),
+        c.close_proof(secret),
+        "bound to the incarnation"
+    );
     let o = Opened {
         qpn: OPENED_QPN_BASE + 1,
         rkey: 5,
