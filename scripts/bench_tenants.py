@@ -50,6 +50,51 @@ ISO_KINDS = ["hijack_guessed_rkey", "hijack_wrong_source", "hijack_forged_close"
              "hijack_forged_resume", "hijack_forged_open", "replay_attempts"]
 
 
+# The refused-transaction leak of issue 46, put back: the executor's results are not
+# scoped to the request (no `begin`, no `pad_results`) and a refused transaction's
+# outcome is the abort alone, as before the fix.
+PRE_FIX = [
+    ("dataplane/src/server/txn.rs", "Some(abort) => self.tx_exec.refuse(r, abort),",
+     "Some(abort) => Outcome::Aborted(abort),"),
+    ("dataplane/src/server/txn.rs", "        self.tx_exec.begin();\n", ""),
+    ("dataplane/src/server/txn.rs",
+     "            tx_exec.pad_results(usize::from(r.batch().op_count()));\n", ""),
+]
+
+
+def pre_fix_check(ops, seeds):
+    """The fuzzer against this tree with the leak put back (a git worktree of HEAD,
+    built apart): it must find the leak."""
+    tmp = tempfile.mkdtemp(prefix="kvd-prefix-")
+    tree = os.path.join(tmp, "tree")
+    try:
+        subprocess.run(["git", "worktree", "add", "--detach", tree, "HEAD"], cwd=ROOT,
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for path, old, new in PRE_FIX:
+            f = os.path.join(tree, path)
+            text = open(f).read()
+            if old not in text:
+                raise RuntimeError(f"pre-fix patch: {old!r} not in {path}")
+            open(f, "w").write(text.replace(old, new, 1))
+        env = dict(os.environ, CARGO_TARGET_DIR=os.path.join(tmp, "target"))
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "dataplane", "--example",
+                        "noninterference"], cwd=tree, env=env, check=True)
+        ex = os.path.join(tmp, "target", "release", "examples", "noninterference")
+        r = subprocess.run([ex, "--ops", str(ops), "--seeds", str(seeds), "--stop-after",
+                            str(ops)], stdout=subprocess.PIPE, text=True, timeout=3600)
+        d = json.loads(r.stdout)
+        return {"what": "the fuzzer against HEAD with the refused-transaction leak put "
+                        "back (scripts/bench_tenants.py PRE_FIX)",
+                "ops": d["figures"]["ops"], "seeds": seeds, "failures": d["failures"],
+                "leaks": d["figures"]["leaks"], "mismatches": d["figures"]["mismatches"],
+                "denied_with_trace": d["figures"]["denied_with_trace"],
+                "found": d["failures"] > 0}
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", tree], cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def noninterference(ops, seeds, live_ops):
     """The fuzzer in process and live; its figures and the pass/fail of each."""
     r = subprocess.run([ISO_EXAMPLE, "--ops", str(ops), "--seeds", str(seeds)],
@@ -75,7 +120,10 @@ def noninterference(ops, seeds, live_ops):
     out["every_kind_at_least_10000"] = all(v >= 10_000 for v in out["attempts_by_kind"].values())
     return out
 RATIOS = ["mops_10000_conns_vs_4", "acl_namespace_cost", "tenants_1000_vs_1"]
-TARGETS = {"mops_10000_conns_vs_4": 0.9, "acl_namespace_cost": 0.97, "tenants_1000_vs_1": 0.9}
+# Issue 46: the existing ratios kept >= 0.9 (acl_namespace_cost is the tenant's checks
+# against static QPs, which nothing checks; issue 32's 0.97 was against clients without
+# a tenant, which now carry the tenant-range guard too: acl_namespace_cost_vs_anonymous).
+TARGETS = {"mops_10000_conns_vs_4": 0.9, "acl_namespace_cost": 0.9, "tenants_1000_vs_1": 0.9}
 
 
 def redis_acl(tmp, reps, n):
@@ -180,6 +228,9 @@ def main():
     ap.add_argument("--iso-seeds", type=int, default=20)
     ap.add_argument("--iso-live-ops", type=int, default=1_000_000,
                     help="noninterference ops against the live dataplane (0: not run)")
+    ap.add_argument("--pre-fix-check", action="store_true",
+                    help="also run the fuzzer on this tree with the issue-46 leak put back "
+                         "(a worktree built apart: about 10 minutes more)")
     ap.add_argument("--out", default=os.path.join(ROOT, "results", "tenants.json"))
     a = ap.parse_args()
     runs = []
@@ -218,6 +269,9 @@ def main():
     out["hijacks_succeeded"] += iso["hijacks_succeeded"]
     log("noninterference: " + json.dumps({k: iso[k] for k in ISO_ZERO}) + " over "
         + json.dumps(out["noninterference_ops"]))
+    if a.pre_fix_check:
+        out["pre_fix_check"] = pre_fix_check(200_000, 2)
+        log("pre-fix check: " + json.dumps(out["pre_fix_check"]))
     if not a.no_redis and shutil.which("redis-server") and shutil.which("redis-benchmark"):
         with tempfile.TemporaryDirectory() as tmp:
             out["redis_acl"] = redis_acl(tmp, a.reps, 300_000)

@@ -9,6 +9,8 @@
 //! * `acl_namespace_cost`: the same work from a tenant's clients (ACL and namespace
 //!   checked on every op) vs from the operator's static QPs on a server without
 //!   tenants (nothing checked), same keys (in the tenant's namespace);
+//!   `acl_namespace_cost_vs_anonymous`: the tenant's against clients without a tenant
+//!   (whose keys are checked to be outside the tenant range);
 //! * `purge_keys_per_s`: a removed tenant's namespace purged (`Server::purge_step`)
 //!   from a store of 1 M of its keys and 1 M of another tenant's;
 //! * `tenants_1000_vs_1`: the tenant's clients with 1000 tenants defined vs 1 (the
@@ -325,10 +327,21 @@ fn main() {
     let mut s_on = server(1);
     let c_on = open_n(&mut s_on, 4, true, 1);
     let mut on = Bench::with_clients(s_on, c_on, &ns, &stats);
-    let (acl, _) = alternate(secs, &stats, 2, |slot| {
-        let b = if slot == 0 { &mut off } else { &mut on };
+    // Clients without a tenant carry the one-byte guard of the tenant range: keys of
+    // the same length just outside it.
+    let mut s_anon = server(0);
+    let c_anon = open_n(&mut s_anon, 4, false, 1);
+    let outside = [0xFD, ns[1], ns[2], ns[3]];
+    let mut anon = Bench::with_clients(s_anon, c_anon, &outside, &stats);
+    let (acl, _) = alternate(secs, &stats, 3, |slot| {
+        let b = match slot {
+            0 => &mut off,
+            1 => &mut on,
+            _ => &mut anon,
+        };
         b.run(4, &stats, &mut |s, v, st, tx| s.handle_burst(v, st, tx))
     });
+    drop(anon);
     let denied = stats.denied.get();
     drop(off);
     let many: Vec<TenantRule> = (0..1000)
@@ -359,6 +372,8 @@ fn main() {
         "mops_tenant_checks_off": acl[0],
         "mops_tenant_checks_on": acl[1],
         "acl_namespace_cost": acl[1] / acl[0],
+        "mops_anonymous_guard": acl[2],
+        "acl_namespace_cost_vs_anonymous": acl[1] / acl[2],
         "mops_1_tenant": tenants[0],
         "mops_1000_tenants": tenants[1],
         "tenants_1000_vs_1": tenants[1] / tenants[0],

@@ -640,13 +640,16 @@ impl Server {
         op: KvOp<'f>,
         stats: &WorkerStats,
     ) -> Source {
-        let Some(g) = guard else {
-            return self.stage(chunk, op);
+        // One inlined `stage` (the request path is instruction-bound).
+        let redact = match guard {
+            Some(g) => {
+                if let Some(st) = Self::denied(guard, &op, stats) {
+                    return Source::Immediate(st);
+                }
+                g.redacts(&op)
+            }
+            None => false,
         };
-        if let Some(st) = Self::denied(guard, &op, stats) {
-            return Source::Immediate(st);
-        }
-        let redact = g.redacts(&op);
         match self.stage(chunk, op) {
             Source::Engine if redact => Source::Redacted,
             src => src,

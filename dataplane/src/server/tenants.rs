@@ -50,6 +50,8 @@ pub(crate) struct Tenants {
     rules: Vec<TenantRule>,
     /// Per rule: opened QPs live, and the token bucket (tokens, last refill ms).
     live: Vec<u32>,
+    /// Per rule: its ACL's opcode bit sets (`op_masks`).
+    masks: Vec<(u32, u32)>,
     bucket: Vec<(u32, u64)>,
     /// Whether clients may OPEN without a tenant.
     pub anonymous: bool,
@@ -69,6 +71,7 @@ impl Default for Tenants {
         Tenants {
             rules: Vec::new(),
             live: Vec::new(),
+            masks: Vec::new(),
             bucket: Vec::new(),
             anonymous: true,
             any_rate: false,
@@ -88,23 +91,50 @@ pub(crate) struct Guard {
     pub slot: u8,
     /// The tenant's namespace prefix as a big-endian word (one compare per key).
     prefix: u32,
+    /// Bit `opcode`: the ACL allows the op's category (`kvwire::tenant::category`),
+    /// looked up once here instead of per op.
+    allowed_ops: u32,
+    /// Bit `opcode`: the op's result is redacted (`kvwire::tenant::redacts`).
+    redacted_ops: u32,
 }
 
+/// The opcode bit sets of ACL `acl`: (allowed, redacted) — computed once per rule.
+const fn op_masks(acl: u8) -> (u32, u32) {
+    let (mut allowed, mut redacted) = (0u32, 0u32);
+    let mut op = 0u8;
+    while op < 32 {
+        if acl & tenant::category(op) != 0 {
+            allowed |= 1 << op;
+        }
+        if tenant::redacts(acl, op) {
+            redacted |= 1 << op;
+        }
+        op += 1;
+    }
+    (allowed, redacted)
+}
+
+/// The bit sets of a client without a tenant (every category).
+const ANONYMOUS_MASKS: (u32, u32) = op_masks(tenant::ALL);
+
 impl Guard {
-    fn new(id: u32, acl: u8, slot: u8) -> Guard {
+    fn new(id: u32, acl: u8, slot: u8, masks: (u32, u32)) -> Guard {
         Guard {
             id,
             acl,
             slot,
             prefix: u32::from_be_bytes(tenant::namespace(id)),
+            allowed_ops: masks.0,
+            redacted_ops: masks.1,
         }
     }
 
     /// Whether the client may run `op` (`kvwire::tenant::{category, key_allowed}`,
-    /// with the prefix compared as one word).
+    /// with the categories as a bit set and the prefix compared as one word).
     #[inline]
     pub fn allows(&self, op: &KvOp<'_>) -> bool {
-        if self.acl & tenant::category(op.opcode()) == 0 {
+        // Opcodes are 5 bits (the op byte's bits 4-0).
+        if self.allowed_ops >> (op.opcode() & 31) & 1 == 0 {
             return false;
         }
         let key = op.key();
@@ -123,7 +153,7 @@ impl Guard {
     /// `read`; `kvwire::tenant::redacts`).
     #[inline]
     pub fn redacts(&self, op: &KvOp<'_>) -> bool {
-        tenant::redacts(self.acl, op.opcode())
+        self.redacted_ops >> (op.opcode() & 31) & 1 != 0
     }
 
     /// Whether the client may run transactions.
@@ -178,11 +208,16 @@ impl Tenants {
     #[inline]
     pub fn guard(&self, id: u32) -> Option<Guard> {
         if id == 0 {
-            return Some(Guard::new(0, tenant::ALL, NO_SLOT));
+            return Some(Guard::new(0, tenant::ALL, NO_SLOT, ANONYMOUS_MASKS));
         }
         match self.find(id) {
-            Some(i) => Some(Guard::new(id, self.rules[i].acl, TenantStats::slot_of(i))),
-            None => Some(Guard::new(id, 0, NO_SLOT)),
+            Some(i) => Some(Guard::new(
+                id,
+                self.rules[i].acl,
+                TenantStats::slot_of(i),
+                self.masks[i],
+            )),
+            None => Some(Guard::new(id, 0, NO_SLOT, (0, 0))),
         }
     }
 
@@ -388,6 +423,7 @@ impl Tenants {
         self.bucket = rules.iter().map(|r| (r.requests_per_s, now)).collect();
         self.any_rate = rules.iter().any(|r| r.requests_per_s > 0);
         self.live = live;
+        self.masks = rules.iter().map(|r| op_masks(r.acl)).collect();
         self.rules = rules;
         self.anonymous = anonymous;
         self.unmet = self.unmet_reserves();
