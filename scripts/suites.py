@@ -125,6 +125,10 @@ SUITES = {
     "idle-tap": Suite(
         "idle lcores on net_tap with Rx interrupts (results/idle_tap.json; needs root)",
         builds=[("-p", "dataplane")], steps=[py("bench_idle_tap.py", ARGS)]),
+    "sim": Suite(
+        "replica groups on Raft, the deterministic simulation: >= 10 000 seeds, the weaker "
+        "modes, every seeded bug caught (results/sim.json)",
+        builds=[("-p", "kvraft", "--examples")], steps=[py("bench_sim.py", ARGS)], setup=False),
     "tenants": Suite(
         "connections and tenants: opens/s, 10 000 QPs, tenant checks, purges, Redis ACL "
         "users, pktgen as a tenant, the noninterference fuzzer in process and live "

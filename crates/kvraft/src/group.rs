@@ -16,8 +16,10 @@
 //!   confirmed it leader (ReadIndex) less than the lease ago, and with check-quorum no
 //!   other node can be elected within an election timeout of hearing from it;
 //! * a deposed leader whose proposed entries are truncated holds effects of entries
-//!   that are no longer in the log: it reports itself diverged ([`Fsm::diverged`]),
-//!   asks for a snapshot and serves nothing until one restored it.
+//!   that are no longer in the log: it rebuilds its store from its own log at once —
+//!   empties it ([`Fsm::restore`]) and applies again every committed entry since the
+//!   compaction point, which is the beginning of a completed scan, so the log from
+//!   there holds every key ([`Progress::rebuilt`]; what it held for clients is void).
 //!
 //! **Persistence before dependence.** Each ready's entries and hard state are written
 //! ([`Durable`]) and, under `FsyncPolicy::Always`, synced before the messages that
@@ -48,18 +50,22 @@ pub struct GroupConfig {
     pub fsync: FsyncPolicy,
     /// Ticks per second (for `FsyncPolicy::EverySec`).
     pub ticks_per_sec: u64,
-    /// How long a confirmed leadership lets the leader serve reads, in its own ticks:
-    /// below `election_tick` by the clocks' worst drift.
-    pub lease_ticks: u64,
+    /// How long a confirmed leadership lets the leader serve reads, in ms of its
+    /// monotonic clock (which runs while the process is stopped): below the election
+    /// timeout (`election_tick` ticks) by the clocks' worst drift.
+    pub lease_ms: u64,
     /// Bytes per append message at most.
     pub max_msg_bytes: u64,
     /// Append messages in flight per follower at most.
     pub max_inflight: usize,
+    /// Seeds the draws of randomized election timeouts (raft-rs's own come from the
+    /// thread's generator; these replace them, so a simulation replays exactly).
+    pub seed: u64,
 }
 
 impl GroupConfig {
     /// Settings for node `id`: an election after 10 ticks, heartbeats every 2, a
-    /// lease of 8 ticks (clocks may drift by 20 % in the election timeout).
+    /// lease of 80 ms (for 10 ms ticks: clocks may drift by 10 %).
     pub fn new(id: u64, fsync: FsyncPolicy, ticks_per_sec: u64) -> GroupConfig {
         GroupConfig {
             id,
@@ -67,9 +73,10 @@ impl GroupConfig {
             heartbeat_tick: 2,
             fsync,
             ticks_per_sec,
-            lease_ticks: 8,
+            lease_ms: 80,
             max_msg_bytes: 1 << 20,
             max_inflight: 256,
+            seed: id,
         }
     }
 }
@@ -79,11 +86,9 @@ pub trait Fsm {
     /// Apply committed entry `index`'s records (never one of this node's own
     /// proposals: their effects are in the store already).
     fn apply(&mut self, index: u64, records: &[u8]);
-    /// The store is empty from now on: the log restarts after `index` (a snapshot).
+    /// The store is empty from now on: what the log holds after `index` rebuilds it (a
+    /// snapshot installed, or the store rebuilt after a divergence).
     fn restore(&mut self, index: u64);
-    /// The store holds effects of entries no longer in the log: unusable until
-    /// `restore`.
-    fn diverged(&mut self);
 }
 
 /// Where the group's messages go.
@@ -99,6 +104,9 @@ pub struct Progress {
     pub committed: bool,
     /// This node's role or term changed.
     pub role_changed: bool,
+    /// The store was rebuilt from the log (a divergence): every answer that depended on
+    /// it is void.
+    pub rebuilt: bool,
 }
 
 /// One node of a replica group (module docs).
@@ -112,12 +120,18 @@ pub struct Group<D: Durable> {
     applied: u64,
     /// This leadership's no-op (0: not leader).
     lead_from: u64,
-    diverged: bool,
-    now: u64,
+    /// Rebuilds so far.
+    pub rebuilds: u64,
+    /// Ticks so far.
+    ticks: u64,
+    /// The monotonic clock at the last tick, ms.
+    clock_ms: u64,
     last_sync: u64,
     unsynced: bool,
     /// Reads may be served until this tick (a leader's lease).
     lease_until: u64,
+    /// Confirmations asked before this tick renew nothing (a transfer ended the lease).
+    lease_floor: u64,
     /// Scans begun (by id) whose end is not committed: their SCAN_BEGIN's index.
     scans: HashMap<u64, u64>,
     /// The index of the last completed scan's SCAN_BEGIN.
@@ -125,8 +139,14 @@ pub struct Group<D: Durable> {
     /// Bytes logged since `scan_base` (to decide a new scan).
     logged_bytes: u64,
     next_scan: u64,
+    /// The configurations since the compaction point: (index applied at, conf), the
+    /// first the compaction point's — so a compaction records the configuration as of
+    /// its index.
+    confs: Vec<(u64, ConfState)>,
     /// Terms in which this node saw itself leader (for the one-leader check).
     pub led_terms: VecDeque<u64>,
+    /// Draws election timeouts.
+    rng: rand::rngs::SmallRng,
 }
 
 fn raft_config(c: &GroupConfig, applied: u64) -> Config {
@@ -152,13 +172,29 @@ impl<D: Durable> Group<D> {
     /// A node restarting with what `disk` kept (`kept`), or — when it kept nothing —
     /// a new node: with `voters` a founding member of a new group, with none one that
     /// waits to be added (a learner first) and caught up by the leader.
-    pub fn new(cfg: GroupConfig, disk: D, kept: Recovered, voters: &[u64]) -> raft::Result<Group<D>> {
+    pub fn new(
+        cfg: GroupConfig,
+        mut disk: D,
+        kept: Recovered,
+        voters: &[u64],
+    ) -> raft::Result<Group<D>> {
         let (store, applied) = if kept.is_empty() {
-            let cs = ConfState {
-                voters: voters.to_vec(),
-                ..ConfState::default()
-            };
-            (LogStore::with_conf(cs), 0)
+            if voters.is_empty() {
+                // A member to be: it waits for the leader's snapshot.
+                (LogStore::default(), 0)
+            } else {
+                let cs = ConfState {
+                    voters: voters.to_vec(),
+                    ..ConfState::default()
+                };
+                let store = LogStore::founding(cs);
+                // The founding state is durable before anything else.
+                disk.install_snapshot(store.compacted());
+                disk.set_hard_state(store.hard_state());
+                disk.sync();
+                let applied = store.compacted().index;
+                (store, applied)
+            }
         } else {
             // The store restarts empty and replays the log from the compaction point:
             // what the state machine held is rebuilt from the log alone.
@@ -167,27 +203,37 @@ impl<D: Durable> Group<D> {
             if conf == ConfState::default() {
                 conf = kept.snap.get_conf_state().clone();
             }
-            (LogStore::restore(kept.hard, conf, kept.snap, kept.entries), applied)
+            (
+                LogStore::restore(kept.hard, conf, kept.snap, kept.entries),
+                applied,
+            )
         };
+        let confs = vec![(applied, store.compacted().get_conf_state().clone())];
         let raw = RawNode::new(&raft_config(&cfg, applied), store, &logger())?;
-        Ok(Group {
+        let mut g = Group {
+            confs,
             raw,
             disk,
             spec: applied,
             applied,
             lead_from: 0,
-            diverged: false,
-            now: 0,
+            rebuilds: 0,
+            ticks: 0,
+            clock_ms: 0,
             last_sync: 0,
             unsynced: false,
             lease_until: 0,
+            lease_floor: 0,
             scans: HashMap::new(),
             scan_base: applied + 1,
             logged_bytes: 0,
             next_scan: 1,
             led_terms: VecDeque::new(),
+            rng: rand::SeedableRng::seed_from_u64(cfg.seed),
             cfg,
-        })
+        };
+        g.derandomize();
+        Ok(g)
     }
 
     /// This node's id.
@@ -235,11 +281,6 @@ impl<D: Durable> Group<D> {
         self.applied
     }
 
-    /// Whether the store is unusable (module docs).
-    pub fn is_diverged(&self) -> bool {
-        self.diverged
-    }
-
     /// The configuration.
     pub fn conf_state(&self) -> &ConfState {
         self.raw.store().conf_state()
@@ -249,51 +290,65 @@ impl<D: Durable> Group<D> {
     /// over, and its store is exactly its log (module docs).
     pub fn writable(&self) -> bool {
         let r = &self.raw.raft;
-        let caught_up = cfg!(feature = "bug-write-before-catch-up") || self.applied >= self.lead_from;
+        let caught_up =
+            cfg!(feature = "bug-write-before-catch-up") || self.applied >= self.lead_from;
         r.state == StateRole::Leader
             && self.lead_from > 0
             && caught_up
-            && !self.diverged
             && r.lead_transferee.is_none()
     }
 
-    /// Whether this node may serve reads now: writable and within its lease.
-    pub fn readable(&self) -> bool {
-        self.writable() && (cfg!(feature = "bug-stale-read") || self.now < self.lease_until)
+    /// Whether this node may serve reads at `now_ms` of its monotonic clock: writable
+    /// and within its lease. The clock, not the tick count: a process stopped past its
+    /// lease must not serve once it runs again.
+    pub fn readable(&self, now_ms: u64) -> bool {
+        self.writable() && (cfg!(feature = "bug-stale-read") || now_ms < self.lease_until)
     }
 
-    /// One tick of this node's clock: raft-rs's timers, the lease's renewal (a
-    /// ReadIndex each heartbeat), a periodic sync, a snapshot request when diverged.
-    pub fn tick(&mut self) {
-        self.now += 1;
+    /// Replaces raft-rs's draw of the randomized election timeout, right after a reset
+    /// (`election_elapsed` 0), with one of this node's seeded generator.
+    fn derandomize(&mut self) {
+        use rand::Rng;
+        let r = &mut self.raw.raft;
+        if r.election_elapsed == 0 {
+            let et = r.election_timeout();
+            let t = self.rng.gen_range(et..2 * et);
+            r.set_randomized_election_timeout(t);
+        }
+    }
+
+    /// One tick, at `now_ms` of the node's monotonic clock: raft-rs's timers, the
+    /// lease's renewal (a ReadIndex each heartbeat, stamped with the clock), a
+    /// periodic sync.
+    pub fn tick(&mut self, now_ms: u64) {
+        self.ticks += 1;
+        self.clock_ms = now_ms;
         self.raw.tick();
+        self.derandomize();
         if self.raw.raft.state == StateRole::Leader
-            && self.now % self.cfg.heartbeat_tick as u64 == 0
+            && self.ticks % self.cfg.heartbeat_tick as u64 == 0
         {
-            self.raw.read_index(self.now.to_le_bytes().to_vec());
+            self.raw.read_index(now_ms.to_le_bytes().to_vec());
         }
         if self.cfg.fsync == FsyncPolicy::EverySec
             && self.unsynced
-            && self.now - self.last_sync >= self.cfg.ticks_per_sec
+            && self.ticks - self.last_sync >= self.cfg.ticks_per_sec
         {
             self.sync();
-        }
-        if self.diverged {
-            // Refused without a known leader or with one pending: tried again.
-            let _ = self.raw.request_snapshot();
         }
     }
 
     fn sync(&mut self) {
         self.disk.sync();
         self.unsynced = false;
-        self.last_sync = self.now;
+        self.last_sync = self.ticks;
     }
 
     /// Takes a message from another node.
     pub fn step(&mut self, m: Message) {
         // Messages of unknown peers or stale terms are dropped by raft-rs's rules.
         let _ = self.raw.step(m);
+        self.derandomize();
     }
 
     /// Proposes `data` (an entry's, `crate::entry`) whose effects the store already
@@ -314,12 +369,25 @@ impl<D: Durable> Group<D> {
     /// Hands leadership to `to`: raft-rs sends it the go-ahead only once it has every
     /// entry, and gives up after an election timeout. No writes meanwhile.
     pub fn transfer(&mut self, to: u64) {
+        self.end_lease();
         self.raw.transfer_leader(to);
+        self.derandomize();
+    }
+
+    /// Ends the lease for good: a transfer's target campaigns at once, without waiting
+    /// for the followers' election timeouts that the lease counts on; confirmations
+    /// asked until now do not renew it.
+    fn end_lease(&mut self) {
+        self.lease_until = 0;
+        self.lease_floor = self.clock_ms + 1;
     }
 
     /// Proposes a configuration change (leader only); whether it was taken.
     pub fn propose_conf_change(&mut self, cc: ConfChangeV2) -> bool {
-        self.raw.raft.state == StateRole::Leader && self.raw.propose_conf_change(Vec::new(), cc).is_ok()
+        let ok = self.raw.raft.state == StateRole::Leader
+            && self.raw.propose_conf_change(Vec::new(), cc).is_ok();
+        self.derandomize();
+        ok
     }
 
     /// Whether a new scan should begin (a snapshot was asked for that the last one
@@ -338,6 +406,7 @@ impl<D: Durable> Group<D> {
     /// Handles everything raft-rs has ready: persist, send, apply (module docs).
     pub fn handle_ready<F: Fsm, O: Outbox>(&mut self, fsm: &mut F, out: &mut O) -> Progress {
         let mut progress = Progress::default();
+        let mut snapshots_sent = Vec::new();
         while self.raw.has_ready() {
             let before = self.commit_index();
             let mut rd = self.raw.ready();
@@ -352,14 +421,19 @@ impl<D: Durable> Group<D> {
                 }
             }
             for m in rd.take_messages() {
+                match m.get_msg_type() {
+                    raft::eraftpb::MessageType::MsgSnapshot => snapshots_sent.push(m.to),
+                    raft::eraftpb::MessageType::MsgTimeoutNow => self.end_lease(),
+                    _ => {}
+                }
                 out.send(m);
             }
-            if !raft::is_empty_snap(rd.snapshot()) {
+            if !rd.snapshot().is_empty() {
                 let meta = rd.snapshot().get_metadata().clone();
                 self.install(&meta, fsm);
             }
             let ents = rd.take_entries();
-            self.persist_entries(&ents, fsm);
+            progress.rebuilt |= self.persist_entries(&ents, fsm);
             if let Some(hs) = rd.hs() {
                 self.raw.mut_store().set_hard_state(hs.clone());
                 if !cfg!(feature = "bug-term-not-persisted") {
@@ -391,6 +465,11 @@ impl<D: Durable> Group<D> {
                 self.disk.set_hard_state(self.raw.store().hard_state());
             }
             for m in light.take_messages() {
+                match m.get_msg_type() {
+                    raft::eraftpb::MessageType::MsgSnapshot => snapshots_sent.push(m.to),
+                    raft::eraftpb::MessageType::MsgTimeoutNow => self.end_lease(),
+                    _ => {}
+                }
                 out.send(m);
             }
             let committed = light.take_committed_entries();
@@ -398,30 +477,34 @@ impl<D: Durable> Group<D> {
             self.raw.advance_apply_to(self.applied);
             progress.committed |= self.commit_index() > before;
         }
+        // A snapshot carries no data (it is "replay the log from here"): reported sent
+        // at once, so a lost one is sent again once the follower's next answer shows it
+        // still lacks the entries.
+        for to in snapshots_sent {
+            self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
+        }
         progress
     }
 
     /// A quorum confirmed this leader as of tick `ctx`: reads may be served for the
     /// lease from then.
     fn confirmed(&mut self, ctx: &[u8]) {
-        let Ok(b) = <[u8; 8]>::try_from(ctx) else { return };
+        let Ok(b) = <[u8; 8]>::try_from(ctx) else {
+            return;
+        };
         let at = u64::from_le_bytes(b);
-        self.lease_until = self.lease_until.max(at + self.cfg.lease_ticks);
+        if at >= self.lease_floor {
+            self.lease_until = self.lease_until.max(at + self.cfg.lease_ms);
+        }
     }
 
     /// Writes a ready's new entries; one that replaces an entry whose effects the store
-    /// holds makes it diverged.
-    fn persist_entries<F: Fsm>(&mut self, ents: &[Entry], fsm: &mut F) {
+    /// holds makes it rebuild the store (module docs). Whether it did.
+    fn persist_entries<F: Fsm>(&mut self, ents: &[Entry], fsm: &mut F) -> bool {
         if ents.is_empty() {
-            return;
+            return false;
         }
-        if let Some(from) = self.raw.mut_store().append(ents) {
-            if from <= self.spec && !self.diverged {
-                self.diverged = true;
-                self.spec = from - 1;
-                fsm.diverged();
-            }
-        }
+        let truncated = self.raw.mut_store().append(ents);
         self.disk.append(ents);
         if cfg!(feature = "bug-apply-before-commit") && !self.is_leader() {
             // Applied as they arrive, not when committed.
@@ -434,6 +517,46 @@ impl<D: Durable> Group<D> {
                 }
             }
         }
+        match truncated {
+            Some(from) if from <= self.spec => {
+                self.rebuild(fsm);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The store holds effects of writes that could not be logged (leadership went
+    /// between their execution and their proposal): rebuilt from the log as after a
+    /// divergence.
+    pub fn rebuild_now<F: Fsm>(&mut self, fsm: &mut F) {
+        self.rebuild(fsm);
+    }
+
+    /// Empties the store and applies again every committed entry since the compaction
+    /// point (the beginning of a completed scan: the log from there holds every key).
+    fn rebuild<F: Fsm>(&mut self, fsm: &mut F) {
+        self.rebuilds += 1;
+        let store = self.raw.store();
+        let first = store.compacted().index + 1;
+        fsm.restore(first - 1);
+        let upto = self.applied.min(store.last());
+        if upto >= first {
+            let ents = raft::Storage::entries(
+                store,
+                first,
+                upto + 1,
+                None,
+                raft::GetEntriesContext::empty(false),
+            )
+            .unwrap_or_default();
+            for e in &ents {
+                if let Payload::Records(r) = entry::decode(&e.data) {
+                    fsm.apply(e.index, r);
+                }
+            }
+        }
+        self.spec = self.applied;
     }
 
     /// Installs snapshot `meta`: the store empties, the log restarts after it.
@@ -443,9 +566,9 @@ impl<D: Durable> Group<D> {
         fsm.restore(meta.index);
         self.applied = meta.index;
         self.spec = meta.index;
-        self.diverged = false;
         self.scans.clear();
         self.scan_base = meta.index + 1;
+        self.confs = vec![(meta.index, meta.get_conf_state().clone())];
     }
 
     fn apply_committed<F: Fsm>(&mut self, ents: &[Entry], fsm: &mut F) {
@@ -467,7 +590,7 @@ impl<D: Durable> Group<D> {
     fn apply_normal<F: Fsm>(&mut self, e: &Entry, fsm: &mut F) {
         match entry::decode(&e.data) {
             // This node's own proposals are in its store already.
-            Payload::Records(r) if e.index > self.spec && !self.diverged => fsm.apply(e.index, r),
+            Payload::Records(r) if e.index > self.spec => fsm.apply(e.index, r),
             Payload::ScanBegin(id) => {
                 self.scans.insert(id, e.index);
             }
@@ -481,12 +604,20 @@ impl<D: Durable> Group<D> {
         }
     }
 
-    /// Drops the log up to `index` (everything before the last completed scan).
+    /// Drops the log up to `index` (everything before the last completed scan), with
+    /// the configuration as of `index`.
     fn compact(&mut self, index: u64) {
         if index == 0 || index > self.applied {
             return;
         }
-        let cs = self.raw.store().conf_state().clone();
+        let at = self
+            .confs
+            .iter()
+            .rposition(|(i, _)| *i <= index)
+            .unwrap_or(0);
+        let cs = self.confs[at].1.clone();
+        self.confs.drain(..at);
+        self.confs[0].0 = index;
         self.raw.mut_store().compact(index, &cs);
         let meta = self.raw.store().compacted().clone();
         self.disk.compact(&meta);
@@ -499,12 +630,13 @@ impl<D: Durable> Group<D> {
         } else {
             raft::eraftpb::ConfChange::parse_from_bytes(&e.data)
                 .ok()
-                .map(|c| raft::prelude::ConfChangeI::into_v2(c))
+                .map(raft_proto::ConfChangeI::into_v2)
         };
         let Some(cc) = cc else { return };
         if let Ok(cs) = self.raw.apply_conf_change(&cc) {
             self.raw.mut_store().set_conf_state(cs.clone());
             self.disk.set_conf_state(&cs);
+            self.confs.push((e.index, cs));
         }
     }
 }

@@ -219,14 +219,17 @@ pub fn check<M: Model>(model: &M, ops: &[Op<M::Input, M::Output>], budget: u64) 
     }
 }
 
+/// One op of model `M`.
+pub type OpOf<M> = Op<<M as Model>::Input, <M as Model>::Output>;
+
 /// Checks a history of independent keys one key at a time; the keys that failed
 /// (or whose search ran out of budget: `Unknown`).
 pub fn check_keys<K: Clone + Eq + Hash, M: Model>(
     model: &M,
-    ops: Vec<(K, Op<M::Input, M::Output>)>,
+    ops: Vec<(K, OpOf<M>)>,
     budget: u64,
 ) -> Vec<(K, Verdict)> {
-    let mut by_key: HashMap<K, Vec<Op<M::Input, M::Output>>> = HashMap::new();
+    let mut by_key: HashMap<K, Vec<OpOf<M>>> = HashMap::new();
     for (k, o) in ops {
         by_key.entry(k).or_default().push(o);
     }
@@ -318,7 +321,10 @@ mod tests {
             op(0, 10, Put(1), Some(Done)),
             op(20, 30, Get, Some(Value(None))), // after the put returned
         ];
-        assert!(matches!(check(&KvKey, &stale, 1 << 20), Verdict::NotLinearizable { .. }));
+        assert!(matches!(
+            check(&KvKey, &stale, 1 << 20),
+            Verdict::NotLinearizable { .. }
+        ));
     }
 
     #[test]
@@ -339,7 +345,10 @@ mod tests {
             op(4, 5, Add(1), Some(Value(Some(6)))),
             op(6, 7, Get, Some(Value(Some(6)))),
         ];
-        assert!(matches!(check(&KvKey, &lost, 1 << 20), Verdict::NotLinearizable { .. }));
+        assert!(matches!(
+            check(&KvKey, &lost, 1 << 20),
+            Verdict::NotLinearizable { .. }
+        ));
     }
 
     #[test]

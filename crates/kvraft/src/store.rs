@@ -35,10 +35,13 @@ pub struct LogStore {
 impl LogStore {
     /// A log restored from durable state: hard state, configuration, compaction point
     /// and the entries after it.
-    pub fn restore(hard: HardState, conf: ConfState, snap: SnapshotMetadata, entries: Vec<Entry>) -> LogStore {
-        debug_assert!(entries
-            .first()
-            .is_none_or(|e| e.index == snap.index + 1));
+    pub fn restore(
+        hard: HardState,
+        conf: ConfState,
+        snap: SnapshotMetadata,
+        entries: Vec<Entry>,
+    ) -> LogStore {
+        debug_assert!(entries.iter().take(1).all(|e| e.index == snap.index + 1));
         LogStore {
             hard,
             conf,
@@ -48,11 +51,18 @@ impl LogStore {
         }
     }
 
-    /// A new member's log: configuration `conf` at index 0, nothing else.
-    pub fn with_conf(conf: ConfState) -> LogStore {
+    /// A founding member's log: a compaction point at index 1, term 1, with the
+    /// founding configuration (as raft-rs groups bootstrap: every founding member
+    /// starts from the same snapshot, and a node added later gets one too, so the
+    /// configuration it starts from is always in it).
+    pub fn founding(conf: ConfState) -> LogStore {
         let mut s = LogStore::default();
+        s.snap.index = 1;
+        s.snap.term = 1;
         s.snap.set_conf_state(conf.clone());
         s.conf = conf;
+        s.hard.term = 1;
+        s.hard.commit = 1;
         s
     }
 
@@ -94,10 +104,11 @@ impl LogStore {
     /// Appends `ents` (consecutive), dropping every entry at or after their first
     /// index; the first index dropped, if any was.
     pub fn append(&mut self, ents: &[Entry]) -> Option<u64> {
-        let Some(first) = ents.first() else {
-            return None;
-        };
-        assert!(first.index > self.snap.index, "append below the compaction point");
+        let first = ents.first()?;
+        assert!(
+            first.index > self.snap.index,
+            "append below the compaction point"
+        );
         assert!(first.index <= self.last() + 1, "a gap in the log");
         let keep = (first.index - self.snap.index - 1) as usize;
         let truncated = (keep < self.entries.len()).then_some(first.index);
@@ -198,8 +209,12 @@ impl Storage for LogStore {
         Ok(self.last())
     }
 
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        if request_index > self.snap.index {
+    fn snapshot(&self, request_index: u64, to: u64) -> raft::Result<Snapshot> {
+        let cs = self.snap.get_conf_state();
+        let member = cs.voters.contains(&to) || cs.learners.contains(&to);
+        // A node added after the compaction point is not in its configuration (raft-rs
+        // refuses such a snapshot): only a newer scan can give it one.
+        if request_index > self.snap.index || !member {
             // Only a newer scan can give it.
             self.scan_wanted.set(true);
             return Err(raft::Error::Store(
