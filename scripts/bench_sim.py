@@ -77,6 +77,16 @@ def main():
         bugs[b] = {"seeds": d["seeds"], "failed_seeds": len(d["failed_seeds"]),
                    "first_failed": d["failed_seeds"][:10], "caught": len(d["failed_seeds"]) > 0}
         log(f"{b}: caught by {len(d['failed_seeds'])} of {d['seeds']} seeds")
+    # Is raft-rs fit for the replication lcore? Three members in one thread, every
+    # message encoded and decoded: the cost per entry and per replicated record.
+    lb = subprocess.run([os.path.join(ROOT, "target", "release", "examples", "lcore_bench"),
+                         "2", "1024", "4096", "16384", "65536"], cwd=ROOT,
+                        stdout=subprocess.PIPE, text=True, check=True, timeout=600)
+    lcore = json.loads(lb.stdout)
+    for r in lcore:
+        log(f"raft-rs, 3 members on one core, {r['entry_bytes']} B entries: "
+            f"{r['entries_per_s']:.0f} entries/s, {r['mb_per_s']:.0f} MB/s, "
+            f"{r['ns_per_record_all_members']:.1f} ns per 20-byte record")
     guaranteed = [r for r in runs.values() if r["must_pass"]]
     out = {
         "command": "scripts/bench.sh sim " + " ".join(sys.argv[1:]),
@@ -95,6 +105,13 @@ def main():
         "seeded_bugs": len(BUGS),
         "seeded_bugs_caught": sum(1 for v in bugs.values() if v["caught"]),
         "bugs": bugs,
+        "raft_rs_on_one_core": {
+            "what": "crates/kvraft/examples/lcore_bench.rs: three members in one thread, "
+                    "the leader proposing entries of post-image records as fast as they "
+                    "commit, every message encoded and decoded (protobuf); ns summed over "
+                    "the three members",
+            "runs": lcore,
+        },
         "seconds": time.time() - t0,
     }
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
