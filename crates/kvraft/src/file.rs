@@ -132,6 +132,7 @@ impl FileDisk {
         let (r, intact) = replay(&bytes);
         let file = OpenOptions::new()
             .create(true)
+            .truncate(false)
             .read(true)
             .write(true)
             .open(path)?;
@@ -281,9 +282,11 @@ mod tests {
                 commit: 2,
                 ..HardState::default()
             });
-            let mut m = SnapshotMetadata::default();
-            m.index = 1;
-            m.term = 1;
+            let m = SnapshotMetadata {
+                index: 1,
+                term: 1,
+                ..SnapshotMetadata::default()
+            };
             d.compact(&m);
             d.sync();
         }
