@@ -164,10 +164,12 @@ mod tests {
 
     #[test]
     fn messages_round_trip_through_fragments_and_a_lost_one_is_dropped() {
-        let mut m = Message::default();
-        m.to = 2;
-        m.from = 1;
-        m.term = 9;
+        let mut m = Message {
+            to: 2,
+            from: 1,
+            term: 9,
+            ..Message::default()
+        };
         m.mut_entries().push(raft::eraftpb::Entry {
             index: 5,
             data: vec![7u8; 5000].into(),
